@@ -1,0 +1,74 @@
+"""tb-monitor: PyTorch's telemetry APIs, written to TensorBoard off the training thread.
+
+The top level is the ``torch.monitor``-compatible surface (``Aggregation``, ``Stat``, ``Event``,
+``log_event``, ``register_event_handler``, ...) plus ``init(logdir)``, which wires every API to
+TensorBoard, and the notebook readers ``read_scalars`` / ``read_events``.
+
+    >>> import tb_monitor
+    >>> with tb_monitor.init("runs/exp1"):
+    ...     loss = tb_monitor.Stat("loss", [tb_monitor.Aggregation.MEAN], timedelta(seconds=10))
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "Aggregation",
+    "Event",
+    "EventHandlerHandle",
+    "Stat",
+    "TensorboardEventHandler",
+    "data_value_t",
+    "init",
+    "log_event",
+    "read_events",
+    "read_scalars",
+    "register_event_handler",
+    "unregister_event_handler",
+]
+
+# Names resolve on first use, so `import tb_monitor` stays cheap (no TensorBoard protos, no
+# pandas) for code that only needs Stats and events.
+_LAZY = {
+    "Aggregation": "tb_monitor._stat",
+    "Stat": "tb_monitor._stat",
+    "Event": "tb_monitor._event",
+    "EventHandlerHandle": "tb_monitor._event",
+    "data_value_t": "tb_monitor._event",
+    "log_event": "tb_monitor._event",
+    "register_event_handler": "tb_monitor._event",
+    "unregister_event_handler": "tb_monitor._event",
+    "TensorboardEventHandler": "tb_monitor.tensorboard",
+    "init": "tb_monitor._init",
+    "read_scalars": "tb_monitor.readers",
+    "read_events": "tb_monitor.readers",
+}
+
+if TYPE_CHECKING:
+    from tb_monitor._event import (
+        Event,
+        EventHandlerHandle,
+        data_value_t,
+        log_event,
+        register_event_handler,
+        unregister_event_handler,
+    )
+    from tb_monitor._init import init
+    from tb_monitor._stat import Aggregation, Stat
+    from tb_monitor.readers import read_events, read_scalars
+    from tb_monitor.tensorboard import TensorboardEventHandler
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tb_monitor' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,200 @@
+"""The data contract between the writers and the readers (plugin, notebooks, exports).
+
+Everything that decides how a record looks in a TensorBoard logdir lives here, so the writer side
+and the reading side (``tb_plugin``, ``tb_monitor.readers``, ``tb_monitor.export``) can never drift
+apart. See ``docs/DESIGN.md`` for the reasoning behind each rule.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "AGENT",
+    "CONTENT_VERSION",
+    "KINDS",
+    "LOGDIR_ENV",
+    "MONITOR",
+    "PLUGIN_NAME",
+    "RENDEZVOUS",
+    "STAT_EVENT",
+    "WORKER",
+    "agent_run_name",
+    "decode_record",
+    "kind_of_tag",
+    "metric_tag",
+    "plugin_content",
+    "run_name_from_env",
+    "stat_tag",
+    "timeline_tag",
+]
+
+#: Name of the TensorBoard plugin that owns the timeline records (also its dashboard URL hash).
+PLUGIN_NAME = "tb_monitor_timeline"
+#: Version of the timeline record layout, stored in ``SummaryMetadata.plugin_data.content``.
+CONTENT_VERSION = 1
+
+#: Name torch.monitor gives the event it logs when a Stat window closes.
+STAT_EVENT = "torch.monitor.Stat"
+
+#: Kinds of timeline record. Each kind is one tag per run: ``timeline/<kind>``.
+RENDEZVOUS = "rendezvous"  # torchelastic RdzvEvent (dynamic_rendezvous)
+AGENT = "agent"  # torchelastic Event with source AGENT
+WORKER = "worker"  # torchelastic Event with source WORKER (agent-side or worker-side)
+MONITOR = "monitor"  # a torch.monitor-style Event other than a Stat window
+KINDS = (RENDEZVOUS, AGENT, WORKER, MONITOR)
+
+_TIMELINE_PREFIX = "timeline/"
+
+#: Environment variable through which `tb-monitor run` hands its logdir to the processes it starts.
+LOGDIR_ENV = "TB_MONITOR_LOGDIR"
+
+
+def timeline_tag(kind: str) -> str:
+    """Tag of the timeline records of one kind."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown timeline kind {kind!r}; expected one of {KINDS}")
+    return _TIMELINE_PREFIX + kind
+
+
+def kind_of_tag(tag: str) -> str | None:
+    """The timeline kind a tag holds, or None when the tag is not a timeline tag."""
+    if tag.startswith(_TIMELINE_PREFIX):
+        kind = tag[len(_TIMELINE_PREFIX) :]
+        if kind in KINDS:
+            return kind
+    return None
+
+
+def plugin_content() -> bytes:
+    """``plugin_data.content`` of every timeline record: the layout version, as JSON."""
+    return json.dumps({"version": CONTENT_VERSION}).encode()
+
+
+def stat_tag(stat_name: str, aggregation: str) -> str:
+    """Scalar tag of one aggregation of a Stat window, named as torch.monitor names it."""
+    return f"{stat_name}.{aggregation.lower()}"
+
+
+def metric_tag(group: str, name: str) -> str:
+    """Scalar tag of a torchelastic metric: TensorBoard sections tags by the prefix."""
+    return f"{group}/{name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Runs: one run directory per process role and rank.
+# ---------------------------------------------------------------------------------------------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _safe(part: object) -> str:
+    return _UNSAFE.sub("_", str(part)) or "_"
+
+
+def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
+    """Run (relative directory) for this process, from torchelastic's worker environment.
+
+    A torchelastic worker writes to ``<run id>/rank-<RANK>`` (``<run id>/<role>-rank-<RANK>`` for
+    a role other than ``default``); any other process writes to the logdir itself (``""``).
+    A restarted worker keeps its run: the writer continues each tag's steps from what the run
+    already holds (see ``docs/DESIGN.md``), so attempts follow each other on one curve.
+    """
+    env = os.environ if environ is None else environ
+    run_id, rank = env.get("TORCHELASTIC_RUN_ID"), env.get("RANK")
+    if not run_id or rank is None:
+        return ""
+    role = env.get("ROLE_NAME", "default")
+    worker = f"rank-{_safe(rank)}" if role == "default" else f"{_safe(role)}-rank-{_safe(rank)}"
+    return f"{_safe(run_id)}/{worker}"
+
+
+def agent_run_name(run_id: str, hostname: str | None = None, pid: int | None = None) -> str:
+    """Run of a torchelastic agent: ``<run id>/agent-<host>-<pid>``.
+
+    The agent is named by host and pid, not group rank: its group rank is only known after the
+    first rendezvous and may change at every restart, while the process lives for the whole job.
+    """
+    host = hostname or socket.gethostname()
+    return f"{_safe(run_id)}/agent-{_safe(host)}-{os.getpid() if pid is None else pid}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading timeline records back: one flat dict per record, the same for readers and the plugin.
+# ---------------------------------------------------------------------------------------------
+
+FIELDS = (
+    "name",
+    "source",
+    "state",
+    "hostname",
+    "pid",
+    "rank",
+    "local_id",
+    "run_id",
+    "message",
+    "error_trace",
+    "metadata",
+)
+
+
+def _unwrap(value: Any) -> Any:
+    # torchelastic stores some worker fields as 1-tuples, which JSON turns into 1-lists.
+    if isinstance(value, list) and len(value) == 1:
+        return value[0]
+    return value
+
+
+def _decode_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(metadata)
+    nested = out.pop("metadata", None)
+    if isinstance(nested, str):
+        try:
+            nested = json.loads(nested)
+        except ValueError:
+            out["metadata"] = nested
+            nested = None
+    if isinstance(nested, Mapping):
+        for key, value in nested.items():
+            out.setdefault(key, _unwrap(value))
+    return out
+
+
+def decode_record(kind: str, payload: str | bytes) -> dict[str, Any]:
+    """Flatten one timeline record (torch's JSON) into the fields readers and the plugin show.
+
+    Returns a dict with the keys of ``FIELDS``; absent fields are None (``metadata`` is a dict).
+    Agent metadata's nested JSON string is decoded and merged into ``metadata``.
+    """
+    data = json.loads(payload)
+    if not isinstance(data, dict):
+        raise ValueError(f"timeline record of kind {kind!r} is not a JSON object: {payload!r:.200}")
+    row: dict[str, Any] = dict.fromkeys(FIELDS)
+    row["name"] = data.get("name")
+    if kind == RENDEZVOUS:
+        for key in ("run_id", "message", "hostname", "pid", "rank", "local_id", "error_trace"):
+            row[key] = data.get(key)
+        row["state"] = data.get("node_state")
+        row["source"] = "RENDEZVOUS"
+        row["metadata"] = {"master_endpoint": data.get("master_endpoint", "")}
+    elif kind == MONITOR:
+        row["source"] = "MONITOR"
+        row["metadata"] = dict(data.get("data") or {})
+    else:
+        metadata = _decode_metadata(data.get("metadata") or {})
+        row["source"] = data.get("source")
+        row["state"] = metadata.get("state")
+        row["hostname"] = metadata.get("hostname")
+        row["pid"] = metadata.get("worker_pid", metadata.get("pid"))
+        row["rank"] = metadata.get("global_rank", metadata.get("rank"))
+        row["local_id"] = metadata.get("local_rank")
+        row["run_id"] = metadata.get("run_id")
+        row["message"] = metadata.get("message")
+        row["error_trace"] = metadata.get("raw_error") or metadata.get("error_trace")
+        row["metadata"] = metadata
+    return row

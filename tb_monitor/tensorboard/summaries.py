@@ -1,0 +1,67 @@
+"""How each kind of record becomes a TensorBoard summary, built with TensorBoard's own protos.
+
+TensorBoard's data provider hands a plugin only summaries whose ``SummaryMetadata.data_class`` is
+set, a field tensorboardX's protos lack; so every summary here is made from ``tensorboard.compat``
+protos. The writer turns them into bytes; readers and the plugin recognise them by metadata.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+
+from tb_monitor import contract
+
+__all__ = ["scalar_summary", "text_summary", "timeline_metadata", "timeline_summary"]
+
+
+@lru_cache(maxsize=None)
+def timeline_metadata() -> summary_pb2.SummaryMetadata:
+    """Metadata of every timeline record: owned by the timeline plugin, a tensor data class."""
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=contract.PLUGIN_NAME, content=contract.plugin_content()
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+@lru_cache(maxsize=None)
+def _text_metadata() -> summary_pb2.SummaryMetadata:
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text", content=b""),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
+    raw = value.encode() if isinstance(value, str) else value
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING, tensor_shape=tensor_shape_pb2.TensorShapeProto(), string_val=[raw]
+    )
+
+
+def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
+    """One timeline record: ``payload`` is the event's JSON exactly as torch serializes it."""
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=contract.timeline_tag(kind),
+                metadata=timeline_metadata(),
+                tensor=_string_tensor(payload),
+            )
+        ]
+    )
+
+
+def text_summary(tag: str, markdown: str) -> summary_pb2.Summary:
+    """A text-dashboard entry (TensorBoard renders it as Markdown)."""
+    return summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=tag, metadata=_text_metadata(), tensor=_string_tensor(markdown))]
+    )
+
+
+def scalar_summary(tag: str, value: float) -> summary_pb2.Summary:
+    """A scalar, in the legacy ``simple_value`` form both loaders migrate to the scalars plugin."""
+    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
