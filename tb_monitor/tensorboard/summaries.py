@@ -7,7 +7,7 @@ protos. The writer turns them into bytes; readers and the plugin recognise them 
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
@@ -16,7 +16,7 @@ from tb_monitor import contract
 __all__ = ["scalar_summary", "text_summary", "timeline_metadata", "timeline_summary"]
 
 
-@lru_cache(maxsize=None)
+@cache
 def timeline_metadata() -> summary_pb2.SummaryMetadata:
     """Metadata of every timeline record: owned by the timeline plugin, a tensor data class."""
     return summary_pb2.SummaryMetadata(
@@ -27,7 +27,7 @@ def timeline_metadata() -> summary_pb2.SummaryMetadata:
     )
 
 
-@lru_cache(maxsize=None)
+@cache
 def _text_metadata() -> summary_pb2.SummaryMetadata:
     return summary_pb2.SummaryMetadata(
         plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text", content=b""),
@@ -38,7 +38,9 @@ def _text_metadata() -> summary_pb2.SummaryMetadata:
 def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
     raw = value.encode() if isinstance(value, str) else value
     return tensor_pb2.TensorProto(
-        dtype=types_pb2.DT_STRING, tensor_shape=tensor_shape_pb2.TensorShapeProto(), string_val=[raw]
+        dtype=types_pb2.DT_STRING,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        string_val=[raw],
     )
 
 
@@ -58,10 +60,16 @@ def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
 def text_summary(tag: str, markdown: str) -> summary_pb2.Summary:
     """A text-dashboard entry (TensorBoard renders it as Markdown)."""
     return summary_pb2.Summary(
-        value=[summary_pb2.Summary.Value(tag=tag, metadata=_text_metadata(), tensor=_string_tensor(markdown))]
+        value=[
+            summary_pb2.Summary.Value(
+                tag=tag, metadata=_text_metadata(), tensor=_string_tensor(markdown)
+            )
+        ]
     )
 
 
 def scalar_summary(tag: str, value: float) -> summary_pb2.Summary:
     """A scalar, in the legacy ``simple_value`` form both loaders migrate to the scalars plugin."""
-    return summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+    return summary_pb2.Summary(
+        value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+    )
