@@ -1,0 +1,19 @@
+"""torchelastic-compatible metrics: ``import tb_monitor.elastic.metrics as metrics``.
+
+A metric is identified by ``(metric_group, metric_name)``; each group is routed to a
+``MetricHandler`` with ``configure`` (``group=None`` sets the default for every group not
+configured by name; out of the box that default drops everything). Code written against
+``torch.distributed.elastic.metrics`` ports by changing the import prefix, and needs no torch::
+
+    import tb_monitor.elastic.metrics as metrics
+
+    metrics.configure(metrics.ConsoleMetricsHandler(), group="my_app")
+    metrics.put_metric("calculate_latency", 12, "my_app")  # [<time>][my_app]: calculate_latency=12
+
+
+    @metrics.prof(group="my_app")  # my_app: <module>.train.success|failure, .duration.ms
+    def train(): ...
+"""
+
+from tb_monitor.elastic.metrics.api import *  # noqa: F403
+from tb_monitor.elastic.metrics.api import __all__ as __all__
