@@ -1,0 +1,151 @@
+"""A torchelastic worker's own events: it started, it raised, it was terminated, it exited.
+
+torchelastic's agent records a worker START, and a final SUCCEEDED/FAILED only when the whole
+group ends; a worker failure that leads to a restart leaves no event at all. So the worker
+reports on itself: ``tb_monitor.init()`` installs these hooks when it runs inside a torchelastic
+worker, and every attempt of every rank shows on the timeline with its outcome. A failure's
+record (with the traceback) is flushed before the process dies, since the agent restarts the
+group right after.
+
+Events are torchelastic ``Event``s with source WORKER, named ``tb_monitor.worker.status.<STATE>``
+(RUNNING, FAILED, TERMINATED, SUCCEEDED), with torchelastic's metadata keys where they exist
+(``run_id``, ``global_rank``, ``local_rank``, ``group_rank``, ``role``, ``hostname``, ``state``,
+``raw_error``) plus ``restart_count``, ``pid`` and ``message``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from types import FrameType, TracebackType
+from typing import Any
+
+from tb_monitor import _shutdown
+from tb_monitor.elastic.events.api import Event, EventSource
+
+__all__ = ["WorkerHooks", "in_worker", "install"]
+
+_ENV_INT = {
+    "global_rank": "RANK",
+    "local_rank": "LOCAL_RANK",
+    "group_rank": "GROUP_RANK",
+    "restart_count": "TORCHELASTIC_RESTART_COUNT",
+}
+
+
+def in_worker(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a worker started by a torchelastic agent (torchrun)."""
+    env = os.environ if environ is None else environ
+    return bool(env.get("TORCHELASTIC_RUN_ID")) and "RANK" in env
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+class WorkerHooks:
+    """Records this worker's life through ``record`` (an ``Event`` sink), then ``flush``es it.
+
+    Use ``install``; ``close()`` takes the hooks out again (the start event stays recorded).
+    """
+
+    def __init__(
+        self,
+        record: Callable[[Event], Any],
+        flush: Callable[[], Any],
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self._record, self._flush = record, flush
+        # Same hostname as the agent's events, so both land on one node.
+        self._base: dict[str, Any] = {
+            "run_id": env.get("TORCHELASTIC_RUN_ID"),
+            "role": env.get("ROLE_NAME", "default"),
+            "hostname": socket.getfqdn(socket.gethostname()),
+            "pid": os.getpid(),
+        }
+        self._base.update({key: _int_or_none(env.get(var)) for key, var in _ENV_INT.items()})
+        self._lock = threading.Lock()
+        self._final_state: str | None = None
+        self._previous_excepthook: Any = None
+        self._previous_sigterm: Any = None
+
+    def install(self) -> WorkerHooks:
+        """Record RUNNING now; hook uncaught exceptions, SIGTERM and interpreter exit."""
+        self._emit("RUNNING", message="worker process started")
+        self._previous_excepthook = sys.excepthook
+        sys.excepthook = self._excepthook
+        # tb_monitor's own SIGTERM handler flushes the writers; ours records first, then calls it.
+        if _shutdown.install_sigterm_handler():
+            previous = signal.getsignal(signal.SIGTERM)
+            if callable(previous):
+                self._previous_sigterm = previous
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        _shutdown.at_exit(self._on_exit, _shutdown.PRODUCERS)
+        return self
+
+    def close(self) -> None:
+        """Take the hooks out, restoring what was there (unless someone replaced ours since)."""
+        _shutdown.cancel(self._on_exit)
+        if sys.excepthook == self._excepthook:
+            sys.excepthook = self._previous_excepthook
+        if self._previous_sigterm is not None and signal.getsignal(signal.SIGTERM) == (
+            self._on_sigterm
+        ):
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
+        self._previous_sigterm = None
+
+    def _emit(self, state: str, **fields: Any) -> None:
+        metadata = {**self._base, "state": state, **fields}
+        self._record(
+            Event(
+                f"tb_monitor.worker.status.{state}",
+                source=EventSource.WORKER,
+                timestamp=int(time.time() * 1000),
+                metadata=metadata,
+            )
+        )
+
+    def _finish(self, state: str, **fields: Any) -> bool:
+        """Record the final state once: the first of exception, SIGTERM or exit wins."""
+        with self._lock:
+            if self._final_state is not None:
+                return False
+            self._final_state = state
+        self._emit(state, **fields)
+        return True
+
+    def _excepthook(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> None:
+        try:
+            trace = "".join(traceback.format_exception(exc_type, exc, tb))
+            if self._finish("FAILED", message=f"{exc_type.__name__}: {exc}", raw_error=trace):
+                self._flush()  # the agent restarts the group as soon as this process is gone
+        finally:
+            self._previous_excepthook(exc_type, exc, tb)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self._finish("TERMINATED", message=f"received {signal.Signals(signum).name}")
+        self._previous_sigterm(signum, frame)
+
+    def _on_exit(self) -> None:
+        self._finish("SUCCEEDED", message="worker process exited")
+
+
+def install(
+    record: Callable[[Event], Any],
+    flush: Callable[[], Any],
+    environ: Mapping[str, str] | None = None,
+) -> WorkerHooks:
+    """Install the worker hooks: record RUNNING now, and the worker's outcome when it comes."""
+    return WorkerHooks(record, flush, environ).install()
