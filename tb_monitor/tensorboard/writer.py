@@ -1,0 +1,569 @@
+"""The asynchronous event-file writer: the caller enqueues, one thread per process does the rest.
+
+``AsyncWriter.add_*`` validates its arguments and appends a small tuple to a deque: no lock, no
+syscall, no encoding. One daemon thread per process (shared by every writer) wakes every
+``flush_secs`` (or early, when a queue passes a threshold or a caller waits for room), encodes
+the records (scalars by hand, with a cached per-tag prefix; everything else with TensorBoard's
+protos), frames them with a C crc32c and hands them to the operating system. So a process killed
+outright loses at most the last flush interval; ``flush()`` and ``close()`` also ``fsync``.
+
+Steps are allocated here, per tag, starting one above the largest step the run directory already
+holds, so a restarted process continues its curves instead of being dropped by TensorBoard's
+loaders (see ``docs/DESIGN.md``, "Steps"). Event file names are unique per process and writer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import operator
+import os
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from tb_monitor import _shutdown, contract
+from tb_monitor.tensorboard import records, summaries
+
+__all__ = ["DROPPED_TAG", "AsyncWriter"]
+
+#: Scalar tag under which a writer with ``when_full="drop"`` records how many records it dropped.
+DROPPED_TAG = "tb_monitor/dropped_records"
+
+_log = logging.getLogger(__name__)
+
+# Queue items are tuples whose first element says what they hold.
+_SCALAR, _SCALARS, _TEXT, _TIMELINE, _SUMMARY = range(5)
+_BATCH = 4096  # records per write() call
+_FILE_VERSION = "brain.Event:2"  # tells TensorBoard's Python loader not to purge on step resets
+
+_file_counter = itertools.count()
+_time = time.time
+
+# ---------------------------------------------------------------------------------------------
+# Encoding: an Event is wall_time (field 1, double), step (field 2, varint), summary (field 5).
+# ---------------------------------------------------------------------------------------------
+
+_WALL_TIME = struct.Struct("<Bd")
+_FLOAT = struct.Struct("<f")
+_LENGTH = struct.Struct("<Q")
+_CRC = struct.Struct("<I")
+_SMALL_VARINTS = [bytes((n,)) for n in range(128)]
+_masked_crc32c = records.masked_crc32c
+
+
+def _varint(value: int) -> bytes:
+    if 0 <= value < 128:
+        return _SMALL_VARINTS[value]
+    value &= 0xFFFFFFFFFFFFFFFF  # int64 fields encode negatives as 10-byte two's complement
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _event_head(wall_time: float, step: int) -> bytes:
+    return _WALL_TIME.pack(0x09, wall_time) + b"\x10" + _varint(step)
+
+
+def _scalar_prefix(tag: str) -> bytes:
+    """Everything of a scalar event after the step and before the float: fixed per tag."""
+    raw = tag.encode()
+    value = b"\x0a" + _varint(len(raw)) + raw + b"\x15"  # Summary.Value: tag, simple_value
+    value_len = len(value) + 4
+    summary = b"\x0a" + _varint(value_len)  # Summary.value
+    return b"\x2a" + _varint(len(summary) + value_len) + summary + value
+
+
+def _summary_event(wall_time: float, step: int, summary: Any) -> bytes:
+    raw = summary.SerializeToString()
+    return _event_head(wall_time, step) + b"\x2a" + _varint(len(raw)) + raw
+
+
+def _frame(data: bytes, _headers: dict[int, bytes] = {}) -> bytes:  # noqa: B006 (a cache)
+    header = _headers.get(len(data))
+    if header is None:
+        length = _LENGTH.pack(len(data))
+        header = _headers[len(data)] = length + _CRC.pack(_masked_crc32c(length))
+    return header + data + _CRC.pack(_masked_crc32c(data))
+
+
+def _float32(value: float) -> bytes:
+    try:
+        return _FLOAT.pack(value)
+    except OverflowError:  # beyond float32: what a float32 cast gives
+        return _FLOAT.pack(math.copysign(math.inf, value))
+
+
+# ---------------------------------------------------------------------------------------------
+# Argument checks, on the caller's thread so a mistake is reported where it is made.
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_tag(tag: object) -> str:
+    if type(tag) is not str and not isinstance(tag, str):
+        raise TypeError(f"tag must be a str, got {tag!r}")
+    return tag
+
+
+def _real(value: object, what: str) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a real number, got {value!r}") from None
+
+
+def _step(step: object) -> int:
+    try:
+        return operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {step!r}") from None
+
+
+def _wall_time(wall_time: object) -> float:
+    if wall_time is None:
+        return _time()
+    if type(wall_time) is float:
+        return wall_time  # type: ignore[return-value]
+    return _real(wall_time, "wall_time")
+
+
+def _with_path(exc: OSError, message: str) -> OSError:
+    """The same kind of OSError, with a message that names what we were doing and where."""
+    if exc.errno is None:
+        return OSError(f"{message}: {exc}")
+    return type(exc)(exc.errno, f"{message}: {exc.strerror or exc}")
+
+
+# ---------------------------------------------------------------------------------------------
+# The one background thread of the process.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Service:
+    """Drains every live writer of the process on one daemon thread."""
+
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self.wake = threading.Event()
+        self._writers: list[AsyncWriter] = []
+        self._thread: threading.Thread | None = None
+
+    def add(self, writer: AsyncWriter) -> None:
+        with self._lock:
+            self._writers.append(writer)
+            if self._thread is None or not self._thread.is_alive():
+                self._start()
+        self.wake.set()  # re-read the flush interval
+
+    def remove(self, writer: AsyncWriter) -> None:
+        with self._lock:
+            if writer in self._writers:
+                self._writers.remove(writer)
+
+    def is_current(self) -> bool:
+        return self._thread is threading.current_thread()
+
+    def is_alive(self) -> bool:
+        thread = self._thread
+        return thread is not None and thread.is_alive()
+
+    def _start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="tb_monitor-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                writers = list(self._writers)
+            interval = min((w._flush_secs for w in writers), default=None)
+            self.wake.wait(interval)
+            self.wake.clear()
+            for writer in writers:
+                try:
+                    writer._drain_now()
+                except Exception:  # a bug must not stop every writer of the process
+                    _log.exception("tb_monitor writer for %s failed", writer.run_dir)
+
+    def after_fork_in_child(self) -> None:
+        """The child has no writer thread and copies of locks that may be held: start afresh."""
+        writers = self._writers
+        self._reset()
+        for writer in writers:
+            writer._after_fork_in_child()
+        if writers:
+            self._writers = writers
+            self._start()
+
+
+_service = _Service()
+os.register_at_fork(after_in_child=_service.after_fork_in_child)
+
+# Remote files a forked child inherited: never written, flushed or closed by the child (their
+# buffers belong to the parent), so they are kept referenced here instead of being collected.
+_inherited_files: list[Any] = []
+
+
+class AsyncWriter:
+    """Writes TensorBoard event files off the caller's thread, with bounded memory.
+
+        >>> with AsyncWriter("runs/exp1") as writer:
+        ...     writer.add_scalar("loss", 0.25)
+
+    ``when_full="block"`` (the default) makes a caller wait for room when ``max_queue`` records
+    are pending, so nothing is lost; ``"drop"`` drops instead, and the count of dropped records
+    is written as the scalar ``tb_monitor/dropped_records``. A write error (a full disk) is
+    logged once and raised by ``flush()`` and ``close()``; the writer keeps consuming (and
+    dropping) so callers never block forever.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        flush_secs: float = 2.0,
+        max_queue: int = 65536,
+        when_full: Literal["block", "drop"] = "block",
+    ) -> None:
+        if not (isinstance(flush_secs, (int, float)) and 0 < flush_secs < math.inf):
+            raise ValueError(f"flush_secs must be a positive number of seconds, got {flush_secs!r}")
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            raise ValueError(f"max_queue must be a positive number of records, got {max_queue!r}")
+        if when_full not in ("block", "drop"):
+            raise ValueError(f"when_full must be 'block' or 'drop', got {when_full!r}")
+        self._run_dir = os.fspath(run_dir)
+        if not isinstance(self._run_dir, str):
+            raise TypeError(f"run_dir must be a str or path, got {run_dir!r}")
+        self._flush_secs = float(flush_secs)
+        self._max_queue = max_queue
+        self._wake_at = min(max(max_queue // 2, 1), _BATCH)
+        self._when_full = when_full
+
+        self._queue: deque[tuple] = deque()
+        self._closed = False
+        self._dropped = 0
+        self._dropped_written = 0
+        self._error: OSError | None = None
+        self._prefixes: dict[str, bytes] = {}
+        self._init_locks()
+        self._file: Any = None
+        self._path: str | None = None
+        try:
+            records.makedirs(self._run_dir)
+            self._next_steps = _next_steps(self._run_dir)
+            self._open_file()
+        except OSError as exc:
+            raise _with_path(
+                exc, f"cannot write TensorBoard event files to {self._run_dir}"
+            ) from exc
+
+        _service.add(self)
+        _shutdown.at_exit(self.close, _shutdown.SINKS)
+        _shutdown.install_sigterm_handler()
+
+    def _init_locks(self) -> None:
+        self._drain_lock = threading.RLock()  # reentrant: a SIGTERM handler may close mid-flush
+        self._room = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def run_dir(self) -> str:
+        """The directory this writer's event files go to (one TensorBoard run)."""
+        return self._run_dir
+
+    @property
+    def path(self) -> str | None:
+        """The event file currently written, or None before a forked child writes its first."""
+        return self._path
+
+    @property
+    def dropped(self) -> int:
+        """How many records were dropped: queue full with ``when_full="drop"``, or a write error."""
+        return self._dropped
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    def add_scalar(
+        self,
+        tag: str,
+        value: float,
+        wall_time: float | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
+        if type(value) is not float:
+            value = _real(value, f"scalar {tag!r}")
+        self._put(
+            (
+                _SCALAR,
+                tag if type(tag) is str else _check_tag(tag),
+                value,
+                _time() if wall_time is None else _wall_time(wall_time),
+                None if step is None else _step(step),
+            )
+        )
+
+    def add_scalars(self, mapping: Mapping[str, float], wall_time: float | None = None) -> None:
+        """Record one scalar per item of ``mapping`` (a Stat window) with one enqueue."""
+        scalars = dict(mapping)  # a copy: the caller may reuse its dict
+        for tag, value in scalars.items():
+            if type(value) is not float:
+                scalars[_check_tag(tag)] = _real(value, f"scalar {tag!r}")
+            elif type(tag) is not str:
+                _check_tag(tag)
+        self._put((_SCALARS, scalars, _time() if wall_time is None else _wall_time(wall_time)))
+
+    def add_text(self, tag: str, text: str, wall_time: float | None = None) -> None:
+        """Record a text-dashboard entry (rendered as Markdown by TensorBoard)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text for tag {tag!r} must be a str, got {text!r}")
+        self._put((_TEXT, _check_tag(tag), text, _wall_time(wall_time)))
+
+    def add_timeline(self, kind: str, payload_json: str, wall_time: float) -> None:
+        """Record a timeline record: ``payload_json`` is the event's JSON as torch serializes it."""
+        tag = contract.timeline_tag(kind)  # rejects an unknown kind here, on the caller's thread
+        if not isinstance(payload_json, (str, bytes)):
+            raise TypeError(f"timeline payload must be JSON text, got {payload_json!r}")
+        self._put((_TIMELINE, tag, payload_json, _wall_time(wall_time)))
+
+    def add_summary(
+        self, summary: Any, wall_time: float | None = None, step: int | None = None
+    ) -> None:
+        """Record a prebuilt ``Summary`` (TensorBoard's protos); steps follow its first tag."""
+        if not summary.value:
+            raise ValueError("summary has no value to record")
+        self._put((_SUMMARY, summary, _wall_time(wall_time), None if step is None else _step(step)))
+
+    def flush(self) -> None:
+        """Write everything accepted so far and fsync it; raise the error that stopped writing."""
+        with self._drain_lock:
+            self._drain()
+            self._sync()
+        self._raise_error()
+
+    def close(self) -> None:
+        """Flush, close the file and stop accepting records. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _shutdown.cancel(self.close)
+        with self._room:
+            self._room.notify_all()  # callers waiting for room see the writer is closed
+        try:
+            with self._drain_lock:
+                self._drain()
+                self._sync()
+                self._close_file()
+        finally:
+            _service.remove(self)
+        self._raise_error()
+
+    def __enter__(self) -> AsyncWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncWriter {self._run_dir!r} {state}, {len(self._queue)} queued>"
+
+    # -- the caller's side -------------------------------------------------------------------------
+
+    def _put(self, item: tuple) -> None:
+        if self._closed:
+            raise ValueError(f"AsyncWriter for {self._run_dir} is closed")
+        queue = self._queue
+        if len(queue) >= self._wake_at:
+            if not _service.wake.is_set():
+                _service.wake.set()
+            if len(queue) >= self._max_queue and not self._make_room():
+                return
+        queue.append(item)
+
+    def _make_room(self) -> bool:
+        """Wait until the queue has room (``"block"``); False when the record must be dropped."""
+        if self._when_full == "block" and self._error is None and not _service.is_current():
+            with self._room:
+                self._waiting += 1
+                try:
+                    while len(self._queue) >= self._max_queue and not self._closed:
+                        if not _service.is_alive():
+                            break
+                        _service.wake.set()
+                        self._room.wait(0.05)
+                finally:
+                    self._waiting -= 1
+                if len(self._queue) < self._max_queue and not self._closed:
+                    return True
+        with self._room:
+            self._dropped += 1
+        return False
+
+    # -- the writer thread's side ------------------------------------------------------------------
+
+    def _drain_now(self) -> None:
+        with self._drain_lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Encode and write every queued record. Runs with ``_drain_lock`` held."""
+        queue, popleft = self._queue, self._queue.popleft
+        chunks: list[bytes] = []
+        while queue:
+            for _ in range(min(len(queue), _BATCH)):
+                try:
+                    self._encode(popleft(), chunks)
+                except Exception:  # arguments were checked by the caller: this is a bug
+                    _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
+            self._write(chunks)
+            chunks.clear()
+            if self._waiting:
+                with self._room:
+                    self._room.notify_all()
+        if self._dropped != self._dropped_written and self._error is None:
+            self._dropped_written = dropped = self._dropped
+            self._encode((_SCALAR, DROPPED_TAG, float(dropped), _time(), None), chunks)
+            self._write(chunks)
+
+    def _allocate(self, tag: str, step: int | None) -> int:
+        if step is None:
+            step = self._next_steps.get(tag, 0)
+        self._next_steps[tag] = step + 1
+        return step
+
+    def _encode(self, item: tuple, out: list[bytes]) -> None:
+        kind = item[0]
+        if kind == _SCALAR:
+            _, tag, value, wall_time, step = item
+            out.append(self._scalar_record(tag, value, wall_time, step))
+        elif kind == _SCALARS:
+            _, scalars, wall_time = item
+            for tag, value in scalars.items():
+                out.append(self._scalar_record(tag, value, wall_time, None))
+        elif kind == _TEXT:
+            _, tag, text, wall_time = item
+            summary = summaries.text_summary(tag, text)
+            out.append(_frame(_summary_event(wall_time, self._allocate(tag, None), summary)))
+        elif kind == _TIMELINE:
+            _, tag, payload, wall_time = item
+            summary = summaries.timeline_summary(contract.kind_of_tag(tag), payload)
+            out.append(_frame(_summary_event(wall_time, self._allocate(tag, None), summary)))
+        else:
+            _, summary, wall_time, step = item
+            step = self._allocate(summary.value[0].tag, step)
+            out.append(_frame(_summary_event(wall_time, step, summary)))
+
+    def _scalar_record(self, tag: str, value: float, wall_time: float, step: int | None) -> bytes:
+        prefix = self._prefixes.get(tag)
+        if prefix is None:
+            prefix = self._prefixes[tag] = _scalar_prefix(tag)
+        if step is None:
+            step = self._next_steps.get(tag, 0)
+        self._next_steps[tag] = step + 1
+        return _frame(_event_head(wall_time, step) + prefix + _float32(value))
+
+    def _write(self, chunks: list[bytes]) -> None:
+        if not chunks:
+            return
+        if self._error is not None:
+            self._dropped += len(chunks)
+            return
+        try:
+            if self._file is None:
+                self._open_file()
+            data = memoryview(b"".join(chunks))
+            while data:
+                written = self._file.write(data)
+                if written is None:  # remote files write everything or raise
+                    break
+                data = data[written:]
+        except OSError as exc:
+            self._dropped += len(chunks)
+            self._error = _with_path(exc, f"writing {self._path or self._run_dir} failed")
+            _log.error("tb_monitor: %s; dropping this writer's records from now on", self._error)
+
+    def _sync(self) -> None:
+        if self._file is None or self._error is not None:
+            return
+        try:
+            if records.is_remote(self._path or ""):
+                self._file.flush()
+            else:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._error = _with_path(exc, f"flushing {self._path} failed")
+            _log.error("tb_monitor: %s", self._error)
+
+    def _open_file(self) -> None:
+        """Create this writer's own event file (never an existing one) and mark its version."""
+        host = socket.gethostname().replace("/", "_") or "localhost"
+        while True:
+            name = (
+                f"events.out.tfevents.{int(_time())}.{host}.{os.getpid()}.{next(_file_counter)}.tbm"
+            )
+            path = (
+                f"{self._run_dir.rstrip('/')}/{name}"
+                if records.is_remote(self._run_dir)
+                else os.path.join(self._run_dir, name)
+            )
+            try:
+                self._file = records.open_file(path, "xb")
+                break
+            except FileExistsError:
+                continue
+        self._path = path
+        version = _WALL_TIME.pack(0x09, _time()) + b"\x1a" + _varint(len(_FILE_VERSION))
+        self._file.write(_frame(version + _FILE_VERSION.encode()))
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError as exc:
+                if self._error is None:
+                    self._error = _with_path(exc, f"closing {self._path} failed")
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _after_fork_in_child(self) -> None:
+        """Forget the parent's pending records and file; the child writes a file of its own."""
+        self._init_locks()
+        self._queue.clear()
+        file, self._file = self._file, None
+        if file is not None and records.is_remote(self._path or ""):
+            _inherited_files.append(file)  # may buffer the parent's bytes: never flush them
+        elif file is not None:
+            file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
+        self._path = None
+
+
+def _next_steps(run_dir: str) -> dict[str, int]:
+    """For each tag the run directory already holds, one above its largest step."""
+    from tb_monitor.readers import iter_run_events
+
+    steps: dict[str, int] = {}
+    for event in iter_run_events(run_dir):
+        step = event.step + 1
+        for value in event.summary.value:
+            if steps.get(value.tag, 0) < step:
+                steps[value.tag] = step
+    return steps
