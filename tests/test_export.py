@@ -1,0 +1,204 @@
+"""Exports: Chrome/Perfetto trace, JSON lines of torch's events, scalars as CSV, and the CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+
+import pytest
+from conftest import need
+
+from tb_monitor import cli, contract, export, readers
+from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
+from tb_monitor.synthetic import generate_job
+from tb_monitor.tensorboard.writer import AsyncWriter
+
+
+@pytest.fixture
+def job(logdir):
+    """A synthetic two-node job (2 workers each) with one failed attempt and a restart."""
+    return generate_job(logdir, nodes=2, workers_per_node=2, restarts=1)
+
+
+def _trace(logdir) -> dict:
+    return export.to_chrome_trace(logdir, progress=False)
+
+
+def _metadata(trace: dict, name: str) -> dict:
+    return {
+        (event["pid"], event.get("tid")): event["args"]["name"]
+        for event in trace["traceEvents"]
+        if event["ph"] == "M" and event["name"] == name
+    }
+
+
+def test_chrome_trace_names_one_process_per_node_and_one_thread_per_lane(logdir, job):
+    """process_name metadata names each node of the job, thread_name each lane on it."""
+    trace = _trace(logdir)
+    processes = _metadata(trace, "process_name")
+    threads = _metadata(trace, "thread_name")
+    by_name = {name: pid for (pid, _), name in processes.items()}
+    assert {"job · node-000", "job · node-001"} <= set(by_name)
+    node0 = {name for (pid, _), name in threads.items() if pid == by_name["job · node-000"]}
+    assert node0 == {
+        "rendezvous: node-000 (pid 4000)",
+        "agent: agent-node-000-4000",
+        "worker: rank 0",
+        "worker: rank 1",
+    }
+
+
+def test_chrome_trace_draws_each_worker_attempt_as_a_complete_event(logdir, job):
+    """A worker attempt is one "X" event from its START to its end, in microseconds."""
+    rows = export.decode(readers.iter_timeline(logdir))
+    failed = next(r for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED")
+    start = next(
+        r
+        for r in rows
+        if r["kind"] == contract.WORKER
+        and r["state"] == "START"
+        and r["rank"] == failed["rank"]
+        and r["metadata"]["agent_restarts"] == 0
+    )
+    complete = [
+        e
+        for e in _trace(logdir)["traceEvents"]
+        if e["ph"] == "X" and e["name"] == "attempt 0: FAILED"
+    ]
+    assert len(complete) == 1
+    (event,) = complete
+    assert event["ts"] == round(start["wall_time"] * 1e6)
+    assert event["dur"] == round((failed["wall_time"] - start["wall_time"]) * 1e6)
+    assert event["args"]["end"]["error_trace"] == failed["error_trace"]
+
+
+def test_chrome_trace_draws_rendezvous_rounds_and_points(logdir, job):
+    """Each node's rendezvous rounds are complete events; other records are thread instants."""
+    events = [e for e in _trace(logdir)["traceEvents"] if e["ph"] != "M"]
+    rounds = Counter(e["name"] for e in events if e["ph"] == "X" and e["cat"] == "rendezvous")
+    assert rounds == {"round 0": 2, "round 1": 2}
+    instants = [e for e in events if e["ph"] == "i"]
+    assert instants and all(e["s"] == "t" for e in instants)
+    keep_alive = next(e for e in instants if e["name"].endswith("_keep_alive"))
+    assert keep_alive["args"]["source"] == "RENDEZVOUS"
+    assert keep_alive["args"]["hostname"].startswith("node-")
+
+
+def test_chrome_trace_holds_every_record_once(logdir, job):
+    """Every timeline record is an instant or one end of a complete event, exactly once."""
+    events = [e for e in _trace(logdir)["traceEvents"] if e["ph"] != "M"]
+    represented = sum(1 if e["ph"] == "i" else 1 + ("end" in e["args"]) for e in events)
+    assert represented == job.total_events
+
+
+def test_an_attempt_without_an_end_is_exported_open(logdir):
+    """A worker START with no end yet becomes a complete event up to the last record, marked open."""
+    start = Event(
+        "torchelastic.worker.status.START",
+        source=EventSource.WORKER,
+        metadata={"run_id": "r", "global_rank": 0, "state": "START", "agent_restarts": 0},
+    )
+    note = Event(
+        "torchelastic.worker.status.HEALTHY",
+        source=EventSource.AGENT,
+        metadata={"run_id": "r", "state": "HEALTHY", "hostname": "h"},
+    )
+    with AsyncWriter(logdir / "r" / "agent-h-1") as writer:
+        writer.add_timeline(contract.WORKER, start.serialize(), wall_time=100.0)
+        writer.add_timeline(contract.AGENT, note.serialize(), wall_time=103.5)
+    (attempt,) = [e for e in _trace(logdir)["traceEvents"] if e["ph"] == "X"]
+    assert attempt["dur"] == 3_500_000 and attempt["args"]["open"] is True
+
+
+def test_jsonl_lines_hold_torchs_json_with_run_kind_and_time(logdir, job):
+    """Each line's "event" deserializes with torch's own classes; lines are in time order."""
+    torch_api = need("torch.distributed.elastic.events.api")
+    out = io.StringIO()
+    assert export.write_jsonl(logdir, out, progress=False) == job.total_events
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [line["wall_time"] for line in lines] == sorted(line["wall_time"] for line in lines)
+    kinds = Counter(line["kind"] for line in lines)
+    assert set(kinds) == {contract.RENDEZVOUS, contract.AGENT, contract.WORKER, contract.MONITOR}
+    for line in lines:
+        raw = json.dumps(line["event"])
+        if line["kind"] == contract.RENDEZVOUS:
+            assert torch_api.RdzvEvent.deserialize(raw).run_id == "job"
+        elif line["kind"] in (contract.AGENT, contract.WORKER):
+            assert torch_api.Event.deserialize(raw).source.value == line["kind"].upper()
+        assert line["run"] in job.runs
+
+
+def test_jsonl_events_round_trip_through_our_elastic_api(logdir, job):
+    """Our torch-compatible RdzvEvent reads the rendezvous lines back field for field."""
+    out = io.StringIO()
+    export.write_jsonl(logdir, out, progress=False)
+    first = json.loads(out.getvalue().splitlines()[0])
+    assert first["kind"] == contract.RENDEZVOUS
+    assert (
+        json.loads(RdzvEvent.deserialize(json.dumps(first["event"])).serialize()) == first["event"]
+    )
+
+
+def test_csv_holds_every_scalar(logdir, tmp_path):
+    """The CSV has the header run,tag,step,wall_time,value and one row per scalar point."""
+    with AsyncWriter(logdir / "job" / "rank-0") as writer:
+        for step in range(3):
+            writer.add_scalar("loss.mean", 0.5**step, wall_time=50.0 + step)
+    out = tmp_path / "scalars.csv"
+    assert export.write_csv(logdir, out, progress=False) == 3
+    with open(out, newline="") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ["run", "tag", "step", "wall_time", "value"]
+    assert rows[1:] == [
+        ["job/rank-0", "loss.mean", str(step), str(50.0 + step), str(0.5**step)]
+        for step in range(3)
+    ]
+
+
+@pytest.mark.parametrize("fmt", export.FORMATS)
+def test_cli_writes_each_format(logdir, job, tmp_path, fmt, capsys):
+    """`tb-monitor export LOGDIR --format F -o FILE` writes the file and exits 0."""
+    if fmt == "csv":
+        with AsyncWriter(logdir / "job" / "rank-0") as writer:
+            writer.add_scalar("loss.mean", 0.5, wall_time=1.0)
+    out = tmp_path / f"out.{fmt}"
+    assert cli.main(["export", str(logdir), "--format", fmt, "-o", str(out)]) == 0
+    assert out.stat().st_size > 0
+    assert str(out) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{missing}", "--format", "jsonl", "-o", "{out}"], "does not exist"),
+        (["{empty}", "--format", "chrome-trace", "-o", "{out}"], "holds no timeline events"),
+        (["{empty}", "--format", "csv", "-o", "{out}"], "holds no scalars"),
+        (["{empty}", "--format", "svg", "-o", "{out}"], "invalid choice: 'svg'"),
+        (["{empty}", "--format", "jsonl"], "required: -o/--output"),
+    ],
+)
+def test_cli_bad_input_prints_one_line_and_exits_2(tmp_path, capsys, args, message):
+    """Missing or empty logdir, unknown format, missing output: one clear line, exit code 2."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    paths = {"missing": tmp_path / "missing", "empty": empty, "out": tmp_path / "out"}
+    argv = ["export", *(arg.format(**paths) for arg in args)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("tb-monitor export: ") and message in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_progress_bar_is_drawn_on_request(logdir, job, capsys):
+    """With progress on, stderr shows the bar reaching the number of records."""
+    export.write_jsonl(logdir, io.StringIO(), progress=True)
+    err = capsys.readouterr().err
+    assert f"jsonl [{'#' * 30}] {job.total_events}/{job.total_events}" in err
+
+
+def test_progress_bar_stays_quiet_for_small_logdirs_off_a_terminal(logdir, job, capsys):
+    """By default a small export to a non-terminal stderr prints no progress."""
+    export.write_jsonl(logdir, io.StringIO())
+    assert capsys.readouterr().err == ""
