@@ -270,6 +270,20 @@ def test_loglevel_warning_does_not_drop_events(monkeypatch):
     assert len(capture.records) == 1
 
 
+def test_logging_disable_silences_events():
+    """logging.disable() silences events, also on a logger that already delivered some."""
+    capture = CapturingHandler()
+    events.register_destination("capture", capture)
+    events.record(Event("before", EventSource.AGENT), "capture")
+    logging.disable(logging.CRITICAL)
+    try:
+        events.record(Event("disabled", EventSource.AGENT), "capture")
+    finally:
+        logging.disable(logging.NOTSET)
+    events.record(Event("after", EventSource.AGENT), "capture")
+    assert [r.tb_event.name for r in capture.records] == ["before", "after"]
+
+
 def test_register_destination_replaces_handler_of_live_logger():
     """Re-registering a destination whose logger exists sends later events to the new handler."""
     first, second = CapturingHandler(), CapturingHandler()
@@ -307,8 +321,10 @@ def test_non_str_destination_is_a_type_error():
 
 def test_register_destination_rejects_bad_name_and_handler():
     """register_destination needs a non-empty str name and a logging.Handler, named if wrong."""
-    with pytest.raises(TypeError, match="''"):
+    with pytest.raises(ValueError, match="''"):
         events.register_destination("", logging.NullHandler())
+    with pytest.raises(TypeError, match="None"):
+        events.register_destination(None, logging.NullHandler())
     with pytest.raises(TypeError, match="'dest'.*print"):
         events.register_destination("dest", print)
 
@@ -349,26 +365,19 @@ def test_record_while_reregistering_loses_nothing():
     assert sum(len(c.records) for c in captures) == 4 * 500
 
 
-@patch("tb_monitor.elastic.events.record_rdzv_event")
-@patch("tb_monitor.elastic.events.get_logging_handler")
-def test_construct_and_record_rdzv_event_records(get_mock, record_mock):
-    """With a real dynamic_rendezvous handler, the constructed event is recorded."""
-    get_mock.return_value = logging.StreamHandler()
-    construct_and_record_rdzv_event(
-        run_id="test_run_id", message="test_message", node_state=NodeState.RUNNING
-    )
-    record_mock.assert_called_once()
-
-
-@patch("tb_monitor.elastic.events.record_rdzv_event")
-@patch("tb_monitor.elastic.events.get_logging_handler")
-def test_construct_and_record_rdzv_event_skips_null_destination(get_mock, record_mock):
-    """With a NullHandler for dynamic_rendezvous, nothing is built or recorded."""
-    get_mock.return_value = logging.NullHandler()
-    construct_and_record_rdzv_event(
-        run_id="test_run_id", message="test_message", node_state=NodeState.RUNNING
-    )
-    record_mock.assert_not_called()
+@pytest.mark.parametrize(
+    ("handler", "calls"), [(logging.StreamHandler(), 1), (logging.NullHandler(), 0)]
+)
+def test_construct_and_record_rdzv_event_records_unless_null(handler, calls):
+    """The event is built and recorded, unless dynamic_rendezvous is a NullHandler."""
+    with (
+        patch("tb_monitor.elastic.events.get_logging_handler", return_value=handler),
+        patch("tb_monitor.elastic.events.record_rdzv_event") as record_mock,
+    ):
+        construct_and_record_rdzv_event(
+            run_id="test_run_id", message="test_message", node_state=NodeState.RUNNING
+        )
+    assert record_mock.call_count == calls
 
 
 def test_construct_and_record_rdzv_event_fills_defaults():

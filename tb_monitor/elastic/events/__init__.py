@@ -52,6 +52,17 @@ _events_loggers: dict[str, logging.Logger] = {}
 _lock = threading.Lock()
 
 
+class _EventsLogger(logging.Logger):
+    """A logger outside logging's registry that still obeys ``logging.disable()``.
+
+    ``Logger.isEnabledFor`` caches its answer, and ``logging.disable()`` clears only the caches
+    of registered loggers; so this one decides afresh each time.
+    """
+
+    def isEnabledFor(self, level: int) -> bool:
+        return not self.disabled and level > self.manager.disable and level >= self.level
+
+
 def register_destination(name: str, handler: logging.Handler) -> None:
     """Send the events recorded to destination ``name`` to ``handler``, replacing any previous one.
 
@@ -59,8 +70,10 @@ def register_destination(name: str, handler: logging.Handler) -> None:
     at once. Registering ``dynamic_rendezvous`` turns on rendezvous events, which
     ``construct_and_record_rdzv_event`` skips while that destination is a ``NullHandler``.
     """
-    if not isinstance(name, str) or not name:
-        raise TypeError(f"event destination must be a non-empty str, got {name!r}")
+    if not isinstance(name, str):
+        raise TypeError(f"event destination must be a str, got {name!r} ({type(name).__name__})")
+    if not name:
+        raise ValueError("event destination must be a non-empty str, got ''")
     if not isinstance(handler, logging.Handler):
         raise TypeError(
             f"handler for event destination {name!r} must be a logging.Handler, got {handler!r}"
@@ -81,13 +94,13 @@ def _get_or_create_logger(destination: str = "null") -> logging.Logger:
         return _events_loggers[destination]
     except (KeyError, TypeError):  # TypeError: an unhashable destination, named below
         pass
-    handler = get_logging_handler(destination)  # looked up at call time: tests patch it
-    with _lock:
+    with _lock:  # also orders creation after any concurrent register_destination
         logger = _events_loggers.get(destination)
         if logger is None:
+            handler = get_logging_handler(destination)  # looked up at call time: tests patch it
             # Not logging.getLogger(): torchelastic names its loggers the same, and in a process
             # using both, one shared logger would hold both handlers and deliver every event twice.
-            logger = logging.Logger(f"torchelastic-events-{destination}")
+            logger = _EventsLogger(f"torchelastic-events-{destination}")
             # torchelastic takes the level from $LOGLEVEL, so LOGLEVEL=WARNING (a common
             # setting for torchrun's own chatter) silently drops every event, and an unknown
             # value makes record() raise. Events are data, not diagnostics: always INFO.
