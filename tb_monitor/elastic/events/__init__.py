@@ -95,9 +95,10 @@ def _get_or_create_logger(destination: str = "null") -> logging.Logger:
     except (KeyError, TypeError):  # TypeError: an unhashable destination, named below
         pass
     with _lock:  # also orders creation after any concurrent register_destination
+        # Looked up at call time (tests patch it); raises for a bad or unknown destination.
+        handler = get_logging_handler(destination)
         logger = _events_loggers.get(destination)
         if logger is None:
-            handler = get_logging_handler(destination)  # looked up at call time: tests patch it
             # Not logging.getLogger(): torchelastic names its loggers the same, and in a process
             # using both, one shared logger would hold both handlers and deliver every event twice.
             logger = _EventsLogger(f"torchelastic-events-{destination}")
