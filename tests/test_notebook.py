@@ -1,0 +1,123 @@
+"""tb_monitor.notebook: the timeline figure and the restart summary of an elastic job."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import need
+
+from tb_monitor import contract, export, notebook, readers
+from tb_monitor.synthetic import generate_job
+
+
+@pytest.fixture
+def plt():
+    """matplotlib's pyplot on the non-interactive Agg backend; figures closed afterwards."""
+    matplotlib = need("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as pyplot
+
+    yield pyplot
+    pyplot.close("all")
+
+
+@pytest.fixture
+def job(logdir):
+    """A synthetic two-node job (2 workers each) with one failed attempt and a restart."""
+    return generate_job(logdir, nodes=2, workers_per_node=2, restarts=1)
+
+
+@pytest.fixture
+def rows(logdir, job):
+    """The job's decoded timeline records."""
+    return export.decode(readers.iter_timeline(logdir))
+
+
+def test_restart_summary_has_one_row_per_attempt_with_outcome_and_failed_ranks(logdir, rows):
+    """Attempt 0 failed on the rank whose worker FAILED; attempt 1 succeeded."""
+    need("pandas")
+    failed = {r["rank"] for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED"}
+    summary = notebook.restart_summary(logdir)
+    assert list(summary.columns) == list(notebook.SUMMARY_COLUMNS)
+    assert summary[["job", "attempt", "outcome"]].values.tolist() == [
+        ["job", 0, "FAILED"],
+        ["job", 1, "SUCCEEDED"],
+    ]
+    assert summary["failed_ranks"].tolist() == [sorted(failed), []]
+
+
+def test_restart_summary_times_the_rendezvous_before_each_attempt(logdir, rows):
+    """rendezvous_s runs from the first node trying to join a round to the last one joining it."""
+    need("pandas")
+    tries: dict[str, list[float]] = {}
+    for r in rows:
+        if r["kind"] == contract.RENDEZVOUS and "attempts to join" in r["message"]:
+            tries.setdefault(r["hostname"], []).append(r["wall_time"])
+    summary = notebook.restart_summary(logdir)
+    for attempt, rendezvous_s in zip(summary["attempt"], summary["rendezvous_s"], strict=True):
+        joined = [
+            r["wall_time"]
+            for r in rows
+            if r["kind"] == contract.RENDEZVOUS and f"has joined round {attempt} " in r["message"]
+        ]
+        first = min(sorted(times)[attempt] for times in tries.values())
+        assert rendezvous_s == pytest.approx(max(joined) - first)
+    assert (summary["rendezvous_s"] > 15).all()  # the synthetic straggler joins ~18 s late
+
+
+def test_restart_summary_of_a_logdir_without_workers_is_empty(logdir):
+    """A logdir with no worker records gives an empty frame with the documented columns."""
+    need("pandas")
+    summary = notebook.restart_summary(logdir)
+    assert summary.empty and list(summary.columns) == list(notebook.SUMMARY_COLUMNS)
+
+
+def test_timeline_draws_one_row_per_lane(logdir, job, plt):
+    """The y axis has one labelled row per lane, rendezvous and agents above the ranks."""
+    figure = notebook.timeline(logdir)
+    (ax,) = figure.axes
+    labels = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert labels[:4] == [
+        "rendezvous: node-000 (pid 4000)",
+        "rendezvous: node-001 (pid 4097)",
+        "agent: agent-node-000-4000",
+        "agent: agent-node-001-4097",
+    ]
+    assert labels[4:8] == [f"worker: rank {rank}" for rank in range(4)]
+    assert len(labels) == len(
+        {export.lane_of(r) for r in export.decode(readers.iter_timeline(logdir))}
+    )
+
+
+def test_timeline_colours_intervals_by_state_and_marks_the_restart(logdir, job, plt):
+    """Worker attempts are bars in their state's colour; the restart is a dashed line."""
+    figure = notebook.timeline(logdir)
+    (ax,) = figure.axes
+    legend = {text.get_text() for text in ax.get_legend().get_texts()}
+    assert {"FAILED", "TERMINATED", "SUCCEEDED"} <= legend
+    restarts = [text.get_text() for text in ax.texts]
+    assert restarts == ["restart 1"]
+    dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
+    assert len(dashed) == 1
+
+
+def test_timeline_draws_into_a_given_axes(logdir, job, plt):
+    """Given an axes, the figure is drawn there and its figure is returned."""
+    figure, ax = plt.subplots()
+    assert notebook.timeline(logdir, ax=ax) is figure
+    assert ax.get_yticklabels()
+
+
+def test_timeline_of_an_empty_logdir_names_it(logdir, plt):
+    """No timeline events: a ValueError naming the logdir."""
+    with pytest.raises(ValueError, match="holds no timeline events") as info:
+        notebook.timeline(logdir)
+    assert str(logdir) in str(info.value)
+
+
+def test_missing_matplotlib_names_the_extra(logdir, job, monkeypatch):
+    """Without matplotlib, the error says which extra to install."""
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
+    with pytest.raises(ImportError, match=r"pip install 'tb-monitor\[notebook\]'"):
+        notebook.timeline(logdir)
