@@ -297,6 +297,23 @@ def test_register_destination_replaces_handler_of_live_logger():
     assert events.get_logging_handler("dest") is second
 
 
+def test_unregister_destination_forgets_it_and_its_logger():
+    """After unregister_destination, recording there is an unknown-destination error."""
+    capture = CapturingHandler()
+    events.register_destination("dest", capture)
+    events.record(Event("kept", EventSource.AGENT), "dest")
+    assert events.unregister_destination("dest") is capture
+    with pytest.raises(ValueError, match="'dest'"):
+        events.record(Event("dropped", EventSource.AGENT), "dest")
+    assert [r.tb_event.name for r in capture.records] == ["kept"]
+
+
+def test_unregister_unknown_destination_names_it():
+    """Unregistering a destination that is not registered is an error naming it."""
+    with pytest.raises(ValueError, match="'never-registered'"):
+        events.unregister_destination("never-registered")
+
+
 def test_unknown_destination_names_it_and_the_known_ones():
     """An unknown destination is a ValueError naming it and listing the registered ones."""
     with pytest.raises(

@@ -9,7 +9,7 @@ destination)`` logs the event's JSON to it. Code written against
     events.register_destination("mine", logging.FileHandler("events.jsonl"))
     events.record(events.Event("job.started", events.EventSource.AGENT), "mine")
 
-Our additions: ``register_destination``; an unknown destination raises
+Our additions: ``register_destination`` and ``unregister_destination``; an unknown destination raises
 ``handlers.UnknownDestinationError`` (a ``ValueError`` naming it, and a ``KeyError`` like torch's);
 each log record carries the event object itself as ``record.tb_event``.
 """
@@ -45,6 +45,7 @@ __all__ = [
     "record",
     "record_rdzv_event",
     "register_destination",
+    "unregister_destination",
 ]
 
 # One logger per destination, read without a lock; _lock guards creation and re-registration.
@@ -83,6 +84,18 @@ def register_destination(name: str, handler: logging.Handler) -> None:
         logger = _events_loggers.get(name)
         if logger is not None:
             logger.handlers = [handler]  # one atomic store: a concurrent record sees old or new
+
+
+def unregister_destination(name: str) -> logging.Handler:
+    """Forget destination ``name`` and its logger; returns the handler it had.
+
+    Recording to it afterwards raises ``UnknownDestinationError`` until it is registered again.
+    """
+    with _lock:
+        handler = get_logging_handler(name)
+        del handlers._log_handlers[name]
+        _events_loggers.pop(name, None)
+        return handler
 
 
 def _get_or_create_logger(destination: str = "null") -> logging.Logger:
