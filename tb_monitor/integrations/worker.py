@@ -55,7 +55,10 @@ def _int_or_none(value: str | None) -> int | None:
 class WorkerHooks:
     """Records this worker's life through ``record`` (an ``Event`` sink), then ``flush``es it.
 
-    Use ``install``; ``close()`` takes the hooks out again (the start event stays recorded).
+    Use ``install``. The first outcome wins: an uncaught exception (FAILED), SIGTERM
+    (TERMINATED), ``close()`` or interpreter exit (SUCCEEDED). A ``sys.exit(n)`` outside a
+    ``with``/``finally`` closing the monitor cannot be told from a normal exit and is recorded as
+    SUCCEEDED; the agent's own events carry its exit code.
     """
 
     def __init__(
@@ -94,7 +97,17 @@ class WorkerHooks:
         return self
 
     def close(self) -> None:
-        """Take the hooks out, restoring what was there (unless someone replaced ours since)."""
+        """Record the outcome so far, then take the hooks out again.
+
+        Called when the worker's ``Monitor`` closes, while its writer is still open: an
+        exception on its way out (a ``with`` block or ``finally`` closing the monitor) is
+        recorded as FAILED, anything else as SUCCEEDED.
+        """
+        exc = sys.exc_info()[1]
+        if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
+            self._finish("SUCCEEDED", message="worker closed its monitor")
+        else:
+            self._finish_failed(type(exc), exc, exc.__traceback__)
         _shutdown.cancel(self._on_exit)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._previous_excepthook
@@ -124,12 +137,17 @@ class WorkerHooks:
         self._emit(state, **fields)
         return True
 
+    def _finish_failed(
+        self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
+    ) -> bool:
+        trace = "".join(traceback.format_exception(exc_type, exc, tb))
+        return self._finish("FAILED", message=f"{exc_type.__name__}: {exc}", raw_error=trace)
+
     def _excepthook(
         self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> None:
         try:
-            trace = "".join(traceback.format_exception(exc_type, exc, tb))
-            if self._finish("FAILED", message=f"{exc_type.__name__}: {exc}", raw_error=trace):
+            if self._finish_failed(exc_type, exc, tb):
                 self._flush()  # the agent restarts the group as soon as this process is gone
         finally:
             self._previous_excepthook(exc_type, exc, tb)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import need
 
 from tb_monitor.elastic.events.api import Event
@@ -56,7 +57,7 @@ def test_start_event_carries_the_worker_identity():
     recorded: list[Event] = []
     hooks = worker.install(recorded.append, lambda: None, environ=WORKER_ENV)
     hooks.close()
-    (event,) = recorded
+    event = recorded[0]
     assert event.name == "tb_monitor.worker.status.RUNNING"
     assert event.source.value == "WORKER" and event.timestamp > 0
     md = event.metadata
@@ -68,6 +69,26 @@ def test_start_event_carries_the_worker_identity():
     )
     assert (md["restart_count"], md["role"], md["pid"]) == (2, "default", os.getpid())
     assert md["state"] == "RUNNING" and md["hostname"]
+
+
+def test_close_records_success():
+    """Closing the hooks normally records SUCCEEDED."""
+    recorded: list[Event] = []
+    worker.install(recorded.append, lambda: None, environ=WORKER_ENV).close()
+    assert [e.metadata["state"] for e in recorded] == ["RUNNING", "SUCCEEDED"]
+
+
+def test_close_during_an_exception_records_failure():
+    """Closing the hooks while an exception propagates (a with block) records it as FAILED."""
+    recorded: list[Event] = []
+    hooks = worker.install(recorded.append, lambda: None, environ=WORKER_ENV)
+    with pytest.raises(KeyError):
+        try:
+            raise KeyError("lost shard")
+        finally:
+            hooks.close()
+    failed = recorded[-1].metadata
+    assert failed["state"] == "FAILED" and "KeyError: 'lost shard'" in failed["raw_error"]
 
 
 def test_close_restores_excepthook():
