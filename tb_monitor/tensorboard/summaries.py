@@ -7,13 +7,23 @@ protos. The writer turns them into bytes; readers and the plugin recognise them 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from functools import cache
 
 from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import metadata as custom_scalars_metadata
 
 from tb_monitor import contract
 
-__all__ = ["scalar_summary", "text_summary", "timeline_metadata", "timeline_summary"]
+__all__ = [
+    "custom_scalars_summary",
+    "scalar_summary",
+    "text_summary",
+    "timeline_metadata",
+    "timeline_summary",
+]
 
 
 @cache
@@ -72,4 +82,42 @@ def scalar_summary(tag: str, value: float) -> summary_pb2.Summary:
     """A scalar, in the legacy ``simple_value`` form both loaders migrate to the scalars plugin."""
     return summary_pb2.Summary(
         value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))]
+    )
+
+
+@cache
+def _custom_scalars_metadata() -> summary_pb2.SummaryMetadata:
+    metadata = custom_scalars_metadata.create_summary_metadata()
+    metadata.data_class = summary_pb2.DATA_CLASS_TENSOR
+    return metadata
+
+
+def custom_scalars_summary(groups: Iterable[str]) -> summary_pb2.Summary:
+    """A Custom Scalars layout: one category per metric group, charting all its metrics together.
+
+    The chart matches the group's tags by prefix, so a new metric in a known group needs no
+    new layout; the plugin shows the latest layout written to a run.
+    """
+    layout = layout_pb2.Layout(
+        category=[
+            layout_pb2.Category(
+                title=group,
+                chart=[
+                    layout_pb2.Chart(
+                        title=group,
+                        multiline=layout_pb2.MultilineChartContent(tag=[f"^{re.escape(group)}/"]),
+                    )
+                ],
+            )
+            for group in groups
+        ]
+    )
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=custom_scalars_metadata.CONFIG_SUMMARY_TAG,
+                metadata=_custom_scalars_metadata(),
+                tensor=_string_tensor(layout.SerializeToString()),
+            )
+        ]
     )

@@ -30,12 +30,17 @@ from typing import Any, Literal
 from tb_monitor import _shutdown, contract
 from tb_monitor.tensorboard import records, summaries
 
-__all__ = ["DROPPED_TAG", "AsyncWriter"]
+__all__ = ["DROPPED_TAG", "AsyncWriter", "WriterClosedError"]
 
 #: Scalar tag under which a writer with ``when_full="drop"`` records how many records it dropped.
 DROPPED_TAG = "tb_monitor/dropped_records"
 
 _log = logging.getLogger(__name__)
+
+
+class WriterClosedError(ValueError):
+    """A record was added to a writer after ``close()``."""
+
 
 # Queue items are tuples whose first element says what they hold.
 _SCALAR, _SCALARS, _TEXT, _TIMELINE, _SUMMARY = range(5)
@@ -387,7 +392,7 @@ class AsyncWriter:
 
     def _put(self, item: tuple) -> None:
         if self._closed:
-            raise ValueError(f"AsyncWriter for {self._run_dir} is closed")
+            raise WriterClosedError(f"AsyncWriter for {self._run_dir} is closed")
         queue = self._queue
         if len(queue) >= self._wake_at:
             if not _service.wake.is_set():

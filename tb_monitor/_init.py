@@ -1,0 +1,139 @@
+"""``tb_monitor.init(logdir)``: one call that wires every tb_monitor API to one TensorBoard writer.
+
+    >>> with tb_monitor.init("runs/exp1") as monitor:
+    ...     tb_monitor.elastic.metrics.put_metric("loss", 1, "train")
+
+Monitor events, the default metric handler for every group, and the events destinations
+``"tensorboard"`` and ``"dynamic_rendezvous"`` all go to one ``AsyncWriter``. Inside a torchelastic
+worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere ``logdir`` itself.
+``Monitor.close()`` undoes every registration, restoring what was there before.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Literal
+
+from tb_monitor import _event, contract
+from tb_monitor.elastic import events
+from tb_monitor.elastic.events import handlers as event_handlers
+from tb_monitor.elastic.metrics import api as metrics
+from tb_monitor.tensorboard import (
+    AsyncWriter,
+    TensorboardEventHandler,
+    TensorboardLoggingHandler,
+    TensorboardMetricHandler,
+    records,
+)
+
+__all__ = ["DESTINATIONS", "Monitor", "init"]
+
+#: torchelastic events destinations ``init`` sends to TensorBoard.
+DESTINATIONS = ("tensorboard", "dynamic_rendezvous")
+
+
+class Monitor:
+    """What ``init`` set up: its writer, and the undo of every registration it made."""
+
+    def __init__(self, logdir: str, writer: AsyncWriter) -> None:
+        self._logdir = logdir
+        self._writer = writer
+        self._undo: list[Callable[[], None]] = []
+
+    @property
+    def logdir(self) -> str:
+        """The logdir given to ``init`` (TensorBoard's ``--logdir``)."""
+        return self._logdir
+
+    @property
+    def run_dir(self) -> str:
+        """The run directory this process writes to."""
+        return self._writer.run_dir
+
+    @property
+    def writer(self) -> AsyncWriter:
+        """The writer every API is wired to."""
+        return self._writer
+
+    def flush(self) -> None:
+        """Write everything recorded so far to disk (see ``AsyncWriter.flush``)."""
+        self._writer.flush()
+
+    def close(self) -> None:
+        """Undo every registration (latest first), then flush and close the writer. Idempotent."""
+        while self._undo:
+            self._undo.pop()()
+        self._writer.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Monitor run_dir={self.run_dir!r}>"
+
+    def _register_event_handler(self, handler: TensorboardEventHandler) -> None:
+        handle = _event.register_event_handler(handler)
+        self._undo.append(lambda: _event.unregister_event_handler(handle))
+
+    def _configure_metrics(self, handler: TensorboardMetricHandler) -> None:
+        previous = metrics._default_metrics_handler  # the API has no getter; we restore it
+        metrics.configure(handler)
+        self._undo.append(lambda: metrics.configure(previous))
+
+    def _register_destination(self, name: str, handler: TensorboardLoggingHandler) -> None:
+        previous = event_handlers._log_handlers.get(name)
+        events.register_destination(name, handler)
+
+        def undo() -> None:
+            if previous is not None:
+                events.register_destination(name, previous)
+                return
+            with events._lock:  # the API cannot unregister: forget the destination entirely
+                event_handlers._log_handlers.pop(name, None)
+                events._events_loggers.pop(name, None)
+
+        self._undo.append(undo)
+
+
+def init(
+    logdir: str | os.PathLike[str] | None = None,
+    *,
+    flush_secs: float = 2.0,
+    max_queue: int = 65536,
+    when_full: Literal["block", "drop"] = "block",
+) -> Monitor:
+    """Write every tb_monitor API to TensorBoard under ``logdir`` (default ``$TB_MONITOR_LOGDIR``).
+
+    ``flush_secs``, ``max_queue`` and ``when_full`` configure the ``AsyncWriter``. Fails with an
+    error naming ``logdir`` when it cannot be created or written.
+    """
+    if logdir is None:
+        logdir = os.environ.get(contract.LOGDIR_ENV)
+        if not logdir:
+            raise ValueError(
+                f"tb_monitor.init needs a logdir: pass one, or set ${contract.LOGDIR_ENV}"
+            )
+    logdir = os.fspath(logdir)
+    run = contract.run_name_from_env()
+    if not run:
+        run_dir = logdir
+    elif records.is_remote(logdir):
+        run_dir = f"{logdir.rstrip('/')}/{run}"
+    else:
+        run_dir = os.path.join(logdir, run)
+    writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
+    monitor = Monitor(logdir, writer)
+    try:
+        monitor._register_event_handler(TensorboardEventHandler(writer))
+        monitor._configure_metrics(TensorboardMetricHandler(writer))
+        logging_handler = TensorboardLoggingHandler(writer)
+        for name in DESTINATIONS:
+            monitor._register_destination(name, logging_handler)
+    except BaseException:
+        monitor.close()
+        raise
+    return monitor
