@@ -11,13 +11,13 @@ worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import Literal
 
 from tb_monitor import _event, contract
 from tb_monitor.elastic import events
-from tb_monitor.elastic.events import handlers as event_handlers
 from tb_monitor.elastic.metrics import api as metrics
 from tb_monitor.tensorboard import (
     AsyncWriter,
@@ -85,16 +85,17 @@ class Monitor:
         self._undo.append(lambda: metrics.configure(previous))
 
     def _register_destination(self, name: str, handler: TensorboardLoggingHandler) -> None:
-        previous = event_handlers._log_handlers.get(name)
+        try:
+            previous: logging.Handler | None = events.get_logging_handler(name)
+        except events.UnknownDestinationError:
+            previous = None
         events.register_destination(name, handler)
 
         def undo() -> None:
-            if previous is not None:
+            if previous is None:
+                events.unregister_destination(name)
+            else:
                 events.register_destination(name, previous)
-                return
-            with events._lock:  # the API cannot unregister: forget the destination entirely
-                event_handlers._log_handlers.pop(name, None)
-                events._events_loggers.pop(name, None)
 
         self._undo.append(undo)
 
