@@ -519,8 +519,11 @@ class AsyncWriter:
         """Create this writer's own event file (never an existing one) and mark its version."""
         host = socket.gethostname().replace("/", "_") or "localhost"
         while True:
+            # Zero-padded so that name order is creation order: TensorBoard reads a run's files
+            # in name order, and a later file must come after the steps it continues.
             name = (
-                f"events.out.tfevents.{int(_time())}.{host}.{os.getpid()}.{next(_file_counter)}.tbm"
+                f"events.out.tfevents.{int(_time())}.{host}.{os.getpid():07d}."
+                f"{next(_file_counter):06d}.tbm"
             )
             path = (
                 f"{self._run_dir.rstrip('/')}/{name}"

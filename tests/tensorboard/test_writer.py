@@ -115,6 +115,15 @@ def test_text_and_timeline_records_carry_their_plugin_metadata(logdir):
     assert (record.wall_time, record.tensor_proto.string_val) == (5.0, [payload.encode()])
 
 
+def test_files_sort_in_creation_order(logdir):
+    """Event file names sort as they were created, even past ten writers in one second."""
+    paths = []
+    for _ in range(12):
+        with AsyncWriter(logdir) as writer:
+            paths.append(writer.path)
+    assert records.event_file_paths(str(logdir)) == sorted(paths) == paths
+
+
 def test_two_writers_in_one_second_never_share_a_file(logdir):
     """Writers opened together in one directory each get their own file and lose nothing."""
     writers = [AsyncWriter(logdir) for _ in range(3)]
