@@ -18,7 +18,6 @@ import argparse
 import csv
 import json
 import logging
-import math
 import os
 import re
 import sys
@@ -133,7 +132,7 @@ def _role(row: Mapping[str, Any]) -> tuple[str | None, int | None]:
     kind, state = row["kind"], row.get("state")
     if kind == contract.WORKER:
         role = _OPEN if state == "START" else _CLOSE if state in END_STATES else None
-        return role, attempt_of(row)
+        return role, None  # a worker attempt's number comes from its agent's rendezvous round
     if kind == contract.RENDEZVOUS:
         message = row.get("message") or ""
         found = _ROUND.search(message)
@@ -155,12 +154,19 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     Intervals: a worker's attempt (START to its first end state), a node's rendezvous round (its
     join attempt to joining, or FAILED). A START before the previous attempt ended cuts that one
     short (state RUNNING); an interval still open at the end runs to the last record, ``open``.
+
+    A worker attempt is numbered by the rendezvous round its agent joined before starting it:
+    the round is the same on every node, while ``agent_restarts`` (and the workers'
+    ``TORCHELASTIC_RESTART_COUNT``) counts only the agent's own failures, so an agent restarted
+    by another node's failure reports its second attempt as 0. Without rendezvous records, the
+    restart count is used.
     """
+    ordered = sorted(rows, key=lambda row: row["wall_time"])
+    rounds = _rounds_joined(ordered)
     by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
-    last = -math.inf
-    for row in sorted(rows, key=lambda row: row["wall_time"]):
+    for row in ordered:
         by_lane.setdefault(lane_of(row), []).append(row)
-        last = row["wall_time"]
+    last = ordered[-1]["wall_time"] if ordered else 0.0
     out: list[Span] = []
     for lane, lane_rows in by_lane.items():
         opened: Mapping[str, Any] | None = None
@@ -170,7 +176,8 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
             if role == _OPEN:
                 if opened is not None:
                     out.append(_interval(lane, opened, row["wall_time"], "RUNNING", number, ()))
-                opened, number = row, row_number
+                opened = row
+                number = row_number if lane.kind == contract.RENDEZVOUS else _attempt(row, rounds)
             elif role == _CLOSE and opened is not None:
                 number = row_number if row_number is not None else number
                 out.append(
@@ -185,6 +192,23 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
             out.append(_interval(lane, opened, last, "RUNNING", number, (), still_open=True))
     out.sort(key=lambda span: span.begin)
     return out
+
+
+def _rounds_joined(rows: list[Mapping[str, Any]]) -> dict[str, list[tuple[float, int]]]:
+    """Per run (agent), ``(time, round)`` of every rendezvous round it joined, in time order."""
+    joined: dict[str, list[tuple[float, int]]] = {}
+    for row in rows:
+        if row["kind"] == contract.RENDEZVOUS:
+            role, number = _role(row)
+            if role == _CLOSE and number is not None and row.get("state") != "FAILED":
+                joined.setdefault(row["run"], []).append((row["wall_time"], number))
+    return joined
+
+
+def _attempt(row: Mapping[str, Any], rounds: dict[str, list[tuple[float, int]]]) -> int | None:
+    """A worker record's attempt: its agent's last round joined before it, else its restart count."""
+    before = [number for t, number in rounds.get(row["run"], ()) if t <= row["wall_time"]]
+    return before[-1] if before else attempt_of(row)
 
 
 def _point(lane: Lane, row: Mapping[str, Any]) -> Span:

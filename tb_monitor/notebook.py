@@ -157,10 +157,11 @@ def _worker_attempts(marks: list[Span]) -> list[Span]:
 def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
     """One row per job and attempt: when it ran, its outcome, the failed ranks, rendezvous time.
 
-    Columns: job, attempt, start, end (epoch seconds), duration_s, outcome (FAILED when a rank
-    failed, else the attempt's common end state, RUNNING while one is open), failed_ranks
-    (sorted list), rendezvous_s (from the first node starting to join the round before this
-    attempt until the last node joined it: time the job spent not training).
+    Columns: job, attempt (the rendezvous round it followed), start, end (epoch seconds),
+    duration_s, outcome (FAILED when a rank failed; RUNNING while one is open; RESTARTED when a
+    later attempt began before any end was recorded; else the end states recorded),
+    failed_ranks (sorted list), rendezvous_s (from the first node starting to join the round
+    before this attempt until the last node joined it: time the job spent not training).
     """
     pandas = _need("pandas")
     marks = _spans(logdir)
@@ -186,11 +187,14 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
             max(s.end or 0 for s in before) - min(s.begin for s in before) if before else 0.0
         )
         ranks = sorted(failed[(job, attempt)])
-        states = sorted({span.state or "?" for span in group})
+        # States of the attempts whose end was recorded; the others were cut short or still run.
+        states = sorted({span.state or "?" for span in group if len(span.rows) > 1})
         if ranks:
             outcome = "FAILED"
         elif any(span.open for span in group):
             outcome = "RUNNING"
+        elif not states:
+            outcome = "RESTARTED"  # a later attempt began before any end was recorded
         else:
             outcome = "/".join(states)
         rows.append((job, attempt, start, end, end - start, outcome, ranks, rendezvous_s))
