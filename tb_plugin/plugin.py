@@ -1,0 +1,163 @@
+"""The Timeline plugin: TensorBoard routes over the timeline records, and its loader.
+
+Routes (under ``data/plugin/tb_monitor_timeline/``):
+
+- ``static/<file>``: the ES-module frontend and its stylesheet, from a fixed list of files.
+- ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.payload.Query`).
+- ``event?id=<n>``: every field of one event, for the details panel.
+- ``status``: the data generation, so the frontend polls cheaply for new events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any
+
+from tensorboard import context as tb_context
+from tensorboard import plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from tb_plugin import metadata
+from tb_plugin.payload import (
+    Query,
+    QueryError,
+    TimelineStore,
+    UnknownEventError,
+    UnknownRunError,
+)
+
+__all__ = ["TimelineLoader", "TimelinePlugin"]
+
+_STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
+_STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
+_STATIC_PREFIX = "/static/"
+
+
+def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Response:
+    # Serialized here so TensorBoard's Cleanse pass does not walk large payloads.
+    return http_util.Respond(request, json.dumps(body), "application/json", code=code)
+
+
+def _error(request: wrappers.Request, message: str, code: int) -> wrappers.Response:
+    return _json(request, {"error": message}, code=code)
+
+
+class TimelinePlugin(base_plugin.TBPlugin):
+    """Serves the Timeline dashboard from the data provider's timeline records."""
+
+    plugin_name = metadata.PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._provider = context.data_provider
+        self._stores: dict[str, TimelineStore] = {}
+        self._stores_lock = threading.Lock()
+        # Only these files are ever served: a request names one of them or gets a 404.
+        self._static = {
+            name: os.path.join(_STATIC_DIR, name)
+            for name in os.listdir(_STATIC_DIR)
+            if os.path.splitext(name)[1] in _STATIC_TYPES
+        }
+
+    def get_plugin_apps(self) -> dict[str, Any]:
+        return {
+            _STATIC_PREFIX + "*": self._serve_static,
+            "/timeline": self._serve_timeline,
+            "/event": self._serve_event,
+            "/status": self._serve_status,
+        }
+
+    def is_active(self) -> bool:
+        """Active when any run holds timeline records (TensorBoard asks only when unsure)."""
+        if self._provider is None:
+            return False
+        listing = self._provider.list_tensors(
+            tb_context.RequestContext(), experiment_id="", plugin_name=self.plugin_name
+        )
+        return any(listing.values())
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        return base_plugin.FrontendMetadata(
+            es_module_path=_STATIC_PREFIX + "index.js", tab_name=metadata.TAB_NAME
+        )
+
+    def _store(self, environ: dict[str, Any]) -> TimelineStore:
+        eid = plugin_util.experiment_id(environ)
+        with self._stores_lock:
+            store = self._stores.get(eid)
+            if store is None:
+                store = self._stores[eid] = TimelineStore(self._provider, eid)
+            return store
+
+    @wrappers.Request.application
+    def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
+        name = request.path.rsplit(_STATIC_PREFIX, 1)[-1]
+        path = self._static.get(name)
+        if path is None:
+            return _error(request, f"no static file {name!r:.200}", 404)
+        with open(path, "rb") as f:
+            content = f.read()
+        return http_util.Respond(request, content, _STATIC_TYPES[os.path.splitext(name)[1]])
+
+    @wrappers.Request.application
+    def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
+        try:
+            query = Query.from_args(request.args)
+            store = self._store(request.environ)
+            store.refresh(plugin_util.context(request.environ))
+            return _json(request, store.query(query))
+        except UnknownRunError as exc:
+            return _error(request, str(exc), 404)
+        except QueryError as exc:
+            return _error(request, str(exc), 400)
+
+    @wrappers.Request.application
+    def _serve_event(self, request: wrappers.Request) -> wrappers.Response:
+        raw = request.args.get("id", "")
+        if not raw.isdigit():
+            return _error(request, f"id must be a non-negative integer, got {raw!r:.80}", 400)
+        store = self._store(request.environ)
+        ctx = plugin_util.context(request.environ)
+        store.refresh(ctx)
+        try:
+            return _json(request, store.event(ctx, int(raw)))
+        except UnknownEventError as exc:
+            return _error(request, str(exc), 404)
+
+    @wrappers.Request.application
+    def _serve_status(self, request: wrappers.Request) -> wrappers.Response:
+        store = self._store(request.environ)
+        generation = store.refresh(plugin_util.context(request.environ))
+        return _json(request, {"generation": generation})
+
+
+def _lift_sampling(samples_per_plugin: Any) -> dict[str, int]:
+    if isinstance(samples_per_plugin, str):  # set programmatically, not parsed by argparse
+        pairs = (item.split("=", 1) for item in samples_per_plugin.split(",") if item.strip())
+        samples_per_plugin = {k.strip(): int(v) for k, v in pairs}
+    samples = dict(samples_per_plugin or {})
+    samples.setdefault(metadata.PLUGIN_NAME, 0)
+    return samples
+
+
+class TimelineLoader(base_plugin.TBLoader):
+    """Loads the Timeline plugin and keeps every one of its records (no sampling)."""
+
+    def fix_flags(self, flags: Any) -> None:
+        """Keep all timeline records (``samples_per_plugin`` 0) unless the user chose a number.
+
+        TensorBoard keeps 10 tensor summaries per tag by default (100 with ``--load_fast``); a
+        timeline with holes would mislead, so the plugin lifts the limit for its own tag only.
+        Both loaders honour ``samples_per_plugin``: the Python one as its tensor size guidance,
+        the Rust one as ``--samples-per-plugin``.
+        """
+        if hasattr(flags, "samples_per_plugin"):
+            flags.samples_per_plugin = _lift_sampling(flags.samples_per_plugin)
+
+    def load(self, context: base_plugin.TBContext) -> TimelinePlugin | None:
+        if context.data_provider is None:
+            return None
+        return TimelinePlugin(context)
