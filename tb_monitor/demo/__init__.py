@@ -28,7 +28,7 @@ from typing import IO
 
 from tb_monitor import contract, export, readers
 
-__all__ = ["JOB_ARGS", "RUN_ID", "Progress", "agent_command", "main", "progress"]
+__all__ = ["JOB_ARGS", "RUN_ID", "Progress", "agent_command", "main", "progress", "serve"]
 
 _PROG = "tb-monitor demo"
 #: Run id of the demo job: its runs are ``demo/agent-...`` and ``demo/rank-<N>``.
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_serve:
         print(f"done; view it with: tensorboard --logdir {logdir}")
         return 0
-    return _serve(logdir, args.port)
+    return serve(logdir, args.port)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -233,7 +233,8 @@ def _print_summary(logdir: str) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _serve(logdir: str, port: int) -> int:
+def serve(logdir: str, port: int) -> int:
+    """Serve ``logdir`` with TensorBoard on 127.0.0.1 and print the Timeline URL; Ctrl-C stops."""
     command = [
         sys.executable,
         "-m",
