@@ -1,0 +1,120 @@
+"""Fixtures for the Timeline plugin: synthetic jobs, an in-process TensorBoard app, a real server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from tb_monitor.synthetic import SyntheticJob, generate_job
+
+STARTUP_TIMEOUT_S = 90.0
+
+
+def small_job(logdir, **overrides) -> SyntheticJob:
+    """A 4-node, 2-workers-per-node job with one restart: every lane kind, a failure, a straggler."""
+    options = {"nodes": 4, "workers_per_node": 2, "restarts": 1, "events": 600}
+    options.update(overrides)
+    return generate_job(logdir, **options)
+
+
+def expected_lanes(nodes: int, world: int) -> int:
+    """Lanes of a synthetic job: a rendezvous and an agent lane per node, two per worker rank."""
+    return 2 * nodes + 2 * world
+
+
+def column(payload: dict, table: str, name: str, dtype: str) -> np.ndarray:
+    """Decode one base64 typed-array column of a timeline payload."""
+    return np.frombuffer(base64.b64decode(payload[table][name]), dtype=dtype)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Server:
+    """A `tensorboard` process serving one logdir on 127.0.0.1."""
+
+    url: str
+    process: subprocess.Popen
+    log_path: str
+
+    def get_json(self, route: str, timeout: float = 30.0) -> dict:
+        with urllib.request.urlopen(self.url + route, timeout=timeout) as response:
+            return json.load(response)
+
+    def log(self) -> str:
+        with open(self.log_path, errors="replace") as f:
+            return f.read()[-4000:]
+
+
+def start_tensorboard(logdir, log_dir, *extra: str) -> Server:
+    """Start `tensorboard --logdir` on a free port and wait until it answers."""
+    port = free_port()
+    log_path = os.path.join(log_dir, f"tensorboard-{port}.log")
+    cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), *extra]
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"tensorboard exited with {process.returncode}:\n{server.log()}")
+        try:
+            server.get_json("/data/plugins_listing", timeout=5)
+            return server
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            time.sleep(0.2)
+    stop(server)
+    pytest.fail(f"tensorboard did not answer within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
+
+
+def stop(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait(timeout=20)
+
+
+def wait_for(condition, timeout: float = 60.0, interval: float = 0.25, what: str = "condition"):
+    """Poll ``condition()`` until it returns a truthy value; fail with ``what`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = condition()
+        if last:
+            return last
+        time.sleep(interval)
+    pytest.fail(f"timed out after {timeout} s waiting for {what} (last value {last!r})")
+
+
+@pytest.fixture
+def tensorboard_server(tmp_path) -> Iterator:
+    """Factory: start `tensorboard` on a logdir with extra flags; stopped after the test."""
+    servers: list[Server] = []
+
+    def start(logdir, *extra: str) -> Server:
+        server = start_tensorboard(logdir, tmp_path, *extra)
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        stop(server)

@@ -1,0 +1,278 @@
+"""The plugin's routes, served by a real TensorBoard WSGI app over the real data provider."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from conftest import column, expected_lanes, small_job, wait_for
+from tensorboard import program
+from tensorboard.backend import application
+from tensorboard.backend.event_processing import data_ingester
+from tensorboard.plugins.core import core_plugin
+from werkzeug.test import Client
+
+from tb_monitor import contract
+from tb_monitor.elastic.events.api import RdzvEvent
+from tb_monitor.tensorboard.writer import AsyncWriter
+from tb_plugin import payload as payload_module
+from tb_plugin.plugin import TimelineLoader
+
+PREFIX = f"/data/plugin/{contract.PLUGIN_NAME}"
+NODES, WORKERS = 4, 2
+
+
+class App:
+    """TensorBoard's WSGI app on a logdir, as `tensorboard --load_fast=false` builds it."""
+
+    def __init__(self, logdir):
+        loaders = [core_plugin.CorePluginLoader(), TimelineLoader()]
+        tb = program.TensorBoard(plugins=loaders)
+        tb.configure(argv=["tensorboard", "--logdir", str(logdir), "--load_fast", "false"])
+        self.ingester = data_ingester.LocalDataIngester(tb.flags)
+        self.logdir = str(logdir)
+        self.reload()
+        wsgi = application.TensorBoardWSGIApp(
+            tb.flags,
+            tb.plugin_loaders,
+            self.ingester.data_provider,
+            tb.assets_zip_provider,
+            self.ingester.deprecated_multiplexer,
+        )
+        self.client = Client(wsgi)
+
+    def reload(self) -> None:
+        """What TensorBoard's reload thread does: pick up new runs and new records."""
+        multiplexer = self.ingester.deprecated_multiplexer
+        multiplexer.AddRunsFromDirectory(self.logdir)
+        multiplexer.Reload()
+
+    def get(self, route: str):
+        return self.client.get(route)
+
+    def json(self, route: str, status: int = 200) -> dict:
+        response = self.get(route)
+        assert response.status_code == status, response.get_data(as_text=True)[:500]
+        assert response.mimetype == "application/json"
+        return json.loads(response.get_data(as_text=True))
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A small synthetic job with one restart (one failed attempt)."""
+    return small_job(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture(scope="module")
+def app(job):
+    """The app over the job's logdir, shared by read-only tests."""
+    return App(job.logdir)
+
+
+def test_tab_is_listed_and_active(app):
+    """The plugin listing shows an enabled Timeline tab loaded as an iframe ES module."""
+    entry = app.json("/data/plugins_listing")[contract.PLUGIN_NAME]
+    assert entry["enabled"] is True
+    assert entry["tab_name"] == "Timeline"
+    assert entry["loading_mechanism"] == {
+        "type": "IFRAME",
+        "module_path": f"{PREFIX}/static/index.js",
+    }
+
+
+def test_plugin_entry_imports_the_module(app):
+    """TensorBoard's iframe entry page imports the plugin's index.js relative to its base."""
+    html = app.get(f"/data/plugin_entry.html?name={contract.PLUGIN_NAME}").get_data(as_text=True)
+    assert f'<base href="plugin/{contract.PLUGIN_NAME}/" />' in html
+    assert 'import("./static/index.js")' in html
+
+
+@pytest.mark.parametrize(
+    ("name", "mimetype"), [("index.js", "text/javascript"), ("style.css", "text/css")]
+)
+def test_static_files_have_their_types(app, name, mimetype):
+    """The frontend's files are served with the types browsers require for modules and styles."""
+    response = app.get(f"{PREFIX}/static/{name}")
+    assert response.status_code == 200
+    assert response.mimetype == mimetype
+    assert len(response.get_data()) > 1000
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "../plugin.py",
+        "%2e%2e/plugin.py",
+        "%2E%2E%2Fplugin.py",
+        "..%5cplugin.py",
+        "..\\plugin.py",
+        "static/../../plugin.py",
+        "./index.js/../../payload.py",
+        "missing.js",
+    ],
+)
+def test_static_route_refuses_anything_but_its_files(app, path):
+    """Traversal attempts (.., %2e%2e, backslashes) and unknown names get a 404 JSON error."""
+    response = app.get(f"{PREFIX}/static/{path}")
+    assert response.status_code == 404
+    body = response.get_data(as_text=True)
+    assert "error" in json.loads(body)
+    assert "import" not in body and "TimelinePlugin" not in body
+
+
+def test_timeline_holds_every_event(app, job):
+    """With no flag, every record is served (TensorBoard's sampling is lifted for the plugin)."""
+    data = app.json(f"{PREFIX}/timeline")
+    assert data["total"] == job.total_events
+    assert data["mode"] == "events"
+    assert data["events"]["count"] == job.total_events
+    assert len(data["lanes"]) == expected_lanes(NODES, NODES * WORKERS)
+
+
+def test_lanes_are_grouped_and_ordered(app, job):
+    """Lanes come grouped by job, rendezvous then agents, workers and monitor, ranks in order."""
+    lanes = app.json(f"{PREFIX}/timeline")["lanes"]
+    kinds = [lane["kind"] for lane in lanes]
+    assert kinds == sorted(kinds, key=contract.KINDS.index)
+    assert {lane["group"] for lane in lanes} == {job.run_id}
+    workers = [lane["label"] for lane in lanes if lane["kind"] == contract.WORKER]
+    assert workers == [f"rank {r}" for r in range(NODES * WORKERS)]
+    nodes = [lane["label"] for lane in lanes if lane["kind"] == contract.RENDEZVOUS]
+    assert nodes[0].startswith("node-000 (pid ")
+
+
+def test_events_are_sorted_by_lane_then_time(app):
+    """The event columns come sorted by lane position, then by time within a lane."""
+    data = app.json(f"{PREFIX}/timeline")
+    lane = column(data, "events", "lane", "<u4")
+    t = column(data, "events", "t", "<f8")
+    order = np.lexsort((t, lane))
+    assert (order == np.arange(len(t))).all()
+
+
+def test_worker_attempts_and_rendezvous_rounds_are_intervals(app):
+    """Each rank has one interval per attempt and each node one per rendezvous round."""
+    data = app.json(f"{PREFIX}/timeline")
+    labels = data["labels"]
+    lanes = column(data, "intervals", "lane", "<u4")
+    names = [labels[i] for i in column(data, "intervals", "label", "<u4")]
+    kinds = [data["lanes"][i]["kind"] for i in lanes]
+    attempts = [n for n, k in zip(names, kinds, strict=True) if k == contract.WORKER]
+    rounds = [n for n, k in zip(names, kinds, strict=True) if k == contract.RENDEZVOUS]
+    world = NODES * WORKERS
+    assert len(attempts) == 2 * world
+    assert sum(n == "attempt 1: SUCCEEDED" for n in attempts) == world
+    assert sum(n.startswith("attempt 0: ") for n in attempts) == world
+    assert sorted(set(rounds)) == ["round 0", "round 1"]
+
+
+@pytest.mark.parametrize(
+    ("query", "count"),
+    [
+        ("kind=worker", lambda j: sum(n for (_, k), n in j.counts.items() if k == "worker")),
+        ("state=FAILED", lambda j: 1),
+        ("q=outofmemoryerror", lambda j: 1),
+        ("run_id=job", lambda j: j.total_events),
+        ("run_id=other", lambda j: 0),
+        ("run=job/rank-3", lambda j: j.counts[("job/rank-3", "monitor")]),
+    ],
+)
+def test_filters_narrow_the_events(app, job, query, count):
+    """Run, job, source, state and free-text filters count only the matching events."""
+    data = app.json(f"{PREFIX}/timeline?{query}")
+    assert data["total"] == count(job)
+    assert data["events"]["count"] == count(job)
+
+
+def test_zoomed_window_holds_only_its_events(app):
+    """A start/end window returns only the events inside it, and the total of the filter."""
+    full = app.json(f"{PREFIX}/timeline")
+    lo, hi = full["extent"]
+    start, end = lo + (hi - lo) * 0.4, lo + (hi - lo) * 0.6
+    data = app.json(f"{PREFIX}/timeline?start={start}&end={end}")
+    t = column(data, "events", "t", "<f8")
+    assert data["window"] == [start, end]
+    assert data["total"] == full["total"]
+    assert 0 < len(t) < full["total"]
+    assert ((t >= start) & (t <= end)).all()
+
+
+def test_too_many_events_are_bucketed(app, job, monkeypatch):
+    """Above the detail limit a window comes as per-lane buckets that still count every event."""
+    monkeypatch.setattr(payload_module, "DETAIL_LIMIT", 50)
+    data = app.json(f"{PREFIX}/timeline?width=400")
+    assert data["mode"] == "buckets"
+    buckets = data["buckets"]
+    assert buckets["bins"] == 200
+    assert int(column(data, "buckets", "n", "<u4").sum()) == job.total_events
+    assert column(data, "buckets", "bin", "<u4").max() < 200
+    states = [data["states"][s] for s in column(data, "buckets", "state", "<u2")]
+    assert "FAILED" in states
+
+
+def test_event_details_have_every_field(app):
+    """The event route returns every contract field, the error trace included, and the raw JSON."""
+    data = app.json(f"{PREFIX}/timeline?state=FAILED")
+    (event_id,) = column(data, "events", "id", "<u4")
+    details = app.json(f"{PREFIX}/event?id={event_id}")
+    assert set(details["fields"]) == set(contract.FIELDS)
+    assert details["fields"]["state"] == "FAILED"
+    assert "Traceback (most recent call last)" in details["fields"]["error_trace"]
+    assert json.loads(details["raw"])["name"] == "torchelastic.worker.status.FAILED"
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "names"),
+    [
+        ("timeline?start=abc", 400, "start"),
+        ("timeline?end=nan", 400, "end"),
+        ("timeline?start=5&end=1", 400, "start"),
+        ("timeline?width=0", 400, "width"),
+        ("timeline?width=1e3", 400, "width"),
+        ("timeline?kind=bogus", 400, "kind"),
+        ("timeline?state=%3Cscript%3E", 400, "state"),
+        ("timeline?q=" + "x" * 600, 400, "q"),
+        ("timeline?run=no/such/run", 404, "no/such/run"),
+        ("event?id=abc", 400, "abc"),
+        ("event?id=-1", 400, "-1"),
+        ("event?id=99999999", 404, "99999999"),
+    ],
+)
+def test_bad_parameters_get_a_json_error(app, query, status, names):
+    """Malformed or unknown parameters get a 4xx JSON error naming them, never a traceback."""
+    response = app.get(f"{PREFIX}/{query}")
+    assert response.status_code == status
+    body = response.get_data(as_text=True)
+    assert names in json.loads(body)["error"]
+    assert "Traceback" not in body
+
+
+def test_new_records_are_appended_incrementally(tmp_path):
+    """After a reload, new records appear with a new generation and old event ids unchanged."""
+    job = small_job(tmp_path / "logs", nodes=2, workers_per_node=1, events=0)
+    app = App(job.logdir)
+    before = app.json(f"{PREFIX}/timeline")
+    run = f"{job.logdir}/{job.runs[0]}"
+    event = RdzvEvent("late.event", job.run_id, "arrived later", "node-000", 4000, "RUNNING")
+    with AsyncWriter(run) as writer:
+        for i in range(3):
+            writer.add_timeline(contract.RENDEZVOUS, event.serialize(), job.end + 10 + i)
+    app.reload()
+    after = wait_for(
+        lambda: (d := app.json(f"{PREFIX}/timeline"))["total"] == job.total_events + 3 and d,
+        timeout=30,
+        what="the appended records",
+    )
+    assert after["generation"] > before["generation"]
+    old_ids = set(column(before, "events", "id", "<u4").tolist())
+    new_ids = set(column(after, "events", "id", "<u4").tolist())
+    assert old_ids < new_ids
+    assert new_ids - old_ids == {job.total_events, job.total_events + 1, job.total_events + 2}
+
+
+def test_status_reports_the_generation(app):
+    """The status route answers the generation the timeline route serves."""
+    assert (
+        app.json(f"{PREFIX}/status")["generation"] == app.json(f"{PREFIX}/timeline")["generation"]
+    )
