@@ -198,12 +198,14 @@ class TensorboardMetricHandler(_Sink, MetricHandler):
 
     def __init__(self, writer_or_logdir: Any) -> None:
         super().__init__(writer_or_logdir)
-        self._tags: dict[tuple[str, str], str] = {}
-        self._groups: list[str] = []
+        self._tags: dict[str, dict[str, str]] = {}  # group -> name -> tag
 
     def emit(self, metric_data: MetricData) -> None:
         timestamp, group, name, value = metric_data
-        tag = self._tags.get((group, name))
+        try:
+            tag = self._tags[group][name]
+        except (KeyError, TypeError):
+            tag = None
         try:
             if tag is None:
                 tag = self._new_tag(group, name)
@@ -213,10 +215,10 @@ class TensorboardMetricHandler(_Sink, MetricHandler):
 
     def _new_tag(self, group: str, name: str) -> str:
         tag = contract.metric_tag(group, name)
-        if group not in self._groups:
-            self._writer.add_summary(summaries.custom_scalars_summary([*self._groups, group]))
-            self._groups.append(group)
-        self._tags[(group, name)] = tag
+        if group not in self._tags:
+            self._writer.add_summary(summaries.custom_scalars_summary([*self._tags, group]))
+            self._tags[group] = {}
+        self._tags[group][name] = tag
         return tag
 
 

@@ -26,6 +26,8 @@ from typing import IO
 import google_crc32c
 
 __all__ = [
+    "MASK_DELTA",
+    "crc32c",
     "encode_record",
     "event_file_paths",
     "is_remote",
@@ -41,14 +43,16 @@ _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _HEADER = 12  # length + its crc
 _FOOTER = 4  # crc of the data
-_MASK_DELTA = 0xA282EAD8
-_crc32c = google_crc32c.value
+#: Added to the rotated CRC by TFRecord's masking.
+MASK_DELTA = 0xA282EAD8
+#: The plain CRC32C of a bytes object, in C.
+crc32c = google_crc32c.value
 
 
 def masked_crc32c(data: bytes) -> int:
     """TFRecord's masked CRC32C: rotated and offset so a CRC of CRC-bearing data stays strong."""
-    crc = _crc32c(data)
-    return (((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF
+    crc = crc32c(data)
+    return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
 def encode_record(data: bytes) -> bytes:

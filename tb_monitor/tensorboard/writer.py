@@ -56,10 +56,13 @@ _time = time.time
 
 _WALL_TIME = struct.Struct("<Bd")
 _FLOAT = struct.Struct("<f")
+_pack_float = _FLOAT.pack
 _LENGTH = struct.Struct("<Q")
 _CRC = struct.Struct("<I")
 _SMALL_VARINTS = [bytes((n,)) for n in range(128)]
 _masked_crc32c = records.masked_crc32c
+_crc32c = records.crc32c
+_MASK_DELTA = records.MASK_DELTA
 
 
 def _varint(value: int) -> bytes:
@@ -74,8 +77,24 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+_STEP_SMALL = [b"\x10" + v for v in _SMALL_VARINTS]
+_STEP_2 = struct.Struct("<BBB")
+_STEP_3 = struct.Struct("<BBBB")
+
+
+def _step_field(step: int) -> bytes:
+    """Event.step (field 2) with its key; steps below 2**21 without a loop (the hot path)."""
+    if 0 <= step < 0x80:
+        return _STEP_SMALL[step]
+    if 0 <= step < 0x4000:
+        return _STEP_2.pack(0x10, (step & 0x7F) | 0x80, step >> 7)
+    if 0 <= step < 0x200000:
+        return _STEP_3.pack(0x10, (step & 0x7F) | 0x80, ((step >> 7) & 0x7F) | 0x80, step >> 14)
+    return b"\x10" + _varint(step)
+
+
 def _event_head(wall_time: float, step: int) -> bytes:
-    return _WALL_TIME.pack(0x09, wall_time) + b"\x10" + _varint(step)
+    return _WALL_TIME.pack(0x09, wall_time) + _step_field(step)
 
 
 def _scalar_prefix(tag: str) -> bytes:
@@ -92,12 +111,19 @@ def _summary_event(wall_time: float, step: int, summary: Any) -> bytes:
     return _event_head(wall_time, step) + b"\x2a" + _varint(len(raw)) + raw
 
 
-def _frame(data: bytes, _headers: dict[int, bytes] = {}) -> bytes:  # noqa: B006 (a cache)
-    header = _headers.get(len(data))
+_HEADERS: dict[int, bytes] = {}  # the framing header of each record length seen
+
+
+def _header(length: int) -> bytes:
+    header = _HEADERS.get(length)
     if header is None:
-        length = _LENGTH.pack(len(data))
-        header = _headers[len(data)] = length + _CRC.pack(_masked_crc32c(length))
-    return header + data + _CRC.pack(_masked_crc32c(data))
+        packed = _LENGTH.pack(length)
+        header = _HEADERS[length] = packed + _CRC.pack(_masked_crc32c(packed))
+    return header
+
+
+def _frame(data: bytes) -> bytes:
+    return _header(len(data)) + data + _CRC.pack(_masked_crc32c(data))
 
 
 def _float32(value: float) -> bytes:
@@ -311,23 +337,26 @@ class AsyncWriter:
         step: int | None = None,
     ) -> None:
         """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
-        if type(value) is not float:
+        # The hot path of every metric: type checks inline, no call unless something is off.
+        if type(value) is not float and type(value) is not int:
             value = _real(value, f"scalar {tag!r}")
-        self._put(
-            (
-                _SCALAR,
-                tag if type(tag) is str else _check_tag(tag),
-                value,
-                _time() if wall_time is None else _wall_time(wall_time),
-                None if step is None else _step(step),
-            )
+        item = (
+            _SCALAR,
+            tag if type(tag) is str else _check_tag(tag),
+            value,
+            _time() if wall_time is None else _wall_time(wall_time),
+            None if step is None else _step(step),
         )
+        if self._closed or len(self._queue) >= self._wake_at:
+            self._put(item)
+        else:
+            self._queue.append(item)
 
     def add_scalars(self, mapping: Mapping[str, float], wall_time: float | None = None) -> None:
         """Record one scalar per item of ``mapping`` (a Stat window) with one enqueue."""
         scalars = dict(mapping)  # a copy: the caller may reuse its dict
         for tag, value in scalars.items():
-            if type(value) is not float:
+            if type(value) is not float and type(value) is not int:
                 scalars[_check_tag(tag)] = _real(value, f"scalar {tag!r}")
             elif type(tag) is not str:
                 _check_tag(tag)
@@ -352,7 +381,8 @@ class AsyncWriter:
         """Record a prebuilt ``Summary`` (TensorBoard's protos); steps follow its first tag."""
         if not summary.value:
             raise ValueError("summary has no value to record")
-        self._put((_SUMMARY, summary, _wall_time(wall_time), None if step is None else _step(step)))
+        step = None if step is None else _step(step)
+        self._put((_SUMMARY, summary, None, _wall_time(wall_time), step))
 
     def flush(self) -> None:
         """Write everything accepted so far and fsync it; raise the error that stopped writing."""
@@ -428,60 +458,69 @@ class AsyncWriter:
 
     def _drain(self) -> None:
         """Encode and write every queued record. Runs with ``_drain_lock`` held."""
-        queue, popleft = self._queue, self._queue.popleft
-        chunks: list[bytes] = []
+        queue = self._queue
         while queue:
-            for _ in range(min(len(queue), _BATCH)):
-                try:
-                    self._encode(popleft(), chunks)
-                except Exception:  # arguments were checked by the caller: this is a bug
-                    _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
-            self._write(chunks)
-            chunks.clear()
+            self._write(self._encode(min(len(queue), _BATCH)))
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
         if self._dropped != self._dropped_written and self._error is None:
             self._dropped_written = dropped = self._dropped
-            self._encode((_SCALAR, DROPPED_TAG, float(dropped), _time(), None), chunks)
-            self._write(chunks)
+            queue.append((_SCALAR, DROPPED_TAG, float(dropped), _time(), None))
+            self._write(self._encode(1))
 
-    def _allocate(self, tag: str, step: int | None) -> int:
-        if step is None:
-            step = self._next_steps.get(tag, 0)
-        self._next_steps[tag] = step + 1
-        return step
+    def _encode(self, count: int) -> list[bytes]:
+        """Encode ``count`` queued records. Scalars, the bulk, are encoded inline: the hot loop."""
+        popleft, prefixes, steps = self._queue.popleft, self._prefixes, self._next_steps
+        chunks: list[bytes] = []
+        append = chunks.append
+        for _ in range(count):
+            item = popleft()
+            try:
+                kind = item[0]
+                if kind == _SCALAR:
+                    scalars: Any = ((item[1], item[2]),)
+                    wall_time, step = item[3], item[4]
+                elif kind == _SCALARS:
+                    scalars, wall_time, step = item[1].items(), item[2], None
+                else:
+                    append(self._summary_record(item))
+                    continue
+                head = _WALL_TIME.pack(0x09, wall_time)
+                for tag, value in scalars:
+                    prefix = prefixes.get(tag) or self._new_prefix(tag)
+                    this_step = steps.get(tag, 0) if step is None else step
+                    steps[tag] = this_step + 1
+                    try:
+                        value_bytes = _pack_float(value)
+                    except OverflowError:
+                        value_bytes = _float32(value)
+                    data = head + _step_field(this_step) + prefix + value_bytes
+                    crc = _crc32c(data)
+                    append(_HEADERS.get(len(data)) or _header(len(data)))
+                    append(data)
+                    append(_CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+            except Exception:  # arguments were checked by the caller: this is a bug
+                _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
+        return chunks
 
-    def _encode(self, item: tuple, out: list[bytes]) -> None:
-        kind = item[0]
-        if kind == _SCALAR:
-            _, tag, value, wall_time, step = item
-            out.append(self._scalar_record(tag, value, wall_time, step))
-        elif kind == _SCALARS:
-            _, scalars, wall_time = item
-            for tag, value in scalars.items():
-                out.append(self._scalar_record(tag, value, wall_time, None))
-        elif kind == _TEXT:
-            _, tag, text, wall_time = item
-            summary = summaries.text_summary(tag, text)
-            out.append(_frame(_summary_event(wall_time, self._allocate(tag, None), summary)))
+    def _new_prefix(self, tag: str) -> bytes:
+        prefix = self._prefixes[tag] = _scalar_prefix(tag)
+        return prefix
+
+    def _summary_record(self, item: tuple) -> bytes:
+        """A text, timeline or prebuilt summary record, built with TensorBoard's protos."""
+        kind, tag_or_summary, payload, wall_time, *step = item
+        if kind == _TEXT:
+            tag, summary = tag_or_summary, summaries.text_summary(tag_or_summary, payload)
         elif kind == _TIMELINE:
-            _, tag, payload, wall_time = item
+            tag = tag_or_summary
             summary = summaries.timeline_summary(contract.kind_of_tag(tag), payload)
-            out.append(_frame(_summary_event(wall_time, self._allocate(tag, None), summary)))
         else:
-            _, summary, wall_time, step = item
-            step = self._allocate(summary.value[0].tag, step)
-            out.append(_frame(_summary_event(wall_time, step, summary)))
-
-    def _scalar_record(self, tag: str, value: float, wall_time: float, step: int | None) -> bytes:
-        prefix = self._prefixes.get(tag)
-        if prefix is None:
-            prefix = self._prefixes[tag] = _scalar_prefix(tag)
-        if step is None:
-            step = self._next_steps.get(tag, 0)
-        self._next_steps[tag] = step + 1
-        return _frame(_event_head(wall_time, step) + prefix + _float32(value))
+            summary, tag = tag_or_summary, tag_or_summary.value[0].tag
+        this_step = self._next_steps.get(tag, 0) if not step or step[0] is None else step[0]
+        self._next_steps[tag] = this_step + 1
+        return _frame(_summary_event(wall_time, this_step, summary))
 
     def _write(self, chunks: list[bytes]) -> None:
         if not chunks:
