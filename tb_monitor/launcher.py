@@ -99,14 +99,16 @@ def _parse(argv: list[str]) -> tuple[str, list[str], str]:
 
 
 def _without_logdir(options: list[str]) -> list[str]:
+    """The options without ours: ``--logdir DIR``, ``--logdir=DIR`` (or an abbreviation)."""
     out: list[str] = []
     skip = False
     for token in options:
+        name, has_value, _ = token.partition("=")
         if skip:
             skip = False
-        elif token == "--logdir":
-            skip = True
-        elif not token.startswith("--logdir="):
+        elif len(name) >= len("--logd") and "--logdir".startswith(name):  # as argparse matched it
+            skip = not has_value
+        else:
             out.append(token)
     return out
 
