@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-from conftest import need
 
 from tb_monitor import contract, readers
 from tb_monitor.tensorboard.writer import AsyncWriter
@@ -39,9 +38,10 @@ def test_missing_logdir_is_named(tmp_path):
         readers.read_scalars(tmp_path / "nope")
 
 
-def test_read_events_decodes_every_kind_sorted_by_time(logdir):
+def test_read_events_decodes_every_kind_sorted_by_time(logdir, torch):
     """Torch's own serialized events of each kind come back decoded, sorted by wall time."""
-    torch_events = need("torch.distributed.elastic.events.api")
+    import torch.distributed.elastic.events.api as torch_events
+
     rdzv = torch_events.RdzvEvent(
         name="join",
         run_id="r1",
@@ -106,9 +106,10 @@ def test_a_torn_tail_is_skipped(logdir):
     assert [p.value for p in readers.iter_scalars(logdir)] == [float(i) for i in range(9)]
 
 
-def test_scalar_tensors_from_torch_new_style_are_read(logdir):
+def test_scalar_tensors_from_torch_new_style_are_read(logdir, torch):
     """Scalars torch's SummaryWriter writes as tensors (new_style) are read like simple values."""
-    tensorboard = need("torch.utils.tensorboard")
+    import torch.utils.tensorboard as tensorboard
+
     writer = tensorboard.SummaryWriter(str(logdir))
     writer.add_scalar("a", 1.5, global_step=4, new_style=True)
     writer.add_scalar("a", 2.5, global_step=5, new_style=True)
