@@ -71,22 +71,24 @@ def iter_runs(logdir: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
     if records.is_remote(root):
         from tensorboard.compat.tensorflow_stub.io import gfile
 
-        walk = gfile.walk(root)
         root = root.rstrip("/")
-    else:
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"logdir {root!r} does not exist or is not a directory")
+        walk = gfile.walk(root)
+    elif os.path.isdir(root):
         walk = os.walk(root)
+    else:
+        raise FileNotFoundError(f"logdir {root!r} does not exist or is not a directory")
     found = []
     for directory, _, files in walk:
         if any("tfevents" in name for name in files):
-            relative = (
-                os.path.relpath(directory, root)
-                if not records.is_remote(root)
-                else (directory.rstrip("/")[len(root) :].lstrip("/") or ".")
-            )
-            found.append((relative.replace(os.sep, "/"), directory))
+            found.append((_run_name(root, directory), directory))
     yield from sorted(found)
+
+
+def _run_name(root: str, directory: str) -> str:
+    """A run directory relative to the logdir, with ``/`` separators; ``"."`` for the logdir."""
+    if records.is_remote(root):
+        return directory.rstrip("/")[len(root) :].lstrip("/") or "."
+    return os.path.relpath(directory, root).replace(os.sep, "/")
 
 
 def iter_run_events(run_dir: str | os.PathLike[str]) -> Iterator[event_pb2.Event]:
