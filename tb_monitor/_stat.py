@@ -1,0 +1,547 @@
+"""``Stat``: windowed aggregation of samples, logged as ``torch.monitor.Stat`` events.
+
+The hot path is ``Stat.add``: it only folds the sample into the current window (count, sum, min,
+max, last) and never reads a clock. One shared timer thread ends every Stat's windows on their
+wall-clock boundaries and logs them through ``log_event``. The accumulator is a small C type
+(``_speedups.c``) when it is built, else a pure-Python class with the same behaviour; set
+``TB_MONITOR_PURE_PYTHON=1`` to force the latter.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import operator
+import os
+import sys
+import sysconfig
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from tb_monitor import _shutdown
+from tb_monitor._event import Event, log_event
+from tb_monitor.contract import STAT_EVENT, stat_tag
+
+__all__ = ["Aggregation", "Stat"]
+
+_log = logging.getLogger("tb_monitor")
+
+
+class Aggregation(Enum):
+    """How a Stat summarizes the samples of one window (values as in torch's C++ enum)."""
+
+    VALUE = 1  #: the last sample
+    MEAN = 2
+    COUNT = 3
+    SUM = 4
+    MAX = 5
+    MIN = 6
+
+
+# A snapshot of one ended window: (count, sum, min, max, last).
+_Snapshot = tuple[int, float, float, float, float]
+
+# ---------------------------------------------------------------------------------------------
+# The pure-Python accumulator: the same contract as _speedups.Accumulator (see _speedups.c).
+# ---------------------------------------------------------------------------------------------
+
+_OPEN, _CAPPED, _CLOSED, _FORKED = range(4)
+
+
+def _as_float(name: str, value: Any) -> float:
+    """``value`` as a float the way the C accumulator converts it, or TypeError naming the Stat."""
+    if isinstance(value, (float, int)):
+        return float(value)
+    kind = type(value)
+    if hasattr(kind, "__float__"):
+        return float(value)
+    if hasattr(kind, "__index__"):
+        return float(operator.index(value))
+    raise TypeError(
+        f"Stat {name!r}: add() takes a real number (int, float, bool or a numpy scalar), "
+        f"got {value!r} of type {kind.__qualname__}"
+    )
+
+
+def _closed_error(name: str) -> RuntimeError:
+    return RuntimeError(f"Stat {name!r} is closed; it accepts no more samples")
+
+
+class _PyAccumulator:
+    """One Stat's current window, guarded by a lock (the fallback for ``_speedups.Accumulator``)."""
+
+    __slots__ = (
+        "_count",
+        "_last",
+        "_lock",
+        "_max",
+        "_max_samples",
+        "_min",
+        "_state",
+        "_sum",
+        "name",
+    )
+    # Stat's hooks: a window reached max_samples; the first add in a forked child.
+    _on_cap: Any
+    _revive: Any
+
+    def __init__(self, name: str, max_samples: int) -> None:
+        if max_samples < 1:
+            raise ValueError(f"Stat {name!r}: max_samples must be >= 1, got {max_samples}")
+        self.name = name
+        self._max_samples = max_samples
+        self._lock = threading.Lock()
+        self._state = _OPEN
+        self._clear()
+
+    def _clear(self) -> None:
+        self._count = 0
+        self._sum = self._min = self._max = self._last = 0.0
+
+    def _take_window(self) -> _Snapshot | None:
+        if not self._count:
+            return None
+        snapshot = (self._count, self._sum, self._min, self._max, self._last)
+        self._clear()
+        return snapshot
+
+    def add(self, value: Any) -> None:
+        x = value if type(value) is float else _as_float(self.name, value)
+        while True:
+            with self._lock:
+                state = self._state
+                if state == _OPEN:
+                    if not self._count:
+                        self._min = self._max = x
+                    else:
+                        # NaN propagates to min and max as to the sum (IEEE 754-2019 minimum/maximum).
+                        if self._min == self._min and (x < self._min or x != x):
+                            self._min = x
+                        if self._max == self._max and (x > self._max or x != x):
+                            self._max = x
+                    self._count += 1
+                    self._sum += x
+                    self._last = x
+                    if self._count < self._max_samples:
+                        return
+                    snapshot = self._take_window()
+                    self._state = _CAPPED
+                    break
+                if state == _CAPPED:
+                    return  # max_samples reached: discard until the window's end
+                if state == _CLOSED:
+                    raise _closed_error(self.name)
+            self._revive()
+            with self._lock:
+                if self._state == _FORKED:
+                    self._state = _OPEN
+        self._on_cap(snapshot)
+
+    @property
+    def count(self) -> int:
+        """Samples in the current window."""
+        return self._count
+
+    @property
+    def closed(self) -> bool:
+        """True once the Stat was closed."""
+        return self._state == _CLOSED
+
+    def _roll(self) -> _Snapshot | None:
+        with self._lock:
+            if self._state == _CAPPED:
+                self._state = _OPEN
+            return self._take_window()
+
+    def _close(self) -> _Snapshot | None:
+        with self._lock:
+            self._state = _CLOSED
+            return self._take_window()
+
+    def _reset_after_fork(self) -> None:
+        self._lock = threading.Lock()  # the parent's lock may have been held by another thread
+        self._clear()
+        if self._state != _CLOSED:
+            self._state = _FORKED
+
+
+# ---------------------------------------------------------------------------------------------
+# The one timer thread that ends every Stat's windows on time.
+# ---------------------------------------------------------------------------------------------
+
+# Longest sleep between checks, so a wall-clock step forward is noticed within this many seconds.
+_MAX_WAIT = 1.0
+_EXIT_JOIN_TIMEOUT = 5.0
+
+
+def _next_boundary(window_ns: int) -> int:
+    return (time.time_ns() // window_ns + 1) * window_ns
+
+
+class _Timer:
+    """Ends windows at multiples of their size on the wall clock, for all Stats of the process.
+
+    It holds the Stats weakly, so a Stat nobody uses any more is garbage-collected (and logs its
+    pending samples) as usual.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        # (deadline ns, tie-break, weak reference to the Stat); one entry per live Stat.
+        self._heap: list[tuple[int, int, weakref.ref[Stat]]] = []
+        self._seq = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._exit_hook_registered = False
+
+    def add(self, stat: Stat) -> None:
+        with self._cond:
+            deadline = _next_boundary(stat._window_ns)
+            heapq.heappush(self._heap, (deadline, next(self._seq), weakref.ref(stat)))
+            if not self._exit_hook_registered:
+                _shutdown.at_exit(self.close_all, _shutdown.PRODUCERS)
+                self._exit_hook_registered = True
+            self._start_locked()
+            self._cond.notify()
+
+    def remove(self, stat: Stat) -> None:
+        with self._cond:
+            kept = [entry for entry in self._heap if entry[2]() not in (stat, None)]
+            if len(kept) != len(self._heap):
+                heapq.heapify(kept)
+                self._heap = kept
+
+    def stats(self) -> list[Stat]:
+        """The live Stats, in no particular order."""
+        with self._cond:
+            return [stat for stat in (entry[2]() for entry in self._heap) if stat is not None]
+
+    def ensure_running(self) -> None:
+        with self._cond:
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        # Fresh deadlines: after a fork the inherited ones belong to the parent's past.
+        self._heap = [
+            (_next_boundary(s._window_ns), seq, ref)
+            for _, seq, ref in self._heap
+            if (s := ref()) is not None
+        ]
+        heapq.heapify(self._heap)
+        self._thread = threading.Thread(target=self._run, name=TIMER_THREAD_NAME, daemon=True)
+        self._thread.start()
+
+    def _next_due(self) -> Stat | None:
+        """Wait for the earliest deadline; the Stat whose window ends, or None once stopped."""
+        me = threading.current_thread()
+        with self._cond:
+            while self._thread is me:
+                if not self._heap:
+                    self._cond.wait()
+                    continue
+                deadline, seq, ref = self._heap[0]
+                delay = deadline - time.time_ns()
+                if delay > 0:
+                    self._cond.wait(min(delay / 1e9, _MAX_WAIT))
+                    continue
+                stat = ref()
+                if stat is None:  # collected; its finalizer logged what it held
+                    heapq.heappop(self._heap)
+                    continue
+                heapq.heapreplace(self._heap, (_next_boundary(stat._window_ns), seq, ref))
+                return stat
+            return None
+
+    def _run(self) -> None:
+        while (stat := self._next_due()) is not None:
+            try:
+                stat._end_window()
+            except Exception:
+                _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
+            del stat  # hold no reference while waiting: the Stat may be collected meanwhile
+
+    def close_all(self) -> None:
+        """Exit hook: log every live Stat's pending window, then stop the thread."""
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._exit_hook_registered = False
+            self._cond.notify_all()
+        # Let a window the thread is ending right now reach its handlers before the sinks close.
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(_EXIT_JOIN_TIMEOUT)
+        for stat in self.stats():
+            try:
+                stat.close()
+            except Exception:
+                _log.exception("tb_monitor: closing Stat %r at exit failed", stat.name)
+
+    def after_fork_in_child(self) -> None:
+        """The thread did not survive the fork: forget it and the parent's samples.
+
+        Each Stat restarts the thread on its first ``add`` in the child (``_revive``), so a
+        child that never uses its inherited Stats never starts a thread.
+        """
+        self._cond = threading.Condition(threading.Lock())
+        self._thread = None
+        for stat in self.stats():
+            stat._reset_after_fork()
+
+
+TIMER_THREAD_NAME = "tb_monitor-stat-timer"
+_timer = _Timer()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_timer.after_fork_in_child)
+
+# ---------------------------------------------------------------------------------------------
+# The public Stat.
+# ---------------------------------------------------------------------------------------------
+
+_MIN_WINDOW = timedelta(milliseconds=1)
+
+
+def _aggregation(stat: str, value: Any) -> Aggregation:
+    if isinstance(value, Aggregation):
+        return value
+    # torch.monitor.Aggregation members are accepted by name, so ported code may mix imports.
+    if (
+        type(value).__name__ == "Aggregation"
+        and getattr(value, "name", None) in Aggregation.__members__
+    ):
+        return Aggregation[value.name]
+    raise ValueError(
+        f"Stat {stat!r}: unknown aggregation {value!r}; expected members of "
+        f"tb_monitor.Aggregation ({', '.join(Aggregation.__members__)})"
+    )
+
+
+def _check(
+    name: Any, aggregations: Any, window_size: Any, max_samples: Any
+) -> tuple[tuple[Aggregation, ...], int, int]:
+    """Validated (aggregations, window in ns, max_samples), or an error naming the Stat."""
+    if not isinstance(name, str):
+        raise TypeError(f"Stat name must be a str, got {name!r}")
+    if not name:
+        raise ValueError("Stat name must not be empty")
+    if isinstance(aggregations, (str, bytes)) or not isinstance(aggregations, Iterable):
+        raise TypeError(
+            f"Stat {name!r}: aggregations must be a list of Aggregation, got {aggregations!r}"
+        )
+    aggs = tuple(dict.fromkeys(_aggregation(name, agg) for agg in aggregations))
+    if not aggs:
+        raise ValueError(f"Stat {name!r}: aggregations must not be empty")
+    if not isinstance(window_size, timedelta):
+        raise TypeError(
+            f"Stat {name!r}: window_size must be a datetime.timedelta, got {window_size!r}"
+        )
+    if window_size < _MIN_WINDOW:
+        raise ValueError(f"Stat {name!r}: window_size must be at least 1 ms, got {window_size!r}")
+    window_ns = window_size // timedelta(microseconds=1) * 1000
+    if isinstance(max_samples, bool):
+        raise TypeError(f"Stat {name!r}: max_samples must be an int, got {max_samples!r}")
+    try:
+        cap = operator.index(max_samples)
+    except TypeError:
+        raise TypeError(f"Stat {name!r}: max_samples must be an int, got {max_samples!r}") from None
+    if cap < 1:
+        raise ValueError(f"Stat {name!r}: max_samples must be >= 1, got {cap}")
+    return aggs, window_ns, min(cap, sys.maxsize)
+
+
+class Stat:
+    """Summarizes samples over fixed wall-clock windows and logs each window as an event.
+
+    Compatible with ``torch.monitor.Stat``: when a window ends, one event named
+    ``torch.monitor.Stat`` is logged with the keys ``<name>.<aggregation lowercase>``
+    (e.g. ``loss.mean``) and timestamp now. Windows are aligned to multiples of ``window_size``
+    on the wall clock; a window without samples logs nothing. ``max_samples`` caps a window: the
+    add that reaches it logs the window at once, and further adds are discarded until the
+    window's wall-clock end. ``add(v)`` adds one sample, ``count`` is the number of samples in the
+    current window, ``get()`` the values of the last logged window (zeros before the first, as in
+    torch).
+
+        >>> loss = Stat("loss", [Aggregation.MEAN, Aggregation.MAX], timedelta(seconds=60))
+        >>> loss.add(0.25)
+
+    Better than torch:
+    - windows end on time even if no further ``add`` comes (torch logs a window only on the next
+      add, so a hung loop goes silent): one timer thread ends the windows of all Stats;
+    - ``VALUE`` (the last sample) is reported in events and ``get()``;
+    - pending samples are logged on ``close()``, when leaving a ``with`` block, when the Stat is
+      garbage-collected, and at interpreter exit (before TensorBoard writers close), where
+      torch 2.13 crashes if a Python handler is registered.
+
+    Precision: ``add`` reads no clock (that is what makes it cheap); the timer thread ends a
+    window when it wakes at the boundary, so a sample added within the thread's wake-up latency
+    after a boundary (well under a millisecond when idle, up to the interpreter's 5 ms thread
+    switch interval when other threads keep the GIL busy) counts in the window that just ended.
+    Boundaries follow the wall clock, as in torch's C++ scheduler-free design they follow time.
+
+    Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``);
+    other objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
+    sample makes the window's sum, mean, min and max NaN (it is never hidden), inf behaves as
+    infinity, and inf + -inf is NaN.
+
+    Thread-safe: concurrent ``add`` calls lose no sample. After ``os.fork()`` the child drops
+    the parent's pending samples (the parent logs them) and its timer starts on its first add.
+    """
+
+    __slots__ = ()
+
+    if TYPE_CHECKING:  # provided by the accumulator base of the concrete class
+        name: str
+        count: int
+        closed: bool
+
+        def add(self, v: float) -> None: ...
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Stat:
+        # Stat(...) builds the fastest implementation available (see _STAT below).
+        target = _STAT if cls is Stat else cls
+        return super(Stat, target).__new__(target)  # the accumulator's __new__
+
+    def __init__(
+        self,
+        name: str,
+        aggregations: Iterable[Aggregation],
+        window_size: timedelta,
+        max_samples: int = sys.maxsize,
+    ) -> None:
+        aggs, window_ns, cap = _check(name, aggregations, window_size, max_samples)
+        super().__init__(name, cap)  # type: ignore[call-arg]  # the accumulator
+        self._aggregations = aggs
+        self._keys = tuple(stat_tag(name, agg.name) for agg in aggs)
+        self._window_size = window_size
+        self._max_samples = cap
+        self._last_values = dict.fromkeys(aggs, 0.0)  # torch reports zeros before a window
+        self._window_ns = window_ns  # set last: marks the Stat as fully built (see __del__)
+        _timer.add(self)
+
+    @property
+    def aggregations(self) -> list[Aggregation]:
+        return list(self._aggregations)
+
+    @property
+    def window_size(self) -> timedelta:
+        return self._window_size
+
+    @property
+    def max_samples(self) -> int:
+        return self._max_samples
+
+    def get(self) -> dict[Aggregation, float]:
+        """Values of the last logged window, one per aggregation (VALUE included)."""
+        return dict(self._last_values)
+
+    def close(self) -> None:
+        """Log the pending samples now; later ``add`` calls raise RuntimeError. Idempotent."""
+        if self.closed:
+            return  # also spares __del__ at interpreter teardown, after the exit hook closed it
+        snapshot = self._close()
+        _timer.remove(self)
+        if snapshot is not None:
+            self._log(snapshot)
+
+    def __enter__(self) -> Stat:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_window_ns", None) is not None:  # not when __init__ failed
+            self.close()
+
+    def __repr__(self) -> str:
+        aggs = ", ".join(agg.name for agg in self._aggregations)
+        state = " closed" if self.closed else ""
+        return (
+            f"<Stat {self.name!r} [{aggs}] window_size={self._window_size} "
+            f"max_samples={self._max_samples}{state}>"
+        )
+
+    # -- called by the accumulator and the timer ----------------------------------------------
+
+    def _end_window(self) -> None:
+        snapshot = self._roll()
+        if snapshot is not None:
+            self._log(snapshot)
+
+    def _on_cap(self, snapshot: _Snapshot) -> None:
+        self._log(snapshot)
+
+    def _revive(self) -> None:
+        _timer.ensure_running()
+
+    def _log(self, snapshot: _Snapshot) -> None:
+        count, total, low, high, last = snapshot
+        by_aggregation = {
+            Aggregation.VALUE: last,
+            Aggregation.MEAN: total / count,
+            Aggregation.COUNT: float(count),
+            Aggregation.SUM: total,
+            Aggregation.MAX: high,
+            Aggregation.MIN: low,
+        }
+        values = {agg: by_aggregation[agg] for agg in self._aggregations}
+        self._last_values = values
+        log_event(
+            Event(STAT_EVENT, datetime.now(), dict(zip(self._keys, values.values(), strict=True)))
+        )
+
+    if TYPE_CHECKING:  # the accumulator's side of the contract
+
+        def _roll(self) -> _Snapshot | None: ...
+        def _close(self) -> _Snapshot | None: ...
+        def _reset_after_fork(self) -> None: ...
+
+
+_STAT_SLOTS = (
+    "__weakref__",
+    "_aggregations",
+    "_keys",
+    "_last_values",
+    "_max_samples",
+    "_window_ns",
+    "_window_size",
+)
+
+
+class _PyStat(Stat, _PyAccumulator):
+    """Stat on the pure-Python accumulator."""
+
+    __slots__ = _STAT_SLOTS
+
+
+def _c_stat_class() -> type[Stat] | None:
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        return None  # the C accumulator's atomicity relies on the GIL
+    try:
+        from tb_monitor._speedups import Accumulator
+    except ImportError:
+        return None
+
+    class _CStat(Stat, Accumulator):
+        """Stat on the C accumulator: ``add`` is a C method."""
+
+        __slots__ = _STAT_SLOTS
+
+    return _CStat
+
+
+_CStat = _c_stat_class()
+_PURE_PYTHON = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
+#: The class ``Stat(...)`` builds (tests build _PyStat and _CStat directly to cover both).
+_STAT: type[Stat] = _PyStat if _PURE_PYTHON or _CStat is None else _CStat
