@@ -135,16 +135,18 @@ def _role(row: Mapping[str, Any]) -> tuple[str | None, int | None]:
         return role, None  # a worker attempt's number comes from its agent's rendezvous round
     if kind == contract.RENDEZVOUS:
         message = row.get("message") or ""
-        found = _ROUND.search(message)
-        number = int(found.group(1)) if found else None
         if state == "FAILED":
-            return _CLOSE, number
-        if "attempts to join the next round" in message:
-            return _OPEN, number
-        if "has joined round" in message:
-            return _CLOSE, number
-        if "as complete" in message:
-            return _NUMBER, number
+            role = _CLOSE
+        elif "attempts to join the next round" in message:
+            role = _OPEN
+        elif "has joined round" in message:
+            role = _CLOSE
+        elif "as complete" in message:
+            role = _NUMBER
+        else:  # heartbeats and the like: most records, so no regex for them
+            return None, None
+        found = _ROUND.search(message)
+        return role, int(found.group(1)) if found else None
     return None, None
 
 
@@ -219,7 +221,8 @@ def _point(lane: Lane, row: Mapping[str, Any]) -> Span:
         label = str(state)
     else:
         label = name
-    return Span(lane, row["wall_time"], None, label, state, attempt_of(row), (row,))
+    number = attempt_of(row) if lane.kind in (contract.AGENT, contract.WORKER) else None
+    return Span(lane, row["wall_time"], None, label, state, number, (row,))
 
 
 def _interval(
@@ -291,8 +294,9 @@ def write_chrome_trace(
 ) -> int:
     """Write :func:`to_chrome_trace` as JSON to a path or text stream; returns the event count."""
     trace = to_chrome_trace(logdir, progress=progress)
+    text = json.dumps(trace, separators=(",", ":"))  # dumps uses the C encoder, dump does not
     with _opened(out) as stream:
-        json.dump(trace, stream, separators=(",", ":"))
+        stream.write(text)
     return len(trace["traceEvents"])
 
 
@@ -316,16 +320,15 @@ def _trace_event(span: Span, pid: int, tid: int) -> dict[str, Any]:
     else:
         event.update(ph="X", dur=max(0, round((span.end - span.begin) * _US)))
     first, *rest = span.rows
-    event["args"] = _args(first)
+    if span.end is None:
+        event["args"] = first  # the decoded record itself: every field, absent ones null
+        return event
+    event["args"] = dict(first)
     if rest:  # an interval drawn from two records: the one that ends it comes under "end"
-        event["args"]["end"] = _args(rest[-1])
+        event["args"]["end"] = rest[-1]
     if span.open:
         event["args"]["open"] = True
     return event
-
-
-def _args(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in row.items() if value is not None and value != {}}
 
 
 # ---------------------------------------------------------------------------------------------
