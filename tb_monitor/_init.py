@@ -7,6 +7,11 @@ Monitor events, the default metric handler for every group, and the events desti
 ``"tensorboard"`` and ``"dynamic_rendezvous"`` all go to one ``AsyncWriter``. Inside a torchelastic
 worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere ``logdir`` itself.
 ``Monitor.close()`` undoes every registration, restoring what was there before.
+
+``torch=True`` also installs the same sinks into the real torch APIs (``torch.monitor``,
+``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.integrations.torch``). Inside
+a torchelastic worker the worker's own start, exception and exit are recorded as well
+(``tb_monitor.integrations.worker``).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Literal
 from tb_monitor import _event, contract
 from tb_monitor.elastic import events
 from tb_monitor.elastic.metrics import api as metrics
+from tb_monitor.integrations import worker
 from tb_monitor.tensorboard import (
     AsyncWriter,
     TensorboardEventHandler,
@@ -99,6 +105,26 @@ class Monitor:
 
         self._undo.append(undo)
 
+    def _bridge_torch(
+        self,
+        event_handler: TensorboardEventHandler,
+        metric_handler: TensorboardMetricHandler,
+        logging_handler: TensorboardLoggingHandler,
+    ) -> None:
+        from tb_monitor.integrations import torch as torch_bridge  # imports torch: only if asked
+
+        bridge = torch_bridge.install(
+            logging_handler=logging_handler,
+            metric_handler=metric_handler,
+            monitor_handler=event_handler,
+            destinations=DESTINATIONS,
+        )
+        self._undo.append(bridge.close)
+
+    def _hook_worker(self) -> None:
+        hooks = worker.install(lambda event: events.record(event, "tensorboard"), self.flush)
+        self._undo.append(hooks.close)
+
 
 def init(
     logdir: str | os.PathLike[str] | None = None,
@@ -106,11 +132,13 @@ def init(
     flush_secs: float = 2.0,
     max_queue: int = 65536,
     when_full: Literal["block", "drop"] = "block",
+    torch: bool = False,
 ) -> Monitor:
     """Write every tb_monitor API to TensorBoard under ``logdir`` (default ``$TB_MONITOR_LOGDIR``).
 
     ``flush_secs``, ``max_queue`` and ``when_full`` configure the ``AsyncWriter``. Fails with an
-    error naming ``logdir`` when it cannot be created or written.
+    error naming ``logdir`` when it cannot be created or written. ``torch=True`` wires the real
+    torch APIs too (it imports torch).
     """
     if logdir is None:
         logdir = os.environ.get(contract.LOGDIR_ENV)
@@ -129,11 +157,17 @@ def init(
     writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
     monitor = Monitor(logdir, writer)
     try:
-        monitor._register_event_handler(TensorboardEventHandler(writer))
-        monitor._configure_metrics(TensorboardMetricHandler(writer))
+        event_handler = TensorboardEventHandler(writer)
+        monitor._register_event_handler(event_handler)
+        metric_handler = TensorboardMetricHandler(writer)
+        monitor._configure_metrics(metric_handler)
         logging_handler = TensorboardLoggingHandler(writer)
         for name in DESTINATIONS:
             monitor._register_destination(name, logging_handler)
+        if torch:
+            monitor._bridge_torch(event_handler, metric_handler, logging_handler)
+        if worker.in_worker():
+            monitor._hook_worker()
     except BaseException:
         monitor.close()
         raise

@@ -1,0 +1,309 @@
+"""Acceptance: real torchrun jobs under ``tb-monitor run`` land whole in the logdir (issue 5).
+
+Two agents run as separate processes on 127.0.0.1 (``--nnodes 2 --nproc-per-node 2``, c10d
+rendezvous, gloo on CPU), as two machines would. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with
+torch 2.13 a two-agent restart on one host is flaky when the rendezvous TCP store is shared with
+the workers (torch issue 135712). ``LOGLEVEL=WARNING`` is set on purpose: torchelastic's event
+loggers take their level from it, and our capture must not lose anything to it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import need
+
+from tb_monitor import contract, readers
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch]
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_elastic.py"
+FAIL_RANK = 1
+MAX_RESTARTS = 2
+JOB_TIMEOUT = 120  # seconds; a job takes ~15-20 s here
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _tb_monitor_run(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tb_monitor.cli", "run", *args]
+
+
+@dataclass
+class Job:
+    """A finished two-agent job: exit codes, output, and its logdir read back."""
+
+    run_id: str
+    returncodes: list[int]
+    output: str
+    events: list[dict]
+    scalars: list[readers.Scalar]
+    started: float
+
+    def runs(self, prefix: str) -> set[str]:
+        return {e["run"] for e in self.events if e["run"].startswith(f"{self.run_id}/{prefix}")}
+
+    def events_named(self, name: str) -> list[dict]:
+        return [e for e in self.events if e["name"] == name]
+
+    def scalar_values(self, run_prefix: str, tag: str) -> list[float]:
+        return [
+            s.value
+            for s in self.scalars
+            if s.run.startswith(f"{self.run_id}/{run_prefix}") and s.tag == tag
+        ]
+
+
+def _run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
+    """Run two agents of one job to the end and read the logdir back."""
+    need("torch")
+    run_id = f"job-{uuid.uuid4().hex[:8]}"
+    endpoint = f"127.0.0.1:{_free_port()}"
+    command = _tb_monitor_run(
+        "--logdir",
+        str(logdir),
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        str(SCRIPT),
+        *script_args,
+    )
+    env = {
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "LOGLEVEL": "WARNING",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop(contract.LOGDIR_ENV, None)
+    started = time.time()
+    agents = [
+        subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # so a hung job is killed with all its workers
+        )
+        for _ in range(2)
+    ]
+    outputs = []
+    try:
+        for agent in agents:
+            outputs.append(agent.communicate(timeout=JOB_TIMEOUT)[0])
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    return Job(
+        run_id=run_id,
+        returncodes=[agent.returncode for agent in agents],
+        output="\n".join(outputs),
+        events=list(readers.decode_timeline(readers.iter_timeline(logdir))),
+        scalars=list(readers.iter_scalars(logdir)),
+        started=started,
+    )
+
+
+@pytest.fixture(scope="module")
+def restarted(tmp_path_factory) -> Job:
+    """A job whose rank 1 raises on its first attempt only."""
+    tmp = tmp_path_factory.mktemp("restarted")
+    args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
+    return _run_job(tmp / "logs", *args, max_restarts=MAX_RESTARTS)
+
+
+@pytest.fixture(scope="module")
+def always_failing(tmp_path_factory) -> Job:
+    """A job whose rank 1 raises on every attempt."""
+    tmp = tmp_path_factory.mktemp("always")
+    return _run_job(tmp / "logs", "--fail-rank", str(FAIL_RANK), "--fail", "always", max_restarts=1)
+
+
+def _injected_failures(job: Job) -> list[dict]:
+    return [
+        e
+        for e in job.events_named("tb_monitor.worker.status.FAILED")
+        if "injected failure" in (e["message"] or "")
+    ]
+
+
+# -- the job with one failure ----------------------------------------------------------------
+
+
+def test_job_succeeds_after_exactly_one_restart(restarted):
+    """Both agents exit 0, after the group restarted once (one restart used, not two)."""
+    assert restarted.returncodes == [0, 0], restarted.output
+    remaining = restarted.scalar_values("agent-", "torchelastic/workers.default.remaining_restarts")
+    assert min(remaining) == MAX_RESTARTS - 1
+
+
+def test_rendezvous_rounds_from_both_agents(restarted):
+    """Each agent's run holds its joins of rounds 0 and 1; both rounds were completed."""
+    agents = restarted.runs("agent-")
+    assert len(agents) == 2
+    rendezvous = [e for e in restarted.events if e["kind"] == "rendezvous"]
+    for run in agents:
+        messages = " | ".join(e["message"] for e in rendezvous if e["run"] == run)
+        assert "has joined round 0" in messages and "has joined round 1" in messages
+    completed = " | ".join(e["message"] for e in rendezvous)
+    assert "marked round 0" in completed and "marked round 1" in completed
+
+
+def test_agent_start_events_for_both_attempts_of_every_rank(restarted):
+    """The agents record a worker START for each of the four ranks in each of the two attempts."""
+    starts = Counter(e["rank"] for e in restarted.events_named("torchelastic.worker.status.START"))
+    assert starts == {0: 2, 1: 2, 2: 2, 3: 2}
+
+
+def test_worker_start_events_of_both_attempts(restarted):
+    """Every rank's own run records the worker process starting, in both attempts."""
+    running = restarted.events_named("tb_monitor.worker.status.RUNNING")
+    assert Counter(e["rank"] for e in running) == {0: 2, 1: 2, 2: 2, 3: 2}
+    assert {e["run"] for e in running} == {f"{restarted.run_id}/rank-{r}" for r in range(4)}
+
+
+def test_failed_worker_exception_with_traceback(restarted):
+    """The failing rank's exception is in its run with traceback, rank and restart count."""
+    (failure,) = _injected_failures(restarted)
+    assert failure["run"] == f"{restarted.run_id}/rank-{FAIL_RANK}"
+    assert failure["rank"] == FAIL_RANK and failure["metadata"]["restart_count"] == 0
+    assert failure["state"] == "FAILED"
+    assert "Traceback (most recent call last)" in failure["error_trace"]
+    assert "RuntimeError: injected failure" in failure["error_trace"]
+
+
+def test_worker_succeeded_events(restarted):
+    """The agents record SUCCEEDED for all four ranks, and every rank records its clean exit."""
+    agent_side = restarted.events_named("torchelastic.worker.status.SUCCEEDED")
+    assert {e["rank"] for e in agent_side if e["source"] == "WORKER"} == {0, 1, 2, 3}
+    worker_side = restarted.events_named("tb_monitor.worker.status.SUCCEEDED")
+    assert {e["rank"] for e in worker_side} == {0, 1, 2, 3}
+
+
+def test_agent_events_carry_real_times(restarted):
+    """Agent events (timestamp 0 in torch's JSON) are placed at the time they were recorded."""
+    agent_events = [e for e in restarted.events if e["kind"] == "agent"]
+    assert agent_events
+    assert all(e["wall_time"] >= restarted.started - 1 for e in agent_events)
+
+
+def test_agent_metadata_is_decoded(restarted):
+    """The nested metadata JSON of agent worker events is decoded for readers."""
+    (start, *_) = restarted.events_named("torchelastic.worker.status.START")
+    assert start["local_id"] in (0, 1) and start["metadata"]["role_world_size"] == 4
+
+
+def test_torchelastic_metrics_include_the_restart(restarted):
+    """torchelastic's metrics land under torchelastic/, including the workers' restart."""
+    tags = {s.tag for s in restarted.scalars if s.run.startswith(f"{restarted.run_id}/agent-")}
+    assert tags and all(tag.startswith("torchelastic/") for tag in tags)
+    assert "torchelastic/SimpleElasticAgent._restart_workers.success" in tags
+    assert restarted.scalar_values("agent-", "torchelastic/workers.default.failed")
+
+
+def test_every_rank_writes_its_own_scalars(restarted):
+    """Each rank's Stat windows and metrics are in its own run."""
+    for rank in range(4):
+        run = f"rank-{rank}"
+        assert restarted.scalar_values(run, "train.loss.mean"), run
+        assert restarted.scalar_values(run, "train/step_time_us"), run
+
+
+# -- the job that keeps failing ----------------------------------------------------------------
+
+
+def test_always_failing_job_exits_non_zero(always_failing):
+    """When the rank fails on every attempt, the job exits non-zero."""
+    assert any(code != 0 for code in always_failing.returncodes), always_failing.output
+
+
+def test_always_failing_job_shows_the_final_failure(always_failing):
+    """The last attempt's failure is in the logdir, from the worker and from its agent."""
+    last = [f for f in _injected_failures(always_failing) if f["metadata"]["restart_count"] == 1]
+    assert len(last) == 1 and "Traceback" in last[0]["error_trace"]
+    final = [
+        e
+        for e in always_failing.events_named("torchelastic.worker.status.FAILED")
+        if e["source"] == "WORKER" and e["rank"] == FAIL_RANK
+    ]
+    assert final and "injected failure" in final[0]["error_trace"]
+
+
+# -- a single-node job: --standalone and a destination chosen by the user --------------------
+
+
+def test_standalone_job_with_users_destination(tmp_path):
+    """PET_EVENT_LOG_HANDLER=console keeps torchrun's console events, and we capture them too.
+
+    ``--standalone`` makes torchrun pick a random run id: the agent's run is named by it.
+    """
+    need("torch")
+    logdir = tmp_path / "logs"
+    proc = subprocess.run(
+        _tb_monitor_run(
+            "--logdir", str(logdir), "--standalone", "--nproc-per-node=1", str(SCRIPT), "--steps=1"
+        ),
+        env={**os.environ, "PET_EVENT_LOG_HANDLER": "console", "OMP_NUM_THREADS": "1"},
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert '"name": "torchelastic.worker.status.SUCCEEDED"' in proc.stderr  # console still prints
+    events = list(readers.decode_timeline(readers.iter_timeline(logdir)))
+    agent_events = [e for e in events if e["kind"] == "agent"]
+    (run_id,) = {e["run_id"] for e in agent_events}
+    uuid.UUID(run_id)  # torchrun's random standalone id
+    (run,) = {e["run"] for e in agent_events}
+    assert run.startswith(f"{run_id}/agent-")
+
+
+# -- command line errors ---------------------------------------------------------------------
+
+
+def _run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _tb_monitor_run(*args), capture_output=True, text=True, timeout=JOB_TIMEOUT
+    )
+
+
+def test_bad_option_prints_torchruns_error(tmp_path):
+    """An option torchrun does not know gets torchrun's parser error and a non-zero exit."""
+    proc = _run_cli("--logdir", str(tmp_path), "--no-such-option", str(SCRIPT))
+    assert proc.returncode == 2
+    assert "unrecognized arguments: --no-such-option" in proc.stderr
+    assert "--rdzv-backend" in proc.stderr  # torchrun's usage
+
+
+def test_missing_script_fails_before_starting(tmp_path):
+    """A training script that does not exist is named in a clear error; nothing is started."""
+    missing = tmp_path / "nope.py"
+    proc = _run_cli("--logdir", str(tmp_path / "logs"), "--nproc-per-node=1", str(missing))
+    assert proc.returncode == 2
+    assert f"training script not found: '{missing}'" in proc.stderr
+    assert not (tmp_path / "logs").exists()
+
+
+def test_missing_logdir_is_a_usage_error(tmp_path):
+    """``--logdir`` is required."""
+    proc = _run_cli("--nproc-per-node=1", str(SCRIPT))
+    assert proc.returncode == 2 and "--logdir" in proc.stderr
