@@ -277,6 +277,48 @@ def test_standalone_job_with_users_destination(tmp_path):
     assert run.startswith(f"{run_id}/agent-")
 
 
+# -- signals ---------------------------------------------------------------------------------
+
+
+def _timeline(logdir: Path) -> list[dict]:
+    """The timeline records under ``logdir`` so far (none before it exists)."""
+    if not logdir.exists():
+        return []
+    return list(readers.decode_timeline(readers.iter_timeline(logdir)))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_flushes_and_exits_like_torchrun(tmp_path, signum):
+    """A signal to the agent ends it as torchrun's handlers do (exit 1); its events are on disk."""
+    need("torch")
+    script = tmp_path / "sleeper.py"
+    script.write_text("import time\ntime.sleep(600)\n")
+    logdir = tmp_path / "logs"
+    agent = subprocess.Popen(
+        _tb_monitor_run("--logdir", str(logdir), "--standalone", "--nproc-per-node=1", str(script)),
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + JOB_TIMEOUT
+        while not any(e["state"] == "START" for e in _timeline(logdir)):
+            assert time.monotonic() < deadline and agent.poll() is None, "worker never started"
+            time.sleep(0.5)
+        agent.send_signal(signum)
+        _, stderr = agent.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+            agent.wait()
+    assert agent.returncode == 1, stderr
+    assert "SignalException" in stderr
+    failed = [e for e in _timeline(logdir) if e["kind"] == "agent" and e["state"] == "FAILED"]
+    assert len(failed) == 1
+
+
 # -- command line errors ---------------------------------------------------------------------
 
 
