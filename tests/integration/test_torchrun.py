@@ -39,6 +39,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _timeline(logdir: Path) -> list[dict]:
+    """The timeline records under ``logdir`` so far (none before it exists)."""
+    if not logdir.exists():
+        return []
+    return list(readers.decode_timeline(readers.iter_timeline(logdir)))
+
+
 def _tb_monitor_run(*args: str) -> list[str]:
     return [sys.executable, "-m", "tb_monitor.cli", "run", *args]
 
@@ -117,7 +124,7 @@ def _run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
         run_id=run_id,
         returncodes=[agent.returncode for agent in agents],
         output="\n".join(outputs),
-        events=list(readers.decode_timeline(readers.iter_timeline(logdir))),
+        events=_timeline(logdir),
         scalars=list(readers.iter_scalars(logdir)),
         started=started,
     )
@@ -269,7 +276,7 @@ def test_standalone_job_with_users_destination(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert '"name": "torchelastic.worker.status.SUCCEEDED"' in proc.stderr  # console still prints
-    events = list(readers.decode_timeline(readers.iter_timeline(logdir)))
+    events = _timeline(logdir)
     agent_events = [e for e in events if e["kind"] == "agent"]
     (run_id,) = {e["run_id"] for e in agent_events}
     uuid.UUID(run_id)  # torchrun's random standalone id
@@ -278,13 +285,6 @@ def test_standalone_job_with_users_destination(tmp_path):
 
 
 # -- signals ---------------------------------------------------------------------------------
-
-
-def _timeline(logdir: Path) -> list[dict]:
-    """The timeline records under ``logdir`` so far (none before it exists)."""
-    if not logdir.exists():
-        return []
-    return list(readers.decode_timeline(readers.iter_timeline(logdir)))
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
