@@ -57,6 +57,7 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+const count = (n, noun) => `${n.toLocaleString("en-US")} ${noun}${n === 1 ? "" : "s"}`;
 const pad = (n, w = 2) => String(n).padStart(w, "0");
 
 function formatTime(t, withDate = false, ms = false) {
@@ -137,10 +138,10 @@ class Timeline {
   build() {
     const f = this.filters;
     this.summary = el("span", { class: "tl-summary", role: "status", "aria-live": "polite" });
-    this.runSelect = el("select", { "aria-label": "Run" });
-    this.runIdSelect = el("select", { "aria-label": "Run id (job)" });
-    this.kindSelect = el("select", { "aria-label": "Source" });
-    this.stateSelect = el("select", { "aria-label": "State" });
+    this.runSelect = el("select", { title: "Run (directory in the logdir)" });
+    this.runIdSelect = el("select", { title: "Job (torchelastic run id)" });
+    this.kindSelect = el("select", { title: "Source of the events" });
+    this.stateSelect = el("select", { title: "State of the events" });
     this.search = el("input", {
       type: "search",
       placeholder: "Search name, message, host…",
@@ -171,16 +172,20 @@ class Timeline {
       b.addEventListener("click", action);
       return b;
     };
+    const field = (text, control) => {
+      control.id = `tl-${text.toLowerCase()}`;
+      return el("span", { class: "tl-field" }, el("label", { for: control.id, text }), control);
+    };
     this.resetButton = button("Reset", "Reset zoom (0)", () => this.resetView());
     const toolbar = el(
       "div",
       { class: "tl-toolbar", role: "toolbar", "aria-label": "Timeline filters and zoom" },
       el("h1", { class: "tl-title", text: "Timeline" }),
       this.summary,
-      el("label", {}, "Run", this.runSelect),
-      el("label", {}, "Job", this.runIdSelect),
-      el("label", {}, "Source", this.kindSelect),
-      el("label", {}, "State", this.stateSelect),
+      field("Run", this.runSelect),
+      field("Job", this.runIdSelect),
+      field("Source", this.kindSelect),
+      field("State", this.stateSelect),
       this.search,
       button("−", "Zoom out (-)", () => this.zoomBy(1.6)),
       button("+", "Zoom in (+)", () => this.zoomBy(1 / 1.6)),
@@ -361,7 +366,7 @@ class Timeline {
     this.updateFilters(payload);
     this.updateLegend(payload);
     this.buildRows(payload.lanes);
-    this.summary.textContent = `${payload.total.toLocaleString("en-US")} events, ${payload.lanes.length.toLocaleString("en-US")} lanes`;
+    this.summary.textContent = `${count(payload.total, "event")}, ${count(payload.lanes.length, "lane")}`;
     this.empty.hidden = payload.total > 0;
     this.empty.textContent = payload.total
       ? ""

@@ -1,4 +1,4 @@
-"""Fixtures for the Timeline plugin: synthetic jobs, an in-process TensorBoard app, a real server."""
+"""Helpers for the Timeline plugin tests: synthetic jobs, payload columns, a real TensorBoard server."""
 
 from __future__ import annotations
 

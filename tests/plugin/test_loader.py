@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from conftest import small_job, wait_for
+from plugin_helpers import small_job, tensorboard_server, wait_for
 
 from tb_monitor import contract
 from tb_plugin.plugin import TimelineLoader
@@ -13,6 +13,9 @@ from tb_plugin.plugin import TimelineLoader
 
 def _flags(samples_per_plugin) -> argparse.Namespace:
     return argparse.Namespace(samples_per_plugin=samples_per_plugin)
+
+
+__all__ = ["tensorboard_server"]  # the fixture, imported for pytest
 
 
 def test_fix_flags_keeps_every_timeline_record_by_default():

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import column, expected_lanes, small_job, wait_for
+from plugin_helpers import column, expected_lanes, small_job, wait_for
 from tensorboard import program
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
