@@ -47,11 +47,14 @@ def main(argv: list[str] | None = None) -> int:
     """Run torchrun with capture; returns 0 or raises exactly what torchrun's ``main`` raises."""
     args = sys.argv[1:] if argv is None else list(argv)
     try:
+        import torch.distributed.run as torchrun
+    except ImportError as exc:
+        print(f"{_PROG}: needs PyTorch ({exc}): pip install 'tb-monitor[torch]'", file=sys.stderr)
+        return 2
+    try:
         logdir, torchrun_argv, destination = _parse(args)
     except SystemExit as exc:  # argparse's usage errors and --help, printed by torchrun's parser
         return exc.code if isinstance(exc.code, int) else 2
-
-    import torch.distributed.run as torchrun
 
     os.environ[contract.LOGDIR_ENV] = logdir
     capture = _AgentCapture(logdir, destination)

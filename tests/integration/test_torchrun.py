@@ -349,3 +349,19 @@ def test_missing_logdir_is_a_usage_error(tmp_path):
     """``--logdir`` is required."""
     proc = _run_cli("--nproc-per-node=1", str(SCRIPT))
     assert proc.returncode == 2 and "--logdir" in proc.stderr
+
+
+def test_without_torch_says_what_to_install(tmp_path):
+    """Without PyTorch, one clear line names the extra to install; exit 2."""
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    (shadow / "torch.py").write_text("raise ImportError('No module named torch')\n")
+    proc = subprocess.run(
+        _tb_monitor_run("--logdir", str(tmp_path / "logs"), str(SCRIPT)),
+        env={**os.environ, "PYTHONPATH": str(shadow)},
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+    )
+    assert proc.returncode == 2
+    assert "pip install 'tb-monitor[torch]'" in proc.stderr
