@@ -114,35 +114,46 @@ class _PyAccumulator:
 
     def add(self, value: Any) -> None:
         x = value if type(value) is float else _as_float(self.name, value)
-        while True:
-            with self._lock:
-                state = self._state
-                if state == _OPEN:
-                    if not self._count:
-                        self._min = self._max = x
-                    else:
-                        # NaN propagates to min and max as to the sum (IEEE 754-2019 minimum/maximum).
-                        if self._min == self._min and (x < self._min or x != x):
-                            self._min = x
-                        if self._max == self._max and (x > self._max or x != x):
-                            self._max = x
-                    self._count += 1
-                    self._sum += x
-                    self._last = x
-                    if self._count < self._max_samples:
-                        return
-                    snapshot = self._take_window()
-                    self._state = _CAPPED
-                    break
-                if state == _CAPPED:
-                    return  # max_samples reached: discard until the window's end
-                if state == _CLOSED:
-                    raise _closed_error(self.name)
+        with self._lock:
+            if self._state != _OPEN:
+                snapshot = None
+            else:
+                count = self._count
+                if count:
+                    # NaN propagates to min and max as to the sum (IEEE 754-2019 minimum/maximum).
+                    low, high = self._min, self._max
+                    if low == low and (x < low or x != x):
+                        self._min = x
+                    if high == high and (x > high or x != x):
+                        self._max = x
+                else:
+                    self._min = self._max = x
+                self._count = count = count + 1
+                self._sum += x
+                self._last = x
+                if count < self._max_samples:
+                    return
+                snapshot = self._take_window()
+                self._state = _CAPPED
+        if snapshot is None:
+            self._add_not_open(x)
+        else:
+            self._on_cap(snapshot)
+
+    def _add_not_open(self, x: float) -> None:
+        """add() when the window is capped, the Stat closed, or this is a forked child."""
+        with self._lock:
+            state = self._state
+        if state == _CAPPED:
+            return  # max_samples reached: discard until the window's end
+        if state == _CLOSED:
+            raise _closed_error(self.name)
+        if state == _FORKED:
             self._revive()
             with self._lock:
                 if self._state == _FORKED:
                     self._state = _OPEN
-        self._on_cap(snapshot)
+        self.add(x)
 
     @property
     def count(self) -> int:
@@ -189,21 +200,23 @@ class _Timer:
     """Ends windows at multiples of their size on the wall clock, for all Stats of the process.
 
     It holds the Stats weakly, so a Stat nobody uses any more is garbage-collected (and logs its
-    pending samples) as usual.
+    pending samples) as usual. The lock is re-entrant because a Stat's ``__del__`` (which calls
+    ``remove``) may run wherever the last reference drops, including under this lock.
     """
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        # (deadline ns, tie-break, weak reference to the Stat); one entry per live Stat.
-        self._heap: list[tuple[int, int, weakref.ref[Stat]]] = []
+        self._cond = threading.Condition(threading.RLock())
+        # (deadline ns, tie-break, window ns, weak reference to the Stat); one per live Stat.
+        self._heap: list[tuple[int, int, int, weakref.ref[Stat]]] = []
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._exit_hook_registered = False
 
     def add(self, stat: Stat) -> None:
         with self._cond:
-            deadline = _next_boundary(stat._window_ns)
-            heapq.heappush(self._heap, (deadline, next(self._seq), weakref.ref(stat)))
+            window_ns = stat._window_ns
+            entry = (_next_boundary(window_ns), next(self._seq), window_ns, weakref.ref(stat))
+            heapq.heappush(self._heap, entry)
             if not self._exit_hook_registered:
                 _shutdown.at_exit(self.close_all, _shutdown.PRODUCERS)
                 self._exit_hook_registered = True
@@ -211,8 +224,10 @@ class _Timer:
             self._cond.notify()
 
     def remove(self, stat: Stat) -> None:
+        target = weakref.ref(stat)
         with self._cond:
-            kept = [entry for entry in self._heap if entry[2]() not in (stat, None)]
+            # Weak references compare by referent without handing out a strong reference.
+            kept = [entry for entry in self._heap if entry[3] != target]
             if len(kept) != len(self._heap):
                 heapq.heapify(kept)
                 self._heap = kept
@@ -220,7 +235,7 @@ class _Timer:
     def stats(self) -> list[Stat]:
         """The live Stats, in no particular order."""
         with self._cond:
-            return [stat for stat in (entry[2]() for entry in self._heap) if stat is not None]
+            return [stat for stat in (entry[3]() for entry in self._heap) if stat is not None]
 
     def ensure_running(self) -> None:
         with self._cond:
@@ -230,11 +245,7 @@ class _Timer:
         if self._thread is not None and self._thread.is_alive():
             return
         # Fresh deadlines: after a fork the inherited ones belong to the parent's past.
-        self._heap = [
-            (_next_boundary(s._window_ns), seq, ref)
-            for _, seq, ref in self._heap
-            if (s := ref()) is not None
-        ]
+        self._heap = [(_next_boundary(ns), seq, ns, ref) for _, seq, ns, ref in self._heap]
         heapq.heapify(self._heap)
         self._thread = threading.Thread(target=self._run, name=TIMER_THREAD_NAME, daemon=True)
         self._thread.start()
@@ -247,16 +258,16 @@ class _Timer:
                 if not self._heap:
                     self._cond.wait()
                     continue
-                deadline, seq, ref = self._heap[0]
+                deadline, seq, window_ns, ref = self._heap[0]
                 delay = deadline - time.time_ns()
                 if delay > 0:
                     self._cond.wait(min(delay / 1e9, _MAX_WAIT))
                     continue
                 stat = ref()
-                if stat is None:  # collected; its finalizer logged what it held
+                if stat is None:  # collected; its __del__ logged what it held
                     heapq.heappop(self._heap)
                     continue
-                heapq.heapreplace(self._heap, (_next_boundary(stat._window_ns), seq, ref))
+                heapq.heapreplace(self._heap, (_next_boundary(window_ns), seq, window_ns, ref))
                 return stat
             return None
 
@@ -289,7 +300,7 @@ class _Timer:
         Each Stat restarts the thread on its first ``add`` in the child (``_revive``), so a
         child that never uses its inherited Stats never starts a thread.
         """
-        self._cond = threading.Condition(threading.Lock())
+        self._cond = threading.Condition(threading.RLock())
         self._thread = None
         for stat in self.stats():
             stat._reset_after_fork()
@@ -382,7 +393,7 @@ class Stat:
     window when it wakes at the boundary, so a sample added within the thread's wake-up latency
     after a boundary (well under a millisecond when idle, up to the interpreter's 5 ms thread
     switch interval when other threads keep the GIL busy) counts in the window that just ended.
-    Boundaries follow the wall clock, as in torch's C++ scheduler-free design they follow time.
+    Boundaries follow the wall clock (torch uses the monotonic clock), so a clock step moves them.
 
     Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``);
     other objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
