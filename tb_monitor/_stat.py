@@ -84,9 +84,9 @@ class _PyAccumulator:
         "_max",
         "_max_samples",
         "_min",
+        "_name",
         "_state",
         "_sum",
-        "name",
     )
     # Stat's hooks: a window reached max_samples; the first add in a forked child.
     _on_cap: Any
@@ -95,7 +95,7 @@ class _PyAccumulator:
     def __init__(self, name: str, max_samples: int) -> None:
         if max_samples < 1:
             raise ValueError(f"Stat {name!r}: max_samples must be >= 1, got {max_samples}")
-        self.name = name
+        self._name = name
         self._max_samples = max_samples
         self._lock = threading.Lock()
         self._state = _OPEN
@@ -154,6 +154,11 @@ class _PyAccumulator:
                 if self._state == _FORKED:
                     self._state = _OPEN
         self.add(x)
+
+    @property
+    def name(self) -> str:
+        """The Stat's name: the prefix of its event keys."""
+        return self._name
 
     @property
     def count(self) -> int:
@@ -324,6 +329,7 @@ def _aggregation(stat: str, value: Any) -> Aggregation:
     # torch.monitor.Aggregation members are accepted by name, so ported code may mix imports.
     if (
         type(value).__name__ == "Aggregation"
+        and type(value).__module__.startswith("torch")
         and getattr(value, "name", None) in Aggregation.__members__
     ):
         return Aggregation[value.name]
@@ -437,14 +443,17 @@ class Stat:
 
     @property
     def aggregations(self) -> list[Aggregation]:
+        """The aggregations reported for each window, in event-key order."""
         return list(self._aggregations)
 
     @property
     def window_size(self) -> timedelta:
+        """Length of a window; windows start at multiples of it on the wall clock."""
         return self._window_size
 
     @property
     def max_samples(self) -> int:
+        """Samples after which a window is logged at once (``sys.maxsize``: no cap)."""
         return self._max_samples
 
     def get(self) -> dict[Aggregation, float]:

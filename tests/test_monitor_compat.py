@@ -236,3 +236,17 @@ def test_handlers_receive_the_logged_event(monitor):
 
     (_, torch_result), (_, ours_result) = both(monitor, scenario)
     assert ours_result == torch_result == [("compat_event", datetime(2024, 1, 1), {"k": "v"})]
+
+
+@pytest.mark.parametrize("attribute", ["name", "count"])
+def test_name_and_count_are_read_only(monitor, attribute):
+    """Assigning a Stat's name or count raises AttributeError in both."""
+
+    def scenario(m):
+        stat = m.Stat("compat_readonly", aggregations(m, ("SUM",)), HOUR)
+        with pytest.raises(AttributeError):
+            setattr(stat, attribute, 3)
+        return stat.name
+
+    (_, torch_name), (_, ours_name) = both(monitor, scenario)
+    assert ours_name == torch_name == "compat_readonly"
