@@ -475,7 +475,6 @@ def _events(snap: _Snapshot, rows: np.ndarray, position, names, msgs) -> dict[st
         "t": _b64(snap.t[rows], "<f8"),
         "lane": _b64(position[snap.lane[rows]], "<u4"),
         "state": _b64(snap.state[rows], "<u2"),
-        "kind": _b64(snap.kind[rows], "<u2"),
         "id": _b64(snap.ids[rows], "<u4"),
         "name": _b64(name_idx, "<u4"),
         "msg": _b64(msg_idx, "<u4"),

@@ -144,7 +144,7 @@ class Timeline {
     this.stateSelect = el("select", { title: "State of the events" });
     this.search = el("input", {
       type: "search",
-      placeholder: "Search name, message, host…",
+      placeholder: "Search events…",
       "aria-label": "Search events",
     });
     const option = (value, text) => el("option", { value, text });
@@ -248,10 +248,13 @@ class Timeline {
   }
 
   // ---------------------------------------------------------------- data
-  async start() {
+  // The first request goes out while the stylesheet loads; drawing waits for the styles.
+  async start(stylesheet) {
+    const first = this.refetch({ fit: true, ready: stylesheet });
+    await stylesheet;
     this.watchTheme();
-    listenToHost(() => this.refetch({ force: true }));
-    await this.refetch({ fit: true });
+    listenToHost(() => this.refetch({}));
+    await first;
     setInterval(() => this.poll(), POLL_MS);
   }
 
@@ -275,7 +278,7 @@ class Timeline {
   }
 
   // Ask for the current view; without a zoom, let the server fit the window to the data.
-  async refetch({ fit = false } = {}) {
+  async refetch({ fit = false, ready = null } = {}) {
     const seq = ++this.fetchSeq;
     const width = Math.max(200, this.plotWidth());
     let params;
@@ -299,6 +302,7 @@ class Timeline {
       if (seq === this.fetchSeq) this.setStatus(`Could not load the timeline: ${err.message}`, true);
       return;
     }
+    await ready;
     if (seq !== this.fetchSeq) return; // a newer request superseded this one
     this.stats.fetches++;
     this.load(payload, fit || !this.view);
@@ -315,7 +319,6 @@ class Timeline {
         t: decode(e.t, Float64Array),
         lane: decode(e.lane, Uint32Array),
         state: decode(e.state, Uint16Array),
-        kind: decode(e.kind, Uint16Array),
         id: decode(e.id, Uint32Array),
         name: decode(e.name, Uint32Array),
         msg: decode(e.msg, Uint32Array),
@@ -431,7 +434,7 @@ class Timeline {
       });
       return b;
     });
-    const interval = el("span", {}, el("span", { class: "tl-swatch interval" }), "attempt / round");
+    const interval = el("span", { class: "tl-key" }, el("span", { class: "tl-swatch interval" }), "attempt / round");
     interval.firstChild.style.background = STATE_COLORS.RUNNING;
     const hint = el("span", {
       class: "tl-hint",
@@ -727,10 +730,7 @@ class Timeline {
       ctx.fillText(label, x + 3, AXIS_H - 10);
     }
     ctx.stroke();
-    ctx.textAlign = "right";
-    ctx.fillText(`span ${formatDuration(span)}`, this.width - 6, 11);
-    ctx.textAlign = "left";
-    this.axisCorner.textContent = formatTime(this.view.start, true);
+    this.axisCorner.textContent = `${formatTime(this.view.start, true)}\nspan ${formatDuration(span)}`;
   }
 
   // ---------------------------------------------------------------- view changes
@@ -994,7 +994,10 @@ class Timeline {
     }
     const parts = [close, el("h2", { text: f.name || "(unnamed event)" }), dl];
     parts.push(el("h3", { text: "error_trace" }));
-    parts.push(el("pre", { class: f.error_trace ? "tl-error" : "", text: f.error_trace || "—" }));
+    const failure = errorFileData(f.error_trace);
+    if (failure && failure.message) parts.push(el("p", { class: "tl-error-message", text: failure.message }));
+    const trace = failure ? failure.trace : f.error_trace;
+    parts.push(el("pre", { class: f.error_trace ? "tl-error" : "", text: trace || "—" }));
     const md = el("dl");
     for (const [k, v] of Object.entries(f.metadata || {})) {
       md.append(el("dt", { text: k }), el("dd", { text: v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v) }));
@@ -1015,6 +1018,22 @@ class Timeline {
   }
 }
 
+// torchelastic's agent stores a failed worker's error file (JSON) as raw_error: show its message
+// and Python call stack rather than escaped JSON. Anything else is shown as it is.
+function errorFileData(text) {
+  if (!text || text[0] !== "{") return null;
+  try {
+    const data = JSON.parse(text);
+    const message = data && data.message;
+    if (typeof message === "string") return { message, trace: text };
+    const stack = message && message.extraInfo && message.extraInfo.py_callstack;
+    if (typeof stack !== "string") return null;
+    return { message: typeof message.message === "string" ? message.message : "", trace: stack };
+  } catch {
+    return null;
+  }
+}
+
 function addStylesheet() {
   return new Promise((resolve) => {
     const link = el("link", { rel: "stylesheet", href: "./static/style.css" });
@@ -1025,7 +1044,7 @@ function addStylesheet() {
 }
 
 export async function render() {
-  await addStylesheet();
+  const stylesheet = addStylesheet();
   const timeline = new Timeline(document.body);
-  await timeline.start();
+  await timeline.start(stylesheet);
 }

@@ -20,6 +20,17 @@ import pytest
 from tb_monitor.synthetic import SyntheticJob, generate_job
 
 STARTUP_TIMEOUT_S = 90.0
+#: Flags for Debian's chromium in CI: headless, no sandbox, no network of its own.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def small_job(logdir, **overrides) -> SyntheticJob:

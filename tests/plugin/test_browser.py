@@ -7,7 +7,14 @@ import re
 
 import pytest
 from conftest import need, need_chromium
-from plugin_helpers import expected_lanes, small_job, start_tensorboard, stop, wait_for
+from plugin_helpers import (
+    CHROMIUM_ARGS,
+    expected_lanes,
+    small_job,
+    start_tensorboard,
+    stop,
+    wait_for,
+)
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -17,16 +24,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 NODES, WORKERS = 4, 2
 XSS = "<img src=x onerror=alert(1)>"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _write(run_dir: str, events: list[tuple[RdzvEvent, float]]) -> None:

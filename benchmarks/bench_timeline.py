@@ -1,0 +1,289 @@
+"""The Timeline tab on big jobs: data route, first render and zoom/pan frames in a real Chromium.
+
+TensorBoard's own page takes most of the first render on a slow machine (its bundle is parsed
+before it creates the plugin's iframe), so the plugin's share, from its iframe's start to the
+first drawn frame, is printed as well.
+
+1. In process, 100k events over 64 nodes: the warm data route of the plugin (``TimelineStore``:
+   decoded once, filtered with numpy) against the anchor, a plugin that does what TensorBoard's
+   own plugins do per request (``read_tensors`` of every record, then decode each one's JSON).
+   Rounds alternate which side runs first; medians in seconds and their ratio.
+2. Against a real ``tensorboard --logdir`` and Debian chromium, for 100k events over 64 nodes and
+   1M events over 512 nodes: the data route over HTTP (cold, then warm), the first render from
+   navigation, and the time of one zoom or pan frame, each printed against its target. The 1M job
+   is served as level-of-detail buckets; a zoomed-in window is fetched as detail.
+
+    python benchmarks/bench_timeline.py [--rounds 5] [--skip-big] [--screenshot docs/timeline.png]
+
+``--screenshot`` also saves the tab on a realistic small job at 1280x800 (the README's picture).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from tensorboard import context as tb_context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
+
+from tb_monitor import contract
+from tb_monitor.synthetic import generate_job
+from tb_plugin.payload import Query, TimelineStore
+
+# The browser flags the plugin's browser tests use (Debian chromium, no network of its own).
+sys.path.insert(
+    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "plugin")
+)
+from plugin_helpers import CHROMIUM_ARGS  # noqa: E402
+
+ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/timeline"
+CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
+TARGET_ROUTE_S, TARGET_FIRST_RENDER_S, TARGET_FRAME_MS = 0.5, 1.5, 16.0
+
+
+def _report(what: str, value: float, target: float, unit: str) -> None:
+    verdict = "ok" if value <= target else "OVER TARGET"
+    print(f"  {what:<44} {value:9.3f} {unit:<3} (target <= {target:g} {unit})  {verdict}")
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. In process: warm route against the naive per-request read
+# ---------------------------------------------------------------------------------------------
+
+
+def _provider(logdir: str) -> data_provider.MultiplexerDataProvider:
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={contract.PLUGIN_NAME: 0}
+    )
+    multiplexer.AddRunsFromDirectory(logdir)
+    multiplexer.Reload()
+    return data_provider.MultiplexerDataProvider(multiplexer, logdir)
+
+
+def anchor(provider, ctx) -> int:
+    """A plugin without a cache: read every record through the provider and decode it."""
+    data = provider.read_tensors(
+        ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME, downsample=2**31 - 1
+    )
+    rows = [
+        contract.decode_record(contract.kind_of_tag(tag), datum.numpy.item())
+        for tags in data.values()
+        for tag, series in tags.items()
+        for datum in series
+    ]
+    return len(rows)
+
+
+def ours(store: TimelineStore, ctx) -> int:
+    """The plugin's route body: refresh (nothing new) and the whole-job payload."""
+    store.refresh(ctx, force=True)
+    return store.query(Query())["total"]
+
+
+def compare_in_process(logdir: str, rounds: int) -> None:
+    ctx = tb_context.RequestContext()
+    provider = _provider(logdir)
+    store = TimelineStore(provider)
+    start = time.perf_counter()
+    total = ours(store, ctx)
+    print(f"  cold: first decode of {total:,} records      {time.perf_counter() - start:9.3f} s")
+    times: dict[str, list[float]] = {"ours": [], "anchor": []}
+    sides = [("ours", lambda: ours(store, ctx)), ("anchor", lambda: anchor(provider, ctx))]
+    for r in range(rounds):
+        for name, fn in sides if r % 2 == 0 else reversed(sides):
+            start = time.perf_counter()
+            assert fn() == total
+            times[name].append(time.perf_counter() - start)
+    ours_s, anchor_s = statistics.median(times["ours"]), statistics.median(times["anchor"])
+    print(f"  warm data route, ours (median)               {ours_s:9.3f} s")
+    print(f"  anchor: read_tensors + decode (median)       {anchor_s:9.3f} s")
+    print(f"  ratio ours / anchor                          {ours_s / anchor_s:9.3f}")
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. A real TensorBoard and Chromium
+# ---------------------------------------------------------------------------------------------
+
+
+class TensorBoard:
+    """`tensorboard --logdir` on a free 127.0.0.1 port, as a context manager."""
+
+    def __init__(self, logdir: str):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5"]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def __enter__(self) -> TensorBoard:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                self.get("/data/plugins_listing")
+                return self
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"tensorboard did not start on {self.url}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+    def get(self, route: str) -> tuple[float, dict]:
+        start = time.perf_counter()
+        request = urllib.request.Request(self.url + route, headers={"Accept-Encoding": "gzip"})
+        with urllib.request.urlopen(request, timeout=600) as response:
+            body = response.read()
+        elapsed = time.perf_counter() - start
+        if response.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return elapsed, json.loads(body)
+
+
+def _wait_all_loaded(tb: TensorBoard, total: int) -> float:
+    """Poll the route until TensorBoard has loaded every record; return the last request's time."""
+    deadline = time.monotonic() + 900
+    while time.monotonic() < deadline:
+        elapsed, data = tb.get(ROUTE + "?width=1000")
+        if data["total"] == total:
+            return elapsed
+        time.sleep(1.0)
+    raise RuntimeError("TensorBoard did not load every record in time")
+
+
+def _warm_route(tb: TensorBoard, query: str = "?width=1000", n: int = 5) -> float:
+    times = []
+    for _ in range(n):
+        time.sleep(1.1)  # past the store's refresh interval: each request also lists the series
+        times.append(tb.get(ROUTE + query)[0])
+    return statistics.median(times)
+
+
+_FRAMES_JS = """() => {
+    const tl = window.tbTimeline, out = [];
+    const frame = (change) => { change(); const t = performance.now(); tl.drawNow();
+                                out.push(performance.now() - t); };
+    for (let k = 0; k < 20; k++) frame(() => tl.zoomBy(0.8, tl.width * 0.4));
+    for (let k = 0; k < 20; k++) frame(() => tl.panBy(k % 2 ? -60 : 45));
+    for (let k = 0; k < 20; k++) frame(() => tl.zoomBy(1.25, tl.width * 0.4));
+    return out;
+}"""
+
+
+def _open_tab(page, url: str):
+    page.goto(f"{url}/#{contract.PLUGIN_NAME}")
+    frame = page.wait_for_selector("iframe[src*='plugin_entry.html']").content_frame()
+    frame.wait_for_function("() => window.tbTimeline && window.tbTimeline.stats.firstRender")
+    return frame
+
+
+def browser_figures(browser, url: str) -> tuple[float, float, list[float]]:
+    """First render from navigation and from the plugin's iframe start (s), frame times (ms)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        frame = _open_tab(page, url)
+        drawn = frame.evaluate("window.tbTimeline.stats.firstRender")
+        first = (drawn - page.evaluate("performance.timeOrigin")) / 1000.0
+        own = (drawn - frame.evaluate("performance.timeOrigin")) / 1000.0
+        return first, own, frame.evaluate(_FRAMES_JS)
+    finally:
+        page.close()
+
+
+def run_job(browser, name: str, nodes: int, events: int, workers: int, lod: bool) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        job = generate_job(tmp, nodes=nodes, workers_per_node=workers, events=events, restarts=2)
+        print(f"\n{name}: {job.total_events:,} events, {nodes} nodes, {len(job.runs)} runs")
+        print(
+            f"  generated in                                 {time.perf_counter() - start:9.1f} s"
+        )
+        with TensorBoard(tmp) as tb:
+            start = time.perf_counter()
+            cold = _wait_all_loaded(tb, job.total_events)
+            print(
+                f"  loaded by TensorBoard after                  {time.perf_counter() - start:9.1f} s"
+            )
+            print(f"  data route, first decode (cold)              {cold:9.3f} s")
+            _report("data route, warm (median of 5)", _warm_route(tb), TARGET_ROUTE_S, "s")
+            first, own, frames = browser_figures(browser, tb.url)
+            _report("first render from navigation", first, TARGET_FIRST_RENDER_S, "s")
+            print(f"    of which the plugin (iframe start to drawn) {own:9.3f} s")
+            frames.sort()
+            _report(
+                "zoom/pan frame, median of 60", statistics.median(frames), TARGET_FRAME_MS, "ms"
+            )
+            _report("zoom/pan frame, 95th percentile", frames[56], TARGET_FRAME_MS, "ms")
+            if lod:
+                _, data = tb.get(ROUTE + "?width=1000")
+                print(f"  whole job served as                          {data['mode']:>9}")
+                lo, hi = data["extent"]
+                query = f"?start={lo + (hi - lo) * 0.5}&end={lo + (hi - lo) * 0.51}&width=2000"
+                _, detail = tb.get(ROUTE + query)
+                print(f"  1% window served as                          {detail['mode']:>9}")
+                _report("zoomed-in detail route, warm", _warm_route(tb, query), TARGET_ROUTE_S, "s")
+
+
+def screenshot(browser, path: str) -> None:
+    """The tab on a realistic small job, its failure's details open, at 1280x800."""
+    with tempfile.TemporaryDirectory() as tmp:
+        generate_job(tmp, nodes=8, workers_per_node=2, restarts=1)
+        with TensorBoard(tmp) as tb:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            frame = _open_tab(page, tb.url)
+            failed = """() => {
+                const tl = window.tbTimeline, e = tl.data.events;
+                const i = [...e.state].findIndex((s) => tl.data.states[s] === "FAILED");
+                const row = tl.rows[tl.rowOfLane[e.lane[i]]];
+                return {id: e.id[i], x: tl.x(e.t[i]), y: row.y + row.h / 2};
+            }"""
+            frame.evaluate(f"window.tbTimeline.showDetails(({failed})().id, false)")
+            frame.wait_for_selector(".tl-details pre.tl-error")
+            spot = frame.evaluate(failed)
+            box = frame.locator(".tl-plot canvas").bounding_box()
+            page.mouse.move(box["x"] + spot["x"], box["y"] + spot["y"])
+            page.wait_for_timeout(300)
+            page.screenshot(path=path)
+            page.close()
+    print(f"\nscreenshot saved to {path}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--skip-big", action="store_true", help="skip the 1M-event job")
+    parser.add_argument("--screenshot", metavar="PNG", help="also save the README screenshot")
+    args = parser.parse_args()
+
+    from playwright.sync_api import sync_playwright
+
+    with tempfile.TemporaryDirectory() as tmp:
+        job = generate_job(tmp, nodes=64, workers_per_node=4, events=100_000, restarts=2)
+        print(f"in process: {job.total_events:,} events over 64 nodes, {args.rounds} rounds")
+        compare_in_process(tmp, args.rounds)
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            run_job(browser, "100k job", nodes=64, events=100_000, workers=4, lod=False)
+            if not args.skip_big:
+                run_job(browser, "1M job", nodes=512, events=1_000_000, workers=4, lod=True)
+            if args.screenshot:
+                screenshot(browser, args.screenshot)
+        finally:
+            browser.close()
+
+
+if __name__ == "__main__":
+    main()
