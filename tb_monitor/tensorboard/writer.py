@@ -3,8 +3,9 @@
 ``AsyncWriter.add_*`` validates its arguments and appends a small tuple to a deque: no lock, no
 syscall, no encoding. One daemon thread per process (shared by every writer) wakes every
 ``flush_secs`` (or early, when a queue passes a threshold or a caller waits for room), encodes
-the records (scalars by hand, with a cached per-tag prefix; everything else with TensorBoard's
-protos), frames them with a C crc32c and hands them to the operating system. So a process killed
+the records (scalars by hand, with a cached per-tag prefix, in C when the optional
+``_speedups`` extension is built; everything else with TensorBoard's protos), frames them with a
+C crc32c and hands them to the operating system in one write per batch. So a process killed
 outright loses at most the last flush interval; ``flush()`` and ``close()`` also ``fsync``.
 
 Steps are allocated here, per tag, starting one above the largest step the run directory already
@@ -49,6 +50,11 @@ _FILE_VERSION = "brain.Event:2"  # tells TensorBoard's Python loader not to purg
 
 _file_counter = itertools.count()
 _time = time.time
+
+try:  # the C twin of the plain-scalar encoding below; byte-identical (see _speedups.c)
+    from tb_monitor._speedups import encode_scalars as _encode_scalars
+except ImportError:  # no compiler at install time, or a free-threaded build
+    _encode_scalars = None
 
 # ---------------------------------------------------------------------------------------------
 # Encoding: an Event is wall_time (field 1, double), step (field 2, varint), summary (field 5).
@@ -106,6 +112,34 @@ def _scalar_prefix(tag: str) -> bytes:
     return b"\x2a" + _varint(len(summary) + value_len) + summary + value
 
 
+def _append_scalars(
+    out: bytearray,
+    scalars: Any,
+    wall_time: float,
+    step: int | None,
+    prefixes: dict[str, bytes],
+    steps: dict[str, int],
+) -> None:
+    """Frame one scalar Event per ``(tag, value)`` of ``scalars`` onto ``out``.
+
+    Every scalar of a tag shares the bytes after the step (``prefixes``), and records of one
+    length share their framing header (``_header``): only the time, step, value and the data's
+    checksum are computed per record. ``step`` None means each tag's next step.
+    """
+    head = _WALL_TIME.pack(0x09, wall_time)
+    for tag, value in scalars:
+        prefix = prefixes.get(tag)
+        if prefix is None:
+            prefix = prefixes[tag] = _scalar_prefix(tag)
+        this_step = steps.get(tag, 0) if step is None else step
+        steps[tag] = this_step + 1
+        data = head + _step_field(this_step) + prefix + _float32(value)
+        crc = _crc32c(data)
+        out += _HEADERS.get(len(data)) or _header(len(data))
+        out += data
+        out += _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+
+
 def _summary_event(wall_time: float, step: int, summary: Any) -> bytes:
     raw = summary.SerializeToString()
     return _event_head(wall_time, step) + b"\x2a" + _varint(len(raw)) + raw
@@ -128,9 +162,9 @@ def _frame(data: bytes) -> bytes:
 
 def _float32(value: float) -> bytes:
     try:
-        return _FLOAT.pack(value)
-    except OverflowError:  # beyond float32: what a float32 cast gives
-        return _FLOAT.pack(math.copysign(math.inf, value))
+        return _pack_float(value)
+    except (OverflowError, struct.error):  # beyond float32 (an int raises struct.error)
+        return _pack_float(math.inf if value > 0 else -math.inf)  # what a float32 cast gives
 
 
 # ---------------------------------------------------------------------------------------------
@@ -460,53 +494,45 @@ class AsyncWriter:
         """Encode and write every queued record. Runs with ``_drain_lock`` held."""
         queue = self._queue
         while queue:
-            self._write(self._encode(min(len(queue), _BATCH)))
+            count = min(len(queue), _BATCH)
+            self._write(self._encode(count), count)
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
         if self._dropped != self._dropped_written and self._error is None:
             self._dropped_written = dropped = self._dropped
             queue.append((_SCALAR, DROPPED_TAG, float(dropped), _time(), None))
-            self._write(self._encode(1))
+            self._write(self._encode(1), 1)
 
-    def _encode(self, count: int) -> list[bytes]:
-        """Encode ``count`` queued records. Scalars, the bulk, are encoded inline: the hot loop."""
-        popleft, prefixes, steps = self._queue.popleft, self._prefixes, self._next_steps
-        chunks: list[bytes] = []
-        append = chunks.append
-        for _ in range(count):
-            item = popleft()
+    def _encode(self, count: int) -> bytearray:
+        """Take ``count`` queued records off the queue and encode them, in order, into one buffer.
+
+        Runs of plain scalars (the bulk) go to the C encoder when it is built; it hands back
+        every record it does not cover, which is encoded here in Python, one at a time.
+        """
+        popleft = self._queue.popleft
+        items = [popleft() for _ in range(count)]
+        prefixes, steps = self._prefixes, self._next_steps
+        out = bytearray()
+        index = 0
+        while index < count:
+            if _encode_scalars is not None:
+                index = _encode_scalars(items, index, prefixes, steps, out)
+                if index == count:
+                    break
+            item = items[index]
+            index += 1
             try:
                 kind = item[0]
                 if kind == _SCALAR:
-                    scalars: Any = ((item[1], item[2]),)
-                    wall_time, step = item[3], item[4]
+                    _append_scalars(out, ((item[1], item[2]),), item[3], item[4], prefixes, steps)
                 elif kind == _SCALARS:
-                    scalars, wall_time, step = item[1].items(), item[2], None
+                    _append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
                 else:
-                    append(self._summary_record(item))
-                    continue
-                head = _WALL_TIME.pack(0x09, wall_time)
-                for tag, value in scalars:
-                    prefix = prefixes.get(tag) or self._new_prefix(tag)
-                    this_step = steps.get(tag, 0) if step is None else step
-                    steps[tag] = this_step + 1
-                    try:
-                        value_bytes = _pack_float(value)
-                    except OverflowError:
-                        value_bytes = _float32(value)
-                    data = head + _step_field(this_step) + prefix + value_bytes
-                    crc = _crc32c(data)
-                    append(_HEADERS.get(len(data)) or _header(len(data)))
-                    append(data)
-                    append(_CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF))
+                    out += self._summary_record(item)
             except Exception:  # arguments were checked by the caller: this is a bug
                 _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
-        return chunks
-
-    def _new_prefix(self, tag: str) -> bytes:
-        prefix = self._prefixes[tag] = _scalar_prefix(tag)
-        return prefix
+        return out
 
     def _summary_record(self, item: tuple) -> bytes:
         """A text, timeline or prebuilt summary record, built with TensorBoard's protos."""
@@ -522,23 +548,24 @@ class AsyncWriter:
         self._next_steps[tag] = this_step + 1
         return _frame(_summary_event(wall_time, this_step, summary))
 
-    def _write(self, chunks: list[bytes]) -> None:
-        if not chunks:
+    def _write(self, data: bytearray, count: int) -> None:
+        """Write the encoded ``data`` of ``count`` queued records (counted as dropped on error)."""
+        if not data:
             return
         if self._error is not None:
-            self._dropped += len(chunks)
+            self._dropped += count
             return
         try:
             if self._file is None:
                 self._open_file()
-            data = memoryview(b"".join(chunks))
-            while data:
-                written = self._file.write(data)
+            view = memoryview(data)
+            while view:
+                written = self._file.write(view)
                 if written is None:  # remote files write everything or raise
                     break
-                data = data[written:]
+                view = view[written:]
         except OSError as exc:
-            self._dropped += len(chunks)
+            self._dropped += count
             self._error = _with_path(exc, f"writing {self._path or self._run_dir} failed")
             _log.error("tb_monitor: %s; dropping this writer's records from now on", self._error)
 

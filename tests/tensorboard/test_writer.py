@@ -11,11 +11,13 @@ import threading
 import time
 
 import pytest
+from conftest import need
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
 from tb_monitor import readers
 from tb_monitor.tensorboard import records
+from tb_monitor.tensorboard import writer as writer_module
 from tb_monitor.tensorboard.writer import DROPPED_TAG, AsyncWriter
 
 
@@ -351,3 +353,43 @@ def test_many_processes_into_one_directory_lose_nothing(logdir):
     for n in range(4):
         assert [v for _, v in points[f"proc{n}"]] == [float(i) for i in range(2000)]
     assert len(points["shared"]) == 8000
+
+
+def _write_mixed_records(run_dir) -> bytes:
+    """Write scalars of every shape the encoders distinguish; return the records after the header."""
+    with AsyncWriter(run_dir) as writer:
+        with writer._drain_lock:  # one batch: the C encoder sees runs and hands back the rest
+            for i in range(300):
+                writer.add_scalar("loss", i / 7, wall_time=1000.0 + i)
+                writer.add_scalar("ü/" + "long" * 40, i, wall_time=1000.5)  # a 2-byte length
+            for value in (10**300, 2**80, 1e39, -1e39, float("nan"), float("inf"), -0.0, True):
+                writer.add_scalar("edge", value, wall_time=2.0)
+            for step in (-7, 0, 127, 128, 2**14, 2**21, 2**40, 2**63 - 2, 2**70):
+                writer.add_scalar("steps", 1.0, wall_time=3.0, step=step)
+            writer.add_scalar("steps", 2.0, wall_time=3.0)  # one above 2**70
+            writer.add_scalar("time", 1.0, wall_time=5)  # an int wall time
+            writer.add_text("note", "between scalars", wall_time=4.0)
+            writer.add_scalars({"x.sum": 10, "x.count": 5.0}, wall_time=6.0)
+            writer.add_scalar("loss", 9.0, wall_time=7.0)
+        path = writer.path
+    return b"".join(records.encode_record(r) for r in list(records.iter_records(path))[1:])
+
+
+def test_c_and_python_scalar_encoders_write_identical_bytes(tmp_path, monkeypatch):
+    """The C scalar encoder and the pure-Python one write byte-identical event files."""
+    speedups = need("tb_monitor._speedups")  # skips locally without the extension, fails in CI
+    monkeypatch.setattr(writer_module, "_encode_scalars", speedups.encode_scalars)
+    with_c = _write_mixed_records(tmp_path / "c")
+    monkeypatch.setattr(writer_module, "_encode_scalars", None)
+    pure_python = _write_mixed_records(tmp_path / "python")
+    assert with_c == pure_python
+    assert len(list(readers.iter_scalars(tmp_path / "c"))) == 600 + 8 + 10 + 1 + 2 + 1
+
+
+def test_values_beyond_float32_are_written_as_infinities(logdir):
+    """A value too large for float32, a huge int included, lands as a signed infinity."""
+    with AsyncWriter(logdir) as writer:
+        for value in (1e39, -1e39, 10**300, -(10**400)):
+            writer.add_scalar("big", value)
+    inf = float("inf")
+    assert [v for _, v in _scalars(logdir)["big"]] == [inf, -inf, inf, -inf]
