@@ -199,6 +199,7 @@ class TensorboardMetricHandler(_Sink, MetricHandler):
     def __init__(self, writer_or_logdir: Any) -> None:
         super().__init__(writer_or_logdir)
         self._tags: dict[str, dict[str, str]] = {}  # group -> name -> tag
+        self._add_scalar = self._writer.add_scalar  # bound once: emit is every metric's hot path
 
     def emit(self, metric_data: MetricData) -> None:
         timestamp, group, name, value = metric_data
@@ -209,7 +210,7 @@ class TensorboardMetricHandler(_Sink, MetricHandler):
         try:
             if tag is None:
                 tag = self._new_tag(group, name)
-            self._writer.add_scalar(tag, value, timestamp)
+            self._add_scalar(tag, value, timestamp)
         except WriterClosedError as exc:
             self._writer_closed(exc)
 

@@ -374,11 +374,13 @@ class AsyncWriter:
         # The hot path of every metric: type checks inline, no call unless something is off.
         if type(value) is not float and type(value) is not int:
             value = _real(value, f"scalar {tag!r}")
+        if type(wall_time) is not float:
+            wall_time = _time() if wall_time is None else _wall_time(wall_time)
         item = (
             _SCALAR,
             tag if type(tag) is str else _check_tag(tag),
             value,
-            _time() if wall_time is None else _wall_time(wall_time),
+            wall_time,
             None if step is None else _step(step),
         )
         if self._closed or len(self._queue) >= self._wake_at:
@@ -394,7 +396,9 @@ class AsyncWriter:
                 scalars[_check_tag(tag)] = _real(value, f"scalar {tag!r}")
             elif type(tag) is not str:
                 _check_tag(tag)
-        self._put((_SCALARS, scalars, _time() if wall_time is None else _wall_time(wall_time)))
+        if type(wall_time) is not float:
+            wall_time = _time() if wall_time is None else _wall_time(wall_time)
+        self._put((_SCALARS, scalars, wall_time))
 
     def add_text(self, tag: str, text: str, wall_time: float | None = None) -> None:
         """Record a text-dashboard entry (rendered as Markdown by TensorBoard)."""
