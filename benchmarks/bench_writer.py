@@ -6,7 +6,8 @@ which side runs first; each figure is the median over rounds.
 - tensorboardX ``add_scalar``: µs per call on the caller's thread, and end to end (first call to
   ``close()`` returning) in scalars/s.
 - ours, ``put_metric`` through ``tb_monitor.init(logdir)``: µs per call (target <= 2 µs), and end
-  to end (target >= 20x tensorboardX's scalars/s).
+  to end (target >= 20x tensorboardX's scalars/s); again with the writer's pure-Python encoder, the
+  fallback when the optional C extension is not built.
 - ours, a Stat window event of 6 scalars through ``log_event`` → ``TensorboardEventHandler``:
   µs per event (target <= 5 µs). With torch installed, torch.monitor's ``log_event`` → its own
   ``TensorboardEventHandler`` on a tensorboardX writer is timed alongside.
@@ -31,6 +32,7 @@ from tensorboardX import SummaryWriter
 import tb_monitor
 from tb_monitor import contract, readers
 from tb_monitor.elastic import metrics
+from tb_monitor.tensorboard import writer as writer_module
 
 STAT_KEYS = [f"loss.{agg}" for agg in ("mean", "min", "max", "sum", "count", "value")]
 
@@ -57,6 +59,18 @@ def _ours_put_metric(logdir: str, n: int) -> dict[str, float]:
     monitor.close()
     done = time.perf_counter()
     return {"caller_us": (enqueued - start) / n * 1e6, "per_s": n / (done - start)}
+
+
+def _ours_pure_python(logdir: str, n: int) -> dict[str, float] | None:
+    """``put_metric`` as above, with the writer's C scalar encoder switched off."""
+    c_encoder = writer_module._encode_scalars
+    if c_encoder is None:
+        return None  # already measured: the C extension is not built
+    writer_module._encode_scalars = None
+    try:
+        return _ours_put_metric(logdir, n)
+    finally:
+        writer_module._encode_scalars = c_encoder
 
 
 def _ours_stat_event(logdir: str, n: int) -> dict[str, float]:
@@ -120,6 +134,7 @@ def main() -> None:
     sides: dict[str, Callable[[str, int], dict[str, float] | None]] = {
         "tensorboardX": _tensorboardx,
         "put_metric": _ours_put_metric,
+        "pure_python": _ours_pure_python,
         "stat": _ours_stat_event,
         "torch_stat": _torch_stat_event,
     }
@@ -146,7 +161,10 @@ def main() -> None:
         _median(results["put_metric"], "per_s"),
     )
     stat_us = _median(results["stat"], "caller_us")
-    print(f"{n} scalars per round, {args.rounds} rounds, medians")
+    encoder = "C" if writer_module._encode_scalars is not None else "pure Python"
+    print(
+        f"{n} scalars per round, {args.rounds} rounds, medians; writer's scalar encoder: {encoder}"
+    )
     print(
         f"tensorboardX add_scalar        caller {tbx_us:8.2f} µs   end to end {tbx_rate:10.0f} /s"
     )
@@ -155,6 +173,15 @@ def main() -> None:
     )
     print(f"  caller ratio (tensorboardX / ours) {tbx_us / put_us:6.1f}x   target: ours <= 2 µs")
     print(f"  end-to-end ratio (ours / tensorboardX) {put_rate / tbx_rate:6.1f}x   target >= 20x")
+    if results["pure_python"]:
+        py_us, py_rate = (
+            _median(results["pure_python"], "caller_us"),
+            _median(results["pure_python"], "per_s"),
+        )
+        print(
+            f"  same, pure-Python encoder    caller {py_us:8.2f} µs   end to end {py_rate:10.0f} /s"
+            f"   ratio {py_rate / tbx_rate:6.1f}x"
+        )
     print(f"Stat window (6 scalars) via log_event  caller {stat_us:8.2f} µs   target <= 5 µs")
     if results["torch_stat"]:
         torch_us = _median(results["torch_stat"], "caller_us")
