@@ -65,8 +65,36 @@ Accumulator_dealloc(Accumulator *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Re-raise the pending conversion error with the same type, naming the Stat and the value,
+ * and chained to the original (as `raise ... from exc` would). */
+static int
+conversion_error(Accumulator *self, PyObject *value)
+{
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (tb != NULL && cause != NULL) {
+        PyException_SetTraceback(cause, tb);
+    }
+    Py_XDECREF(tb);
+    PyErr_Format(type, "Stat %R: add() got %.200R: %S", self->name, value, cause);
+    Py_DECREF(type);
+    PyObject *new_type, *exc, *new_tb;
+    PyErr_Fetch(&new_type, &exc, &new_tb);
+    PyErr_NormalizeException(&new_type, &exc, &new_tb);
+    if (exc != NULL && cause != NULL) {
+        PyException_SetCause(exc, cause); /* steals the reference to cause */
+    }
+    else {
+        Py_XDECREF(cause);
+    }
+    PyErr_Restore(new_type, exc, new_tb);
+    return -1;
+}
+
 /* The value as a double: floats, ints and bools directly, anything else through __float__ or
- * __index__ (numpy scalars, 0-d tensors). Non-numbers raise a TypeError naming the Stat. */
+ * __index__ (numpy scalars, 0-d tensors). Non-numbers raise a TypeError naming the Stat; a
+ * failed conversion (an int too large for a double, a numpy array) is re-raised naming it. */
 static int
 as_double(Accumulator *self, PyObject *value, double *out)
 {
@@ -76,21 +104,21 @@ as_double(Accumulator *self, PyObject *value, double *out)
     }
     if (PyLong_Check(value)) {
         *out = PyLong_AsDouble(value);
-        return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
     }
     PyNumberMethods *nb = Py_TYPE(value)->tp_as_number;
     if (nb != NULL && nb->nb_float != NULL) {
         *out = PyFloat_AsDouble(value);
-        return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
     }
     if (nb != NULL && nb->nb_index != NULL) {
         PyObject *index = PyNumber_Index(value);
         if (index == NULL) {
-            return -1;
+            return conversion_error(self, value);
         }
         *out = PyLong_AsDouble(index);
         Py_DECREF(index);
-        return (*out == -1.0 && PyErr_Occurred()) ? -1 : 0;
+        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
     }
     PyErr_Format(PyExc_TypeError,
                  "Stat %R: add() takes a real number (int, float, bool or a numpy scalar), "
@@ -99,20 +127,29 @@ as_double(Accumulator *self, PyObject *value, double *out)
     return -1;
 }
 
-/* The current window as a snapshot tuple (or None when empty), and a fresh window. */
+/* The current window as a snapshot tuple (or None when empty), and a fresh window.
+ * The fields are zeroed before the tuple is built: building allocates, allocation can run the
+ * garbage collector, and that can run Python code and let other threads add. A sample added
+ * then belongs to the fresh window and must not be zeroed away with the old one. */
 static PyObject *
 take_window(Accumulator *self)
 {
     if (self->count == 0) {
         Py_RETURN_NONE;
     }
-    PyObject *snapshot = Py_BuildValue("(Ldddd)", self->count, self->sum, self->min, self->max,
-                                       self->last);
-    if (snapshot == NULL) {
-        return NULL;
-    }
+    long long count = self->count;
+    double sum = self->sum, min = self->min, max = self->max, last = self->last;
     self->count = 0;
     self->sum = self->min = self->max = self->last = 0.0;
+    PyObject *snapshot = Py_BuildValue("(Ldddd)", count, sum, min, max, last);
+    if (snapshot == NULL && self->count == 0) {
+        /* Nothing came in meanwhile: put the window back rather than lose it. */
+        self->count = count;
+        self->sum = sum;
+        self->min = min;
+        self->max = max;
+        self->last = last;
+    }
     return snapshot;
 }
 
@@ -164,11 +201,12 @@ Accumulator_add(Accumulator *self, PyObject *value)
     self->sum += x;
     self->last = x;
     if (self->count >= self->max_samples) {
+        /* Capped before the snapshot is built, so adds that slip in meanwhile are discarded. */
+        self->state = CAPPED;
         PyObject *snapshot = take_window(self);
         if (snapshot == NULL) {
             return NULL;
         }
-        self->state = CAPPED;
         PyObject *result = PyObject_CallMethodOneArg((PyObject *)self, str_on_cap, snapshot);
         Py_DECREF(snapshot);
         if (result == NULL) {
