@@ -224,6 +224,7 @@ class _Timer:
             heapq.heappush(self._heap, entry)
             if not self._exit_hook_registered:
                 _shutdown.at_exit(self.close_all, _shutdown.PRODUCERS)
+                _shutdown.on_flush(self.flush_all, _shutdown.PRODUCERS)
                 self._exit_hook_registered = True
             self._start_locked()
             self._cond.notify()
@@ -284,6 +285,14 @@ class _Timer:
                 _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
             del stat  # hold no reference while waiting: the Stat may be collected meanwhile
 
+    def flush_all(self) -> None:
+        """Flush hook (a SIGTERM the process survives): end every live Stat's window now."""
+        for stat in self.stats():
+            try:
+                stat._end_window()
+            except Exception:
+                _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
+
     def close_all(self) -> None:
         """Exit hook: log every live Stat's pending window, then stop the thread."""
         with self._cond:
@@ -295,7 +304,7 @@ class _Timer:
             thread.join(_EXIT_JOIN_TIMEOUT)
         for stat in self.stats():
             try:
-                stat.close()
+                stat._exit()
             except Exception:
                 _log.exception("tb_monitor: closing Stat %r at exit failed", stat.name)
 
@@ -438,6 +447,7 @@ class Stat:
         self._window_size = window_size
         self._max_samples = cap
         self._last_values = dict.fromkeys(aggs, 0.0)  # torch reports zeros before a window
+        self._exited = False
         self._window_ns = window_ns  # set last: marks the Stat as fully built (see __del__)
         _timer.add(self)
 
@@ -461,7 +471,11 @@ class Stat:
         return dict(self._last_values)
 
     def close(self) -> None:
-        """Log the pending samples now; later ``add`` calls raise RuntimeError. Idempotent."""
+        """Log the pending samples now; later ``add`` calls raise RuntimeError. Idempotent.
+
+        At process exit tb_monitor logs every Stat's pending samples itself; adds after that
+        (from daemon threads, say) are discarded quietly, since nothing would record them.
+        """
         if self.closed:
             return  # also spares __del__ at interpreter teardown, after the exit hook closed it
         snapshot = self._close()
@@ -494,6 +508,12 @@ class Stat:
 
     # -- called by the accumulator and the timer ----------------------------------------------
 
+    def _exit(self) -> None:
+        """Exit hook: log the pending window; from now on windows are discarded, not logged."""
+        _timer.remove(self)
+        self._end_window()
+        self._exited = True
+
     def _end_window(self) -> None:
         snapshot = self._roll()
         if snapshot is not None:
@@ -506,6 +526,8 @@ class Stat:
         _timer.ensure_running()
 
     def _log(self, snapshot: _Snapshot) -> None:
+        if self._exited:
+            return
         count, total, low, high, last = snapshot
         by_aggregation = {
             Aggregation.VALUE: last,
@@ -531,6 +553,7 @@ class Stat:
 _STAT_SLOTS = (
     "__weakref__",
     "_aggregations",
+    "_exited",
     "_keys",
     "_last_values",
     "_max_samples",
