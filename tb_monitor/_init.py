@@ -1,12 +1,17 @@
 """``tb_monitor.init(logdir)``: one call that wires every tb_monitor API to one TensorBoard writer.
 
+    >>> import tb_monitor
+    >>> from tb_monitor.elastic import metrics
     >>> with tb_monitor.init("runs/exp1") as monitor:
-    ...     tb_monitor.elastic.metrics.put_metric("loss", 1, "train")
+    ...     metrics.put_metric("loss", 1, "train")
 
 Monitor events, the default metric handler for every group, and the events destinations
 ``"tensorboard"`` and ``"dynamic_rendezvous"`` all go to one ``AsyncWriter``. Inside a torchelastic
 worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere ``logdir`` itself.
-``Monitor.close()`` undoes every registration, restoring what was there before.
+``Monitor.close()`` undoes every registration that is still ours, restoring what was there before.
+
+One monitor is active at a time: calling ``init`` again (a notebook cell run twice) closes the
+open monitor first and logs a warning saying so, so nothing is recorded twice.
 
 ``torch=True`` also installs the same sinks into the real torch APIs (``torch.monitor``,
 ``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.integrations.torch``). Inside
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable
 from typing import Literal
 
@@ -38,6 +44,10 @@ __all__ = ["DESTINATIONS", "Monitor", "init"]
 #: torchelastic events destinations ``init`` sends to TensorBoard.
 DESTINATIONS = ("tensorboard", "dynamic_rendezvous")
 
+_log = logging.getLogger("tb_monitor")
+_active_lock = threading.Lock()
+_active: Monitor | None = None  # the monitor init() returned last, until it is closed
+
 
 class Monitor:
     """What ``init`` set up: its writer, and the undo of every registration it made."""
@@ -46,6 +56,7 @@ class Monitor:
         self._logdir = logdir
         self._writer = writer
         self._undo: list[Callable[[], None]] = []
+        self._closed = False
 
     @property
     def logdir(self) -> str:
@@ -62,15 +73,45 @@ class Monitor:
         """The writer every API is wired to."""
         return self._writer
 
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called (also by a later ``init``)."""
+        return self._closed
+
     def flush(self) -> None:
         """Write everything recorded so far to disk (see ``AsyncWriter.flush``)."""
         self._writer.flush()
 
     def close(self) -> None:
-        """Undo every registration (latest first), then flush and close the writer. Idempotent."""
+        """Undo every registration (latest first), then flush and close the writer. Idempotent.
+
+        Each step runs even if an earlier one failed, and the writer is always closed; the
+        first error is raised afterwards (later ones are logged).
+        """
+        global _active
+        self._closed = True
+        with _active_lock:
+            if _active is self:
+                _active = None
+        error: BaseException | None = None
         while self._undo:
-            self._undo.pop()()
-        self._writer.close()
+            undo = self._undo.pop()
+            try:
+                undo()
+            except Exception as exc:
+                if error is None:
+                    error = exc
+                else:
+                    _log.exception("tb_monitor: closing %r: undoing %r failed", self, undo)
+        try:
+            self._writer.close()
+        except Exception as exc:
+            if error is None:
+                error = exc
+            else:
+                _log.exception("tb_monitor: closing %r: closing the writer failed", self)
+        if error is not None:
+            raise error
 
     def __enter__(self) -> Monitor:
         return self
@@ -94,7 +135,12 @@ class Monitor:
     def _configure_metrics(self, handler: TensorboardMetricHandler) -> None:
         previous = metrics._default_metrics_handler  # the API has no getter; we restore it
         metrics.configure(handler)
-        self._undo.append(lambda: metrics.configure(previous))
+
+        def undo() -> None:
+            if metrics._default_metrics_handler is handler:  # not replaced since
+                metrics.configure(previous)
+
+        self._undo.append(undo)
 
     def _register_destination(self, name: str, handler: TensorboardLoggingHandler) -> None:
         try:
@@ -104,6 +150,11 @@ class Monitor:
         events.register_destination(name, handler)
 
         def undo() -> None:
+            try:
+                if events.get_logging_handler(name) is not handler:
+                    return  # replaced (or removed) since: not ours to undo
+            except events.UnknownDestinationError:
+                return
             if previous is None:
                 events.unregister_destination(name)
             else:
@@ -144,8 +195,10 @@ def init(
 
     ``flush_secs``, ``max_queue`` and ``when_full`` configure the ``AsyncWriter``. Fails with an
     error naming ``logdir`` when it cannot be created or written. ``torch=True`` wires the real
-    torch APIs too (it imports torch).
+    torch APIs too (it imports torch). A monitor still open from an earlier ``init`` is closed
+    first (with a warning), so re-running a notebook cell records everything once.
     """
+    global _active
     if logdir is None:
         logdir = os.environ.get(contract.LOGDIR_ENV)
         if not logdir:
@@ -160,6 +213,18 @@ def init(
         run_dir = f"{logdir.rstrip('/')}/{run}"
     else:
         run_dir = os.path.join(logdir, run)
+    with _active_lock:
+        previous = _active
+    if previous is not None:
+        _log.warning(
+            "tb_monitor.init: closing the monitor already open (%s) before opening %s",
+            previous.run_dir,
+            run_dir,
+        )
+        try:
+            previous.close()
+        except Exception:  # its errors are its own; the new monitor can still work
+            _log.exception("tb_monitor.init: closing the previous monitor failed")
     writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
     monitor = Monitor(logdir, writer)
     try:
@@ -178,4 +243,6 @@ def init(
     except BaseException:
         monitor.close()
         raise
+    with _active_lock:
+        _active = monitor
     return monitor

@@ -111,11 +111,15 @@ class WorkerHooks:
         _shutdown.cancel(self._on_exit)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._previous_excepthook
-        if self._previous_sigterm is not None and signal.getsignal(signal.SIGTERM) == (
-            self._on_sigterm
+        # Only the main thread may set a signal handler. Closed elsewhere, ours stays in place:
+        # with the outcome recorded it only passes the signal on to the previous handler.
+        if (
+            self._previous_sigterm is not None
+            and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) == self._on_sigterm
         ):
             signal.signal(signal.SIGTERM, self._previous_sigterm)
-        self._previous_sigterm = None
+            self._previous_sigterm = None
 
     def _emit(self, state: str, **fields: Any) -> None:
         metadata = {**self._base, "state": state, **fields}

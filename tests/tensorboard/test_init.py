@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import textwrap
@@ -71,14 +72,100 @@ def test_unwritable_logdir_fails_at_init_naming_it(tmp_path):
         tb_monitor.init(tmp_path / "file" / "logs")
 
 
-def test_torchelastic_worker_writes_its_rank_run(logdir, monkeypatch):
+def run_python(script: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh interpreter (process-wide hooks stay out of pytest's)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+    )
+
+
+WORKER_ENV = {"TORCHELASTIC_RUN_ID": "job1", "RANK": "3"}
+
+
+def test_torchelastic_worker_writes_its_rank_run(logdir):
     """Inside a torchelastic worker the run directory is <run id>/rank-<RANK>."""
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job1")
-    monkeypatch.setenv("RANK", "3")
-    with tb_monitor.init(logdir) as monitor:
-        metrics.put_metric("x", 1, "g")
-    assert monitor.run_dir == str(logdir / "job1" / "rank-3")
+    script = """
+        import sys
+        import tb_monitor
+        from tb_monitor.elastic import metrics
+        with tb_monitor.init(sys.argv[1]) as monitor:
+            metrics.put_metric("x", 1, "g")
+        print(monitor.run_dir)
+    """
+    done = run_python(script, str(logdir), **WORKER_ENV)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(logdir / "job1" / "rank-3")
     assert [p.run for p in readers.iter_scalars(logdir)] == ["job1/rank-3"]
+
+
+def test_worker_monitor_closed_off_the_main_thread_undoes_everything(logdir):
+    """A worker's monitor closed from another thread unregisters all and closes its writer."""
+    script = """
+        import sys, threading
+        import tb_monitor
+        from tb_monitor import _event
+        from tb_monitor.elastic import events
+        monitor = tb_monitor.init(sys.argv[1])
+        closer = threading.Thread(target=monitor.close)
+        closer.start()
+        closer.join()
+        print(len(_event._handlers), monitor.writer.closed, "tensorboard" in events.handlers._log_handlers)
+    """
+    done = run_python(script, str(logdir), **WORKER_ENV)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout.split() == ["0", "True", "False"]
+
+
+def test_a_failing_undo_still_closes_the_writer_and_raises(logdir, monkeypatch):
+    """close() finishes every step and closes the writer before raising the first error."""
+    monitor = tb_monitor.init(logdir)
+    real_unregister = events.unregister_destination
+
+    def broken(name):
+        raise RuntimeError(f"cannot unregister {name}")
+
+    monkeypatch.setattr(events, "unregister_destination", broken)
+    with pytest.raises(RuntimeError, match="cannot unregister tensorboard"):
+        monitor.close()
+    assert monitor.writer.closed
+    assert metrics.getStream("g").handler.__class__ is metrics.NullMetricHandler
+    real_unregister("tensorboard")
+
+
+def test_a_second_init_closes_the_first_and_records_once(logdir, caplog):
+    """init() while a monitor is open closes that one first, says so, and records once."""
+    first = tb_monitor.init(logdir)
+    with caplog.at_level(logging.WARNING, logger="tb_monitor"):
+        second = tb_monitor.init(logdir)
+    assert first.closed
+    assert "closing the monitor already open" in caplog.text
+    with second:
+        with tb_monitor.Stat("loss", [tb_monitor.Aggregation.MEAN], timedelta(hours=1)) as s:
+            s.add(1.0)
+        first.close()  # a no-op: it must not undo the second monitor's wiring
+        metrics.put_metric("x", 2, "g")
+    scalars = sorted((p.tag, p.step, p.value) for p in readers.iter_scalars(logdir))
+    assert scalars == [("g/x", 0, 2.0), ("loss.mean", 0, 1.0)]
+
+
+def test_close_keeps_what_was_installed_after_init(logdir):
+    """close() leaves a metric handler or destination installed after init in place."""
+    monitor = tb_monitor.init(logdir)
+    mine = metrics.NullMetricHandler()
+    theirs = logging.NullHandler()
+    metrics.configure(mine)
+    events.register_destination("tensorboard", theirs)
+    monitor.close()
+    try:
+        assert metrics.getStream("g").handler is mine
+        assert events.get_logging_handler("tensorboard") is theirs
+    finally:
+        metrics.configure(metrics.NullMetricHandler())
+        events.unregister_destination("tensorboard")
 
 
 def test_exit_with_init_alive_is_clean(logdir):
