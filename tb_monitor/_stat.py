@@ -4,7 +4,8 @@ The hot path is ``Stat.add``: it only folds the sample into the current window (
 max, last) and never reads a clock. One shared timer thread ends every Stat's windows on their
 wall-clock boundaries and logs them through ``log_event``. The accumulator is a small C type
 (``_speedups.c``) when it is built, else a pure-Python class with the same behaviour; set
-``TB_MONITOR_PURE_PYTHON=1`` to force the latter.
+``TB_MONITOR_PURE_PYTHON=1`` to force the latter. The choice is made once, at import: ``Stat``
+derives from the chosen accumulator, so it can be subclassed like any class.
 """
 
 from __future__ import annotations
@@ -56,14 +57,18 @@ _OPEN, _CAPPED, _CLOSED, _FORKED = range(4)
 
 
 def _as_float(name: str, value: Any) -> float:
-    """``value`` as a float the way the C accumulator converts it, or TypeError naming the Stat."""
-    if isinstance(value, (float, int)):
-        return float(value)
+    """``value`` as a float the way the C accumulator converts it, or an error naming the Stat."""
     kind = type(value)
-    if hasattr(kind, "__float__"):
-        return float(value)
-    if hasattr(kind, "__index__"):
-        return float(operator.index(value))
+    try:
+        if isinstance(value, (float, int)):
+            return float(value)
+        if hasattr(kind, "__float__"):
+            return float(value)
+        if hasattr(kind, "__index__"):
+            return float(operator.index(value))
+    except (OverflowError, TypeError, ValueError) as exc:  # 10**400, a numpy array, ...
+        error = next(t for t in (OverflowError, TypeError, ValueError) if isinstance(exc, t))
+        raise error(f"Stat {name!r}: add() got {value!r:.200}: {exc}") from exc
     raise TypeError(
         f"Stat {name!r}: add() takes a real number (int, float, bool or a numpy scalar), "
         f"got {value!r} of type {kind.__qualname__}"
@@ -211,17 +216,20 @@ class _Timer:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.RLock())
-        # (deadline ns, tie-break, window ns, weak reference to the Stat); one per live Stat.
+        # (deadline ns, sequence number, window ns, weak reference to the Stat). Removal is lazy:
+        # an entry whose sequence number left _live is dropped when it reaches the top.
         self._heap: list[tuple[int, int, int, weakref.ref[Stat]]] = []
+        self._live: dict[int, weakref.ref[Stat]] = {}  # sequence number -> Stat, one per live Stat
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._exit_hook_registered = False
 
     def add(self, stat: Stat) -> None:
         with self._cond:
-            window_ns = stat._window_ns
-            entry = (_next_boundary(window_ns), next(self._seq), window_ns, weakref.ref(stat))
-            heapq.heappush(self._heap, entry)
+            window_ns, seq, ref = stat._window_ns, next(self._seq), weakref.ref(stat)
+            stat._timer_seq = seq
+            self._live[seq] = ref
+            heapq.heappush(self._heap, (_next_boundary(window_ns), seq, window_ns, ref))
             if not self._exit_hook_registered:
                 _shutdown.at_exit(self.close_all, _shutdown.PRODUCERS)
                 _shutdown.on_flush(self.flush_all, _shutdown.PRODUCERS)
@@ -230,18 +238,19 @@ class _Timer:
             self._cond.notify()
 
     def remove(self, stat: Stat) -> None:
-        target = weakref.ref(stat)
         with self._cond:
-            # Weak references compare by referent without handing out a strong reference.
-            kept = [entry for entry in self._heap if entry[3] != target]
-            if len(kept) != len(self._heap):
-                heapq.heapify(kept)
-                self._heap = kept
+            if self._live.pop(getattr(stat, "_timer_seq", -1), None) is None:
+                return
+            # Drop the removed entries now and then, so the heap stays O(live Stats).
+            if len(self._heap) > 2 * len(self._live) + 64:
+                self._heap = [entry for entry in self._heap if entry[1] in self._live]
+                heapq.heapify(self._heap)
 
     def stats(self) -> list[Stat]:
         """The live Stats, in no particular order."""
         with self._cond:
-            return [stat for stat in (entry[3]() for entry in self._heap) if stat is not None]
+            refs = list(self._live.values())
+        return [stat for stat in (ref() for ref in refs) if stat is not None]
 
     def ensure_running(self) -> None:
         with self._cond:
@@ -251,7 +260,11 @@ class _Timer:
         if self._thread is not None and self._thread.is_alive():
             return
         # Fresh deadlines: after a fork the inherited ones belong to the parent's past.
-        self._heap = [(_next_boundary(ns), seq, ns, ref) for _, seq, ns, ref in self._heap]
+        self._heap = [
+            (_next_boundary(ns), seq, ns, ref)
+            for _, seq, ns, ref in self._heap
+            if seq in self._live
+        ]
         heapq.heapify(self._heap)
         self._thread = threading.Thread(target=self._run, name=TIMER_THREAD_NAME, daemon=True)
         self._thread.start()
@@ -265,6 +278,9 @@ class _Timer:
                     self._cond.wait()
                     continue
                 deadline, seq, window_ns, ref = self._heap[0]
+                if seq not in self._live:  # removed: the Stat was closed
+                    heapq.heappop(self._heap)
+                    continue
                 delay = deadline - time.time_ns()
                 if delay > 0:
                     self._cond.wait(min(delay / 1e9, _MAX_WAIT))
@@ -272,6 +288,7 @@ class _Timer:
                 stat = ref()
                 if stat is None:  # collected; its __del__ logged what it held
                     heapq.heappop(self._heap)
+                    del self._live[seq]
                     continue
                 heapq.heapreplace(self._heap, (_next_boundary(window_ns), seq, window_ns, ref))
                 return stat
@@ -381,43 +398,8 @@ def _check(
     return aggs, window_ns, min(cap, sys.maxsize)
 
 
-class Stat:
-    """Summarizes samples over fixed wall-clock windows and logs each window as an event.
-
-    Compatible with ``torch.monitor.Stat``: when a window ends, one event named
-    ``torch.monitor.Stat`` is logged with the keys ``<name>.<aggregation lowercase>``
-    (e.g. ``loss.mean``) and timestamp now. Windows are aligned to multiples of ``window_size``
-    on the wall clock; a window without samples logs nothing. ``max_samples`` caps a window: the
-    add that reaches it logs the window at once, and further adds are discarded until the
-    window's wall-clock end. ``add(v)`` adds one sample, ``count`` is the number of samples in the
-    current window, ``get()`` the values of the last logged window (zeros before the first, as in
-    torch).
-
-        >>> loss = Stat("loss", [Aggregation.MEAN, Aggregation.MAX], timedelta(seconds=60))
-        >>> loss.add(0.25)
-
-    Better than torch:
-    - windows end on time even if no further ``add`` comes (torch logs a window only on the next
-      add, so a hung loop goes silent): one timer thread ends the windows of all Stats;
-    - ``VALUE`` (the last sample) is reported in events and ``get()``;
-    - pending samples are logged on ``close()``, when leaving a ``with`` block, when the Stat is
-      garbage-collected, and at interpreter exit (before TensorBoard writers close), where
-      torch 2.13 crashes if a Python handler is registered.
-
-    Precision: ``add`` reads no clock (that is what makes it cheap); the timer thread ends a
-    window when it wakes at the boundary, so a sample added within the thread's wake-up latency
-    after a boundary (well under a millisecond when idle, up to the interpreter's 5 ms thread
-    switch interval when other threads keep the GIL busy) counts in the window that just ended.
-    Boundaries follow the wall clock (torch uses the monotonic clock), so a clock step moves them.
-
-    Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``);
-    other objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
-    sample makes the window's sum, mean, min and max NaN (it is never hidden), inf behaves as
-    infinity, and inf + -inf is NaN.
-
-    Thread-safe: concurrent ``add`` calls lose no sample. After ``os.fork()`` the child drops
-    the parent's pending samples (the parent logs them) and its timer starts on its first add.
-    """
+class _StatBody:
+    """Everything a Stat is besides its accumulator (see ``Stat``, ``_stat_class``)."""
 
     __slots__ = ()
 
@@ -425,13 +407,12 @@ class Stat:
         name: str
         count: int
         closed: bool
+        _timer_seq: int
 
         def add(self, v: float) -> None: ...
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> Stat:
-        # Stat(...) builds the fastest implementation available (see _STAT below).
-        target = _STAT if cls is Stat else cls
-        return super(Stat, target).__new__(target)  # the accumulator's __new__
+        def _roll(self) -> _Snapshot | None: ...
+        def _close(self) -> _Snapshot | None: ...
+        def _reset_after_fork(self) -> None: ...
 
     def __init__(
         self,
@@ -543,12 +524,6 @@ class Stat:
             Event(STAT_EVENT, datetime.now(), dict(zip(self._keys, values.values(), strict=True)))
         )
 
-    if TYPE_CHECKING:  # the accumulator's side of the contract
-
-        def _roll(self) -> _Snapshot | None: ...
-        def _close(self) -> _Snapshot | None: ...
-        def _reset_after_fork(self) -> None: ...
-
 
 _STAT_SLOTS = (
     "__weakref__",
@@ -557,34 +532,83 @@ _STAT_SLOTS = (
     "_keys",
     "_last_values",
     "_max_samples",
+    "_timer_seq",
     "_window_ns",
     "_window_size",
 )
 
 
-class _PyStat(Stat, _PyAccumulator):
-    """Stat on the pure-Python accumulator."""
-
-    __slots__ = _STAT_SLOTS
-
-
-def _c_stat_class() -> type[Stat] | None:
+def _c_accumulator() -> type | None:
+    """The C accumulator, when it is built and sound on this interpreter."""
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None  # the C accumulator's atomicity relies on the GIL
     try:
         from tb_monitor._speedups import Accumulator
     except ImportError:
         return None
+    return Accumulator
 
-    class _CStat(Stat, Accumulator):
-        """Stat on the C accumulator: ``add`` is a C method."""
 
+_C_ACCUMULATOR = _c_accumulator()
+_PURE_PYTHON = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
+#: The accumulator ``Stat`` derives from: chosen once, at import.
+_ACCUMULATOR: type = _PyAccumulator if _PURE_PYTHON or _C_ACCUMULATOR is None else _C_ACCUMULATOR
+
+
+class Stat(_StatBody, _ACCUMULATOR):  # type: ignore[misc,valid-type]
+    """Summarizes samples over fixed wall-clock windows and logs each window as an event.
+
+    Compatible with ``torch.monitor.Stat``: when a window ends, one event named
+    ``torch.monitor.Stat`` is logged with the keys ``<name>.<aggregation lowercase>``
+    (e.g. ``loss.mean``) and timestamp now. Windows are aligned to multiples of ``window_size``
+    on the wall clock; a window without samples logs nothing. ``max_samples`` caps a window: the
+    add that reaches it logs the window at once, and further adds are discarded until the
+    window's wall-clock end. ``add(v)`` adds one sample, ``count`` is the number of samples in the
+    current window, ``get()`` the values of the last logged window (zeros before the first, as in
+    torch).
+
+        >>> loss = Stat("loss", [Aggregation.MEAN, Aggregation.MAX], timedelta(seconds=60))
+        >>> loss.add(0.25)
+
+    Better than torch:
+    - windows end on time even if no further ``add`` comes (torch logs a window only on the next
+      add, so a hung loop goes silent): one timer thread ends the windows of all Stats;
+    - ``VALUE`` (the last sample) is reported in events and ``get()``;
+    - pending samples are logged on ``close()``, when leaving a ``with`` block, when the Stat is
+      garbage-collected, and at interpreter exit (before TensorBoard writers close), where
+      torch 2.13 crashes if a Python handler is registered.
+
+    Precision: ``add`` reads no clock (that is what makes it cheap); the timer thread ends a
+    window when it wakes at the boundary, so a sample added within the thread's wake-up latency
+    after a boundary (well under a millisecond when idle, up to the interpreter's 5 ms thread
+    switch interval when other threads keep the GIL busy) counts in the window that just ended.
+    Boundaries follow the wall clock (torch uses the monotonic clock), so a clock step moves them.
+
+    Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``);
+    other objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
+    sample makes the window's sum, mean, min and max NaN (it is never hidden), inf behaves as
+    infinity, and inf + -inf is NaN.
+
+    Thread-safe: concurrent ``add`` calls lose no sample. After ``os.fork()`` the child drops
+    the parent's pending samples (the parent logs them) and its timer starts on its first add.
+    """
+
+    __slots__ = _STAT_SLOTS
+
+
+def _stat_class(accumulator: type, name: str) -> type[Stat]:
+    """``Stat`` on ``accumulator`` (tests cover the implementation ``Stat`` did not pick)."""
+    if accumulator is _ACCUMULATOR:
+        return Stat
+
+    class OtherStat(_StatBody, accumulator):  # type: ignore[misc,valid-type]
+        __doc__ = Stat.__doc__
         __slots__ = _STAT_SLOTS
 
-    return _CStat
+    OtherStat.__name__ = OtherStat.__qualname__ = name
+    return OtherStat  # type: ignore[return-value]
 
 
-_CStat = _c_stat_class()
-_PURE_PYTHON = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
-#: The class ``Stat(...)`` builds (tests build _PyStat and _CStat directly to cover both).
-_STAT: type[Stat] = _PyStat if _PURE_PYTHON or _CStat is None else _CStat
+#: Stat on each accumulator (``_CStat`` is None where the C one is not available).
+_PyStat = _stat_class(_PyAccumulator, "_PyStat")
+_CStat = None if _C_ACCUMULATOR is None else _stat_class(_C_ACCUMULATOR, "_CStat")

@@ -71,11 +71,26 @@ def events():
     unregister_event_handler(handle)
 
 
-def test_stat_builds_the_fastest_available_implementation():
-    """Stat(...) returns an instance of the selected implementation, which is a Stat."""
+def test_stat_derives_from_the_fastest_available_accumulator():
+    """Stat is built on the C accumulator when it is available and allowed, else on Python's."""
+    c_usable = _stat._C_ACCUMULATOR is not None and not _stat._PURE_PYTHON
+    expected = _stat._C_ACCUMULATOR if c_usable else _stat._PyAccumulator
     with Stat("impl", [Aggregation.MEAN], HOUR) as stat:
-        assert isinstance(stat, Stat)
-        assert type(stat) is _stat._STAT
+        assert type(stat) is Stat
+        assert isinstance(stat, expected)
+
+
+def test_stat_can_be_subclassed(events):
+    """A subclass of Stat (as of torch.monitor.Stat) builds and logs like Stat."""
+
+    class MyStat(Stat):
+        def add_twice(self, value):
+            self.add(value)
+            self.add(value)
+
+    with MyStat("sub", [Aggregation.SUM], HOUR) as stat:
+        stat.add_twice(2.0)
+    assert events.of("sub") == [{"sub.sum": 4.0}]
 
 
 def test_max_samples_logs_the_window_at_once(stat_cls, events):
@@ -210,6 +225,21 @@ def test_non_numbers_raise_typeerror_naming_stat_and_value(stat_cls, events, bad
     assert events.of("strict") == [{"strict.sum": 1.0}]
 
 
+@pytest.mark.parametrize(
+    ("bad", "error"), [(10**400, OverflowError), ("numpy-array", TypeError)], ids=["huge", "array"]
+)
+def test_failed_conversion_names_the_stat_and_value(stat_cls, bad, error):
+    """A value whose conversion fails keeps its error type, prefixed with Stat and value."""
+    if bad == "numpy-array":
+        bad = need("numpy").ones(3)
+    stat = stat_cls("conv", [Aggregation.SUM], HOUR)
+    with pytest.raises(error, match=r"^Stat 'conv': add\(\) got ") as caught:
+        stat.add(bad)
+    assert repr(bad)[:200] in str(caught.value)
+    assert isinstance(caught.value.__cause__, error)
+    stat.close()
+
+
 def test_nan_makes_sum_mean_min_and_max_nan(stat_cls, events):
     """A NaN sample is never hidden: every aggregation over it is NaN, wherever it comes."""
     for position in range(3):
@@ -315,6 +345,18 @@ def test_one_timer_thread_serves_all_stats(stat_cls):
         stat.close()
 
 
+def test_closed_stats_do_not_pile_up_in_the_timer(stat_cls):
+    """The timer forgets closed Stats: its queue stays proportional to the live ones."""
+    keep = stat_cls("kept", [Aggregation.MEAN], HOUR)
+    before = len(_stat._timer._heap)
+    for i in range(1000):
+        stat_cls(f"brief{i}", [Aggregation.MEAN], HOUR).close()
+    assert keep in _stat._timer.stats()
+    assert len(_stat._timer._heap) <= 2 * (before + 1) + 64
+    keep.close()
+    assert keep not in _stat._timer.stats()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls, events):
     """In a child, the first add restarts the timer; the parent's pending samples stay the parent's."""
@@ -347,15 +389,16 @@ def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls,
 def test_pure_python_env_var_forces_the_fallback():
     """TB_MONITOR_PURE_PYTHON=1 makes Stat(...) build the pure-Python implementation."""
     code = (
-        "from datetime import timedelta; import tb_monitor as t; "
-        "s = t.Stat('x', [t.Aggregation.MEAN], timedelta(hours=1)); print(type(s).__name__)"
+        "from datetime import timedelta; import tb_monitor as t; from tb_monitor import _stat; "
+        "s = t.Stat('x', [t.Aggregation.MEAN], timedelta(hours=1)); "
+        "print(type(s).__name__, isinstance(s, _stat._PyAccumulator))"
     )
     env = {**os.environ, "TB_MONITOR_PURE_PYTHON": "1"}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "_PyStat"
+    assert out.stdout.strip() == "Stat True"
 
 
 def test_stats_work_without_the_c_extension():
@@ -366,8 +409,8 @@ def test_stats_work_without_the_c_extension():
         "t.register_event_handler(lambda e: print(e.data))\n"
         "with t.Stat('x', [t.Aggregation.SUM], timedelta(hours=1)) as s:\n"
         "    s.add(2); s.add(3)\n"
-        "print(type(s).__name__)\n"
+        "print(type(s).__name__, isinstance(s, t._stat._PyAccumulator))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["{'x.sum': 5.0}", "_PyStat"]
+    assert out.stdout.splitlines() == ["{'x.sum': 5.0}", "Stat True"]
