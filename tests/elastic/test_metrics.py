@@ -202,6 +202,21 @@ def test_profile_is_deprecated_and_publishes_by_function_name():
     assert "legacy.duration.ms" in handler.metric_data
 
 
+def test_profile_without_group_publishes_to_the_default_handler():
+    """profile() with no group (torch's default) publishes through the default handler."""
+    handler = RecordingHandler()
+    metrics.configure(handler)
+    with pytest.warns(FutureWarning, match="use `@prof`"):
+        decorator = metrics.profile()
+
+    @decorator
+    def legacy():
+        return 7
+
+    assert legacy() == 7
+    assert handler.metric_data["legacy.success"].value == 1
+
+
 def test_publish_metric_is_deprecated_and_publishes():
     """publish_metric(group, name, value) warns FutureWarning and publishes."""
     handler = RecordingHandler()
@@ -293,9 +308,10 @@ def test_metrics_config_params_default_to_empty_dict():
     assert metrics.MetricsConfig({"k": "v"}).params == {"k": "v"}
 
 
-def test_get_elapsed_time_ms_counts_milliseconds():
+def test_get_elapsed_time_ms_counts_milliseconds(monkeypatch):
     """get_elapsed_time_ms is the whole milliseconds since a time.time() value."""
-    assert metrics.get_elapsed_time_ms(time.time() - 2.5) in range(2500, 2600)
+    monkeypatch.setattr(api.time, "time", lambda: 1000.0)
+    assert metrics.get_elapsed_time_ms(1000.0 - 2.5) == 2500
 
 
 @pytest.mark.parametrize("name", [7, None, b"bytes"])

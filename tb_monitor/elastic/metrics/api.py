@@ -211,8 +211,15 @@ def _profiled(f: _F, key: str, group: str) -> _F:
 
 
 def profile(group: str | None = None) -> Callable[[_F], _F]:
-    """Deprecated: use ``@prof``. Publishes ``<function name>.success|failure|duration.ms``."""
+    """Deprecated: use ``@prof``. Publishes ``<function name>.success|failure|duration.ms``.
+
+    Without a group the metrics go to ``put_metric``'s default group, ``"torchelastic"``, and so
+    to the default handler unless that group has its own (torch publishes them with the group
+    name None, which only the default handler can take).
+    """
     warnings.warn("Deprecated, use `@prof` instead", FutureWarning, stacklevel=2)
+    if group is None:
+        group = "torchelastic"
     _check_group(group)
 
     def wrap(func: _F) -> _F:
