@@ -17,6 +17,7 @@ from typing import Any
 __all__ = [
     "AGENT",
     "CONTENT_VERSION",
+    "FIELDS",
     "KINDS",
     "LOGDIR_ENV",
     "MONITOR",
@@ -165,6 +166,19 @@ def _decode_metadata(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _mapping_field(kind: str, data: Mapping[str, Any], field: str) -> Mapping[str, Any]:
+    """``data[field]`` when it is a JSON object ({} when absent), else a ValueError naming it."""
+    value = data.get(field)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"timeline record of kind {kind!r}: field {field!r} must be a JSON object, "
+            f"got {value!r:.200}"
+        )
+    return value
+
+
 def decode_record(kind: str, payload: str | bytes) -> dict[str, Any]:
     """Flatten one timeline record (torch's JSON) into the fields readers and the plugin show.
 
@@ -184,9 +198,9 @@ def decode_record(kind: str, payload: str | bytes) -> dict[str, Any]:
         row["metadata"] = {"master_endpoint": data.get("master_endpoint", "")}
     elif kind == MONITOR:
         row["source"] = "MONITOR"
-        row["metadata"] = dict(data.get("data") or {})
+        row["metadata"] = dict(_mapping_field(kind, data, "data"))
     else:
-        metadata = _decode_metadata(data.get("metadata") or {})
+        metadata = _decode_metadata(_mapping_field(kind, data, "metadata"))
         row["source"] = data.get("source")
         row["state"] = metadata.get("state")
         row["hostname"] = metadata.get("hostname")

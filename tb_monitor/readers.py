@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import pandas
 
 __all__ = [
+    "EVENT_COLUMNS",
+    "SCALAR_COLUMNS",
     "Scalar",
     "TimelineRecord",
     "decode_timeline",

@@ -95,6 +95,17 @@ def test_iter_timeline_yields_the_payload_exactly(logdir):
     assert record == readers.TimelineRecord(".", 1.5, 0, "monitor", payload)
 
 
+def test_a_record_with_a_malformed_field_is_skipped(logdir, caplog):
+    """A record whose metadata or data is not a JSON object is skipped; the others are read."""
+    with AsyncWriter(logdir) as writer:
+        writer.add_timeline("worker", '{"name": "bad", "source": "WORKER", "metadata": 5}', 1.0)
+        writer.add_timeline("monitor", '{"name": "bad", "data": [1]}', 2.0)
+        writer.add_timeline("monitor", '{"name": "good", "data": {"n": 1}}', 3.0)
+    rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
+    assert [(row["name"], row["metadata"]) for row in rows] == [("good", {"n": 1})]
+    assert caplog.text.count("unreadable") == 2
+
+
 def test_a_torn_tail_is_skipped(logdir):
     """A file cut inside its last record still yields every complete record."""
     with AsyncWriter(logdir) as writer:

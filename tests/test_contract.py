@@ -1,0 +1,29 @@
+"""The data contract's record decoding: malformed records fail with a ValueError naming them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tb_monitor import contract
+
+
+@pytest.mark.parametrize(
+    ("kind", "record", "field"),
+    [
+        (contract.AGENT, {"name": "x", "source": "AGENT", "metadata": 5}, "metadata"),
+        (contract.WORKER, {"name": "x", "source": "WORKER", "metadata": "text"}, "metadata"),
+        (contract.MONITOR, {"name": "x", "data": [1]}, "data"),
+    ],
+)
+def test_a_field_that_is_not_an_object_is_a_valueerror_naming_kind_and_field(kind, record, field):
+    """metadata/data that is not a JSON object raises ValueError naming the kind and field."""
+    with pytest.raises(ValueError, match=f"{kind!r}: field {field!r} must be a JSON object"):
+        contract.decode_record(kind, json.dumps(record))
+
+
+def test_an_absent_or_null_field_decodes_as_empty():
+    """A record without metadata (or with null) decodes with empty metadata."""
+    for record in ({"name": "x", "source": "AGENT"}, {"name": "x", "metadata": None}):
+        assert contract.decode_record(contract.AGENT, json.dumps(record))["metadata"] == {}
