@@ -75,7 +75,28 @@ class Job:
         ]
 
 
+def _lost_the_port(job: Job) -> bool:
+    """Whether the job failed because its rendezvous port was taken after _free_port chose it."""
+    output = job.output.lower()
+    failed = any(code != 0 for code in job.returncodes)
+    return failed and ("eaddrinuse" in output or "address already in use" in output)
+
+
 def _run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
+    """Run two agents of one job to the end and read the logdir back.
+
+    Another process may take the free port between choosing it and the agent binding it; such a
+    job is run once more on a new port (into a fresh logdir), and only then.
+    """
+    job = _run_job_once(logdir, *script_args, max_restarts=max_restarts)
+    if _lost_the_port(job):
+        job = _run_job_once(
+            logdir.with_name(f"{logdir.name}-retry"), *script_args, max_restarts=max_restarts
+        )
+    return job
+
+
+def _run_job_once(logdir: Path, *script_args: str, max_restarts: int) -> Job:
     """Run two agents of one job to the end and read the logdir back."""
     need("torch")
     run_id = f"job-{uuid.uuid4().hex[:8]}"
