@@ -101,7 +101,10 @@ def configure_metrics(handler: Any, group: str | None = None) -> Undo:
 
     def undo() -> None:
         if group is None:
-            torch_metrics.configure(previous)
+            if torch_metrics._default_metrics_handler is handler:  # not replaced since
+                torch_metrics.configure(previous)
+        elif torch_metrics._metrics_map.get(group) is not handler:
+            return  # replaced or removed since: not ours to undo
         elif previous is None:
             torch_metrics._metrics_map.pop(group, None)
         else:

@@ -150,6 +150,23 @@ def test_metric_group_undo_restores_default_routing(bridge):
     assert ours.data == []
 
 
+def test_metrics_undo_keeps_a_handler_configured_after_it(bridge):
+    """Undoing our default handler leaves one configured after ours in place."""
+    from torch.distributed.elastic import metrics
+    from torch.distributed.elastic.metrics import api
+
+    before = api._default_metrics_handler
+    ours, theirs = CollectMetrics(), CollectMetrics()
+    undo = bridge.configure_metrics(ours)
+    metrics.configure(theirs)
+    undo()
+    try:
+        metrics.put_metric("m", 1)
+        assert (ours.data, theirs.data) == ([], [("torchelastic", "m", 1)])
+    finally:
+        metrics.configure(before)
+
+
 def test_torch_monitor_events_arrive_as_ours(bridge):
     """A torch.monitor event reaches our handler as a tb_monitor Event with the same fields."""
     import torch.monitor
