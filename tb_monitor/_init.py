@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from tb_monitor import _event, _shutdown, contract
+from tb_monitor import _event, contract
 from tb_monitor.elastic import events
 from tb_monitor.elastic.metrics import api as metrics
 from tb_monitor.integrations import worker
@@ -121,12 +121,6 @@ class Monitor:
 
     def __repr__(self) -> str:
         return f"<Monitor run_dir={self.run_dir!r}>"
-
-    def _flush_on_sigterm(self) -> None:
-        # A SIGTERM the process survives (the user's handler checkpoints, say) makes the
-        # records durable but closes nothing; see _shutdown.
-        _shutdown.on_flush(self._writer.flush, _shutdown.SINKS)
-        self._undo.append(lambda: _shutdown.cancel(self._writer.flush))
 
     def _register_event_handler(self, handler: TensorboardEventHandler) -> None:
         handle = _event.register_event_handler(handler)
@@ -228,7 +222,6 @@ def init(
     writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
     monitor = Monitor(logdir, writer)
     try:
-        monitor._flush_on_sigterm()
         event_handler = TensorboardEventHandler(writer)
         monitor._register_event_handler(event_handler)
         metric_handler = TensorboardMetricHandler(writer)

@@ -102,7 +102,8 @@ class _PyAccumulator:
             raise ValueError(f"Stat {name!r}: max_samples must be >= 1, got {max_samples}")
         self._name = name
         self._max_samples = max_samples
-        self._lock = threading.Lock()
+        # Re-entrant: a SIGTERM handler that flushes may run on this thread in the middle of add.
+        self._lock = threading.RLock()
         self._state = _OPEN
         self._clear()
 
@@ -187,7 +188,7 @@ class _PyAccumulator:
             return self._take_window()
 
     def _reset_after_fork(self) -> None:
-        self._lock = threading.Lock()  # the parent's lock may have been held by another thread
+        self._lock = threading.RLock()  # the parent's lock may have been held by another thread
         self._clear()
         if self._state != _CLOSED:
             self._state = _FORKED

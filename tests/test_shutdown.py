@@ -66,6 +66,25 @@ def test_sigterm_with_a_python_handler_flushes_and_keeps_recording(logdir):
     assert scalars(logdir) == {"loss.sum": [1.0, 2.0], "g/after": [1.0]}
 
 
+def test_sigterm_survived_flushes_a_writer_made_without_init(logdir):
+    """A handler given a logdir (no init) has its records on disk after a survived SIGTERM."""
+    done = run(
+        """
+        from tb_monitor.tensorboard import TensorboardEventHandler
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        handler = TensorboardEventHandler(sys.argv[1])
+        tb_monitor.register_event_handler(handler)
+        loss = Stat("loss", [Aggregation.MAX], timedelta(hours=1))
+        loss.add(3.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("flushed:", sorted(tb_monitor.read_scalars(sys.argv[1]).tag), flush=True)
+        """,
+        str(logdir),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["flushed: ['loss.max']"]
+
+
 def test_sigterm_during_exit_hooks_waits_for_them_then_kills(logdir):
     """A SIGTERM while the exit hooks run lets them finish, then the process dies by it."""
     done = run(

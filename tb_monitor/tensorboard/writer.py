@@ -334,6 +334,9 @@ class AsyncWriter:
 
         _service.add(self)
         _shutdown.at_exit(self.close, _shutdown.SINKS)
+        # A SIGTERM the process survives (the user's handler checkpoints, say) makes the
+        # records durable but closes nothing; see _shutdown.
+        _shutdown.on_flush(self.flush, _shutdown.SINKS)
         _shutdown.install_sigterm_handler()
 
     def _init_locks(self) -> None:
@@ -435,6 +438,7 @@ class AsyncWriter:
             return
         self._closed = True
         _shutdown.cancel(self.close)
+        _shutdown.cancel(self.flush)
         with self._room:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
