@@ -91,7 +91,7 @@ class Span:
     end: float | None
     label: str
     state: str | None  # what colours it: an interval's outcome, a point's own state
-    number: int | None  # a worker interval's attempt, a rendezvous round's number
+    number: int | None  # worker and agent marks: the attempt; a rendezvous round: its number
     rows: tuple[Mapping[str, Any], ...]
     open: bool = False  # an interval whose end has not been recorded (yet)
 
@@ -109,7 +109,8 @@ def lane_of(row: Mapping[str, Any]) -> Lane:
     if kind == contract.RENDEZVOUS:
         host, pid, local = row.get("hostname"), row.get("pid"), row.get("local_id")
         extra = f", id {local}" if local not in (None, 0) else ""
-        return Lane(group, kind, f"{host} (pid {pid}{extra})", (host, pid, local))
+        # A record made before the node had its local id (the store's INIT) says None: same node.
+        return Lane(group, kind, f"{host} (pid {pid}{extra})", (host, pid, local or 0))
     if kind == contract.WORKER and row.get("rank") is not None:
         return Lane(group, kind, f"rank {row['rank']}", (row["rank"],))
     if kind == contract.AGENT and row.get("hostname") and "/" not in run:
@@ -189,7 +190,7 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
             else:
                 if role == _NUMBER and opened is not None and row_number is not None:
                     number = row_number
-                out.append(_point(lane, row))
+                out.append(_point(lane, row, _point_number(lane, row, number, rounds)))
         if opened is not None:
             out.append(_interval(lane, opened, last, "RUNNING", number, (), still_open=True))
     out.sort(key=lambda span: span.begin)
@@ -213,7 +214,21 @@ def _attempt(row: Mapping[str, Any], rounds: dict[str, list[tuple[float, int]]])
     return before[-1] if before else attempt_of(row)
 
 
-def _point(lane: Lane, row: Mapping[str, Any]) -> Span:
+def _point_number(
+    lane: Lane,
+    row: Mapping[str, Any],
+    lane_number: int | None,
+    rounds: dict[str, list[tuple[float, int]]],
+) -> int | None:
+    """A point's attempt: on a worker lane the lane's latest, on an agent lane its round."""
+    if lane.kind == contract.WORKER:
+        return lane_number if lane_number is not None else attempt_of(row)
+    if lane.kind == contract.AGENT:
+        return _attempt(row, rounds)
+    return None
+
+
+def _point(lane: Lane, row: Mapping[str, Any], number: int | None) -> Span:
     name, state = str(row.get("name") or ""), row.get("state")
     if lane.kind == contract.RENDEZVOUS:
         label = name.rsplit(":", 1)[-1]  # "dynamic_rendezvous.py:Class.method" -> "Class.method"
@@ -221,7 +236,6 @@ def _point(lane: Lane, row: Mapping[str, Any]) -> Span:
         label = str(state)
     else:
         label = name
-    number = attempt_of(row) if lane.kind in (contract.AGENT, contract.WORKER) else None
     return Span(lane, row["wall_time"], None, label, state, number, (row,))
 
 

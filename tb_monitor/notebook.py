@@ -50,6 +50,7 @@ SUMMARY_COLUMNS = (
     "duration_s",
     "outcome",
     "failed_ranks",
+    "first_failed_rank",
     "rendezvous_s",
 )
 
@@ -160,7 +161,8 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
     Columns: job, attempt (the rendezvous round it followed), start, end (epoch seconds),
     duration_s, outcome (FAILED when a rank failed; RUNNING while one is open; RESTARTED when a
     later attempt began before any end was recorded; else the end states recorded),
-    failed_ranks (sorted list), rendezvous_s (from the first node starting to join the round
+    failed_ranks (sorted list), first_failed_rank (the rank that failed first: the root cause when
+    the others then failed in a collective; None without failures), rendezvous_s (from the first node starting to join the round
     before this attempt until the last node joined it: time the job spent not training).
     """
     pandas = _need("pandas")
@@ -168,10 +170,13 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
     attempts: dict[tuple[str, int], list[Span]] = defaultdict(list)
     for span in _worker_attempts(marks):
         attempts[(span.lane.group, span.number)].append(span)
-    failed: dict[tuple[str, int | None], set[int]] = defaultdict(set)
+    failed: dict[tuple[str, int | None], dict[int, float]] = defaultdict(dict)  # rank -> when
     for span in marks:
         if span.lane.kind == contract.WORKER and span.state == "FAILED":
-            failed[(span.lane.group, span.number)].add(int(span.lane.key[0]))
+            when = span.begin if span.end is None else span.end
+            ranks = failed[(span.lane.group, span.number)]
+            rank = int(span.lane.key[0])
+            ranks[rank] = min(when, ranks.get(rank, math.inf))
     rounds = [s for s in marks if s.lane.kind == contract.RENDEZVOUS and s.end is not None]
 
     rows = []
@@ -186,7 +191,9 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
         rendezvous_s = (
             max(s.end or 0 for s in before) - min(s.begin for s in before) if before else 0.0
         )
-        ranks = sorted(failed[(job, attempt)])
+        failures = failed[(job, attempt)]
+        ranks = sorted(failures)
+        first = min(failures, key=failures.__getitem__) if failures else None
         # States of the attempts whose end was recorded; the others were cut short or still run.
         states = sorted({span.state or "?" for span in group if len(span.rows) > 1})
         if ranks:
@@ -197,5 +204,6 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
             outcome = "RESTARTED"  # a later attempt began before any end was recorded
         else:
             outcome = "/".join(states)
-        rows.append((job, attempt, start, end, end - start, outcome, ranks, rendezvous_s))
-    return pandas.DataFrame.from_records(rows, columns=SUMMARY_COLUMNS)
+        rows.append((job, attempt, start, end, end - start, outcome, ranks, first, rendezvous_s))
+    frame = pandas.DataFrame.from_records(rows, columns=SUMMARY_COLUMNS)
+    return frame.astype({"attempt": "int64", "first_failed_rank": "Int64"})  # Int64: NA, not NaN

@@ -47,6 +47,16 @@ def test_restart_summary_has_one_row_per_attempt_with_outcome_and_failed_ranks(l
     assert summary["failed_ranks"].tolist() == [sorted(failed), []]
 
 
+def test_restart_summary_names_the_first_rank_to_fail(logdir, rows):
+    """first_failed_rank is the rank of the earliest FAILED record, NA for a clean attempt."""
+    need("pandas")
+    failures = [r for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED"]
+    first = min(failures, key=lambda r: r["wall_time"])["rank"]
+    summary = notebook.restart_summary(logdir)
+    assert summary["first_failed_rank"].iloc[0] == first
+    assert summary["first_failed_rank"].isna().iloc[1]
+
+
 def test_restart_summary_times_the_rendezvous_before_each_attempt(logdir, rows):
     """rendezvous_s runs from the first node trying to join a round to the last one joining it."""
     need("pandas")

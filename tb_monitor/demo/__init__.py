@@ -221,7 +221,9 @@ def _print_summary(logdir: str) -> None:
     except ImportError:  # pandas is optional: the job ran, the summary is a nicety
         return
     for row in summary.itertuples():
-        ranks = f", failed ranks {row.failed_ranks}" if row.failed_ranks else ""
+        ranks = ""
+        if row.failed_ranks:
+            ranks = f", failed ranks {row.failed_ranks} (first: rank {row.first_failed_rank})"
         print(
             f"attempt {row.attempt}: {row.outcome} after {row.duration_s:.1f} s{ranks}; "
             f"rendezvous {row.rendezvous_s:.1f} s"
