@@ -401,21 +401,8 @@ def write_csv(
 
 
 def decode(records: Iterable[readers.TimelineRecord]) -> list[dict[str, Any]]:
-    """Timeline records as flat rows: ``run``, ``wall_time``, ``kind``, then ``contract.FIELDS``.
-
-    A record that is not a JSON object is logged and left out, as ``read_events`` does.
-    """
-    rows = []
-    for record in records:
-        try:
-            fields = contract.decode_record(record.kind, record.payload)
-        except ValueError as exc:
-            _log.warning("run %r: unreadable %s record: %s", record.run, record.kind, exc)
-            continue
-        rows.append(
-            {"run": record.run, "wall_time": record.wall_time, "kind": record.kind, **fields}
-        )
-    return rows
+    """Timeline records as flat rows (``readers.decode_timeline``), unreadable ones left out."""
+    return list(readers.decode_timeline(records))
 
 
 def _collect(
