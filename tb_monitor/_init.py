@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from typing import Literal
@@ -83,17 +84,25 @@ class Monitor:
         self._writer.flush()
 
     def close(self) -> None:
-        """Undo every registration (latest first), then flush and close the writer. Idempotent.
+        """End live Stats' windows, undo every registration (latest first), then flush and close
+        the writer. Idempotent.
 
         Each step runs even if an earlier one failed, and the writer is always closed; the
         first error is raised afterwards (later ones are logged).
         """
         global _active
+        if self._closed:
+            return
         self._closed = True
         with _active_lock:
             if _active is self:
                 _active = None
         error: BaseException | None = None
+        # Stats made inside `with init(...)` usually outlive it: their pending windows belong to
+        # this monitor, so end them while its handler is still registered.
+        stat_module = sys.modules.get("tb_monitor._stat")
+        if stat_module is not None:
+            stat_module._timer.flush_all()
         while self._undo:
             undo = self._undo.pop()
             try:

@@ -196,3 +196,15 @@ def test_closed_writer_never_breaks_put_metric(logdir, caplog):
             metrics.put_metric("m", 1, "g")
             metrics.put_metric("m", 2, "g")
     assert caplog.text.count("is closed") == 1
+
+
+def test_close_logs_the_pending_window_of_a_stat_that_outlives_it(logdir):
+    """A Stat made inside `with init()` has its pending window written when the block ends."""
+    with tb_monitor.init(str(logdir)):
+        loss = tb_monitor.Stat("loss", [tb_monitor.Aggregation.MAX], timedelta(hours=1))
+        loss.add(2.5)
+    try:
+        points = [(p.tag, p.value) for p in readers.iter_scalars(logdir)]
+        assert points == [("loss.max", 2.5)]
+    finally:
+        loss.close()
