@@ -4,7 +4,9 @@ TensorBoard's data provider hands back every record as a numpy-wrapped protobuf,
 about 10 µs a record; a 100k-event job would spend seconds per request. :class:`TimelineStore`
 therefore decodes each (run, tag) once, keeps plain columns (time, lane, state, kind, ...) and, on
 each refresh, reads only the series whose ``max_step`` moved and appends the records above the
-step it already holds. Queries filter those columns with numpy and return either every event in
+step it already holds. Identical payloads (a node's keep-alive heartbeats, most of a long job's
+records) are decoded once, and the provider is read in chunks so a query during a long first
+decode answers with what is there. Queries filter those columns with numpy and return either every event in
 the visible window or, when too many, per-lane time buckets (level of detail), as base64 typed
 arrays the browser maps straight onto ``Float64Array``/``Uint32Array``.
 
@@ -14,6 +16,7 @@ Perfetto export and the notebook figure always agree.
 
 from __future__ import annotations
 
+import array
 import base64
 import math
 import re
@@ -43,6 +46,10 @@ DETAIL_LIMIT = 150_000
 BUCKET_PX = 2
 #: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
 REFRESH_INTERVAL_S = 1.0
+#: About this many records are read from the provider at a time, so a first decode shows progress.
+CHUNK_RECORDS = 50_000
+#: Distinct payloads whose decoding is remembered; past it the memory starts over.
+_MEMO_LIMIT = 100_000
 
 #: States in the order their colour wins a bucket: the most alarming one shows.
 STATE_SEVERITY = (
@@ -146,6 +153,20 @@ class _Interner:
         return found
 
 
+@dataclass(frozen=True)
+class _Decoded:
+    """One distinct record's interned columns, and its fields when it may bound an interval."""
+
+    lane: int
+    state: int
+    kind: int
+    run: int
+    name: int
+    msg: int
+    text: int
+    row: dict[str, Any] | None
+
+
 @dataclass
 class _Snapshot:
     """Numpy columns of every event at one generation, sorted by (lane order, time)."""
@@ -163,12 +184,42 @@ class _Snapshot:
     intervals: dict[str, np.ndarray]
 
 
-def _b64(array: np.ndarray, dtype: str) -> str:
-    return base64.b64encode(np.ascontiguousarray(array, dtype=dtype).tobytes()).decode("ascii")
+def _b64(values: np.ndarray, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _column(values: array.array, dtype: type) -> np.ndarray:
+    # A copy: the array keeps growing, and a buffer it exports could not be resized.
+    return np.frombuffer(values, dtype=dtype).copy()
+
+
+def _chunks(
+    stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]], limit: int
+) -> list[tuple[list[str], list[str], int]]:
+    """Stale runs grouped into reads of about ``limit`` records: (runs, their tags, records)."""
+    out: list[tuple[list[str], list[str], int]] = []
+    runs: list[str] = []
+    tags: set[str] = set()
+    size = 0
+    for run in sorted(stale):
+        runs.append(run)
+        tags.update(stale[run])
+        size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
+        if size >= limit:
+            out.append((runs, sorted(tags), size))
+            runs, tags, size = [], set(), 0
+    if runs:
+        out.append((runs, sorted(tags), size))
+    return out
 
 
 class TimelineStore:
-    """Every timeline record of one experiment, decoded once and extended as files grow."""
+    """Every timeline record of one experiment, decoded once and extended as files grow.
+
+    :meth:`refresh` may run on a background thread (:class:`tb_plugin.refresher.Refresher`) while
+    requests query: it reads the provider in chunks outside the data lock, so a query during a
+    long first decode answers at once with what is decoded so far (:meth:`loading` says how far).
+    """
 
     def __init__(
         self,
@@ -179,20 +230,23 @@ class TimelineStore:
         self._provider = data_provider
         self._eid = experiment_id
         self._clock = clock
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # the columns, interners and snapshot
+        self._refresh_lock = threading.Lock()  # one refresh at a time
         self._last_refresh = -math.inf
         self._last_step: dict[tuple[str, str], int] = {}
+        self._listed: dict[tuple[str, str], int] = {}  # max_step at the previous listing
+        self._progress: tuple[int, int] | None = None
         self.generation = 0
         # Append-only columns, one entry per record; an event's id is its position here.
-        self._t: list[float] = []
-        self._lane: list[int] = []
-        self._state: list[int] = []
-        self._kind: list[int] = []
-        self._run: list[int] = []
-        self._step: list[int] = []
-        self._text: list[int] = []
-        self._name: list[int] = []
-        self._msg: list[int] = []
+        self._t = array.array("d")
+        self._lane = array.array("q")
+        self._state = array.array("q")
+        self._kind = array.array("q")
+        self._run = array.array("q")
+        self._step = array.array("q")
+        self._text = array.array("q")
+        self._name = array.array("q")
+        self._msg = array.array("q")
         self._lanes = _Interner()  # tb_monitor.export.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
         self._runs = _Interner()
@@ -206,68 +260,110 @@ class TimelineStore:
         # Records that may open or close an interval, for export.spans: every one but the
         # keep-alive heartbeats, which are most of a long job's records and never do.
         self._span_rows: list[dict[str, Any]] = []
+        # (run, kind, payload) -> its decoded columns: a node's heartbeats, most of a job's
+        # records, are one identical rendezvous payload, decoded once.
+        self._decoded: dict[tuple[str, str, Any], _Decoded] = {}
         self._snapshot: _Snapshot | None = None
 
     # -- ingestion -------------------------------------------------------------------------
 
-    def refresh(self, ctx: Any, force: bool = False) -> int:
-        """Read what is new since the last refresh; return the generation (bumped on change)."""
-        with self._lock:
+    def refresh(self, ctx: Any, force: bool = False, settled_only: bool = False) -> int:
+        """Read what is new since the last refresh; return the generation (bumped on change).
+
+        ``settled_only`` reads only the series whose ``max_step`` has not moved since the
+        previous listing: the provider hands back whole series, so a background warm-up that
+        read each series while TensorBoard is still loading it would decode it many times.
+        """
+        with self._refresh_lock:
             now = self._clock()
             if not force and now - self._last_refresh < REFRESH_INTERVAL_S:
                 return self.generation
-            self._last_refresh = now
+            if not settled_only:  # a settled-only pass may leave growing series behind
+                self._last_refresh = now
             listing = self._provider.list_tensors(
                 ctx, experiment_id=self._eid, plugin_name=contract.PLUGIN_NAME
             )
             stale: dict[str, list[str]] = {}
+            expected = 0
             for run, tags in listing.items():
                 for tag, series in tags.items():
                     if contract.kind_of_tag(tag) is None:
                         continue
-                    if series.max_step > self._last_step.get((run, tag), -1):
-                        stale.setdefault(run, []).append(tag)
-            if not stale:
-                return self.generation
-            data = self._provider.read_tensors(
-                ctx,
-                experiment_id=self._eid,
-                plugin_name=contract.PLUGIN_NAME,
-                downsample=_MAX_STEPS,
-                run_tag_filter=tb_provider.RunTagFilter(
-                    runs=sorted(stale), tags=sorted({t for ts in stale.values() for t in ts})
-                ),
-            )
+                    key = (run, tag)
+                    listed, self._listed[key] = self._listed.get(key), series.max_step
+                    if series.max_step <= self._last_step.get(key, -1):
+                        continue
+                    if settled_only and listed != series.max_step:
+                        continue
+                    stale.setdefault(run, []).append(tag)
+                    expected += series.max_step + 1
+            if stale:
+                self._progress = (0, expected)
+                try:
+                    for runs, tags, size in _chunks(stale, listing, CHUNK_RECORDS):
+                        self._read(ctx, runs, tags)
+                        self._progress = (self._progress[0] + size, expected)
+                finally:
+                    self._progress = None
+            return self.generation
+
+    def refreshed_within(self, seconds: float) -> bool:
+        """Whether a full refresh started less than ``seconds`` ago."""
+        return self._clock() - self._last_refresh < seconds
+
+    def loading(self) -> dict[str, int] | None:
+        """How far a refresh that is reading records has come, or None when none is."""
+        progress = self._progress
+        return None if progress is None else {"done": progress[0], "expected": progress[1]}
+
+    def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
+        data = self._provider.read_tensors(
+            ctx,
+            experiment_id=self._eid,
+            plugin_name=contract.PLUGIN_NAME,
+            downsample=_MAX_STEPS,
+            run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+        )
+        with self._lock:
             added = 0
-            for run in sorted(stale):
-                for tag in sorted(stale[run]):
+            for run in runs:
+                for tag in tags:
                     added += self._ingest(run, tag, data.get(run, {}).get(tag, []))
             if added:
                 self.generation += 1
                 self._snapshot = None
-            return self.generation
 
     def _ingest(self, run: str, tag: str, series: list[tb_provider.TensorDatum]) -> int:
         kind = contract.kind_of_tag(tag)
         last = self._last_step.get((run, tag), -1)
+        if kind is None or not series:
+            return 0
+        memo = self._decoded
         added = 0
         for datum in series:
             if datum.step <= last:
                 continue
-            try:
-                raw = datum.numpy.item()
-                row = contract.decode_record(kind, raw)
-            except (ValueError, TypeError, AttributeError):
-                # A foreign or corrupt record under our tag: skip it rather than fail the view.
-                continue
-            row.update(run=run, kind=kind, wall_time=float(datum.wall_time))
-            self._append(row, datum.step)
+            raw = datum.numpy.item()
+            key = (run, kind, raw)
+            decoded = memo.get(key)
+            if decoded is None:
+                try:
+                    row = contract.decode_record(kind, raw)
+                except (ValueError, TypeError, AttributeError):
+                    # A foreign or corrupt record under our tag: skip it rather than fail the view.
+                    continue
+                row.update(run=run, kind=kind, wall_time=0.0)
+                decoded = self._decode(row)
+                if len(memo) >= _MEMO_LIMIT:
+                    memo.clear()
+                memo[key] = decoded
+            self._append(decoded, float(datum.wall_time), datum.step)
             added += 1
-        if series:
-            self._last_step[(run, tag)] = max(last, series[-1].step)
+        self._last_step[(run, tag)] = max(last, series[-1].step)
         return added
 
-    def _append(self, row: dict[str, Any], step: int) -> None:
+    def _decode(self, row: dict[str, Any]) -> _Decoded:
+        """Intern a decoded record's fields; keep it when it may open or close an interval."""
         kind, run = row["kind"], row["run"]
         state = str(row["state"] or "")
         name = str(row["name"] or "")
@@ -275,31 +371,43 @@ class TimelineStore:
         if kind == contract.MONITOR and not message:
             message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
         message = str(message or "")
-        lane = export.lane_of(row)
-        lane_id = self._lanes(lane)
+        lane_id = self._lanes(export.lane_of(row))
         if lane_id == len(self._lane_runs):
             self._lane_runs.append(run)
-        self._t.append(row["wall_time"])
-        self._lane.append(lane_id)
-        self._state.append(self._states(state))
-        self._kind.append(contract.KINDS.index(kind))
-        self._run.append(self._runs(run))
-        self._step.append(int(step))
-        self._name.append(self._names(name))
-        self._msg.append(self._msgs(message))
         heartbeat = state == "RUNNING" and name.endswith("._keep_alive")
-        if kind == contract.WORKER or (kind == contract.RENDEZVOUS and not heartbeat):
-            self._span_rows.append(row)
+        spans = kind == contract.WORKER or (kind == contract.RENDEZVOUS and not heartbeat)
         parts = (name, message, state, row["hostname"] or "", row["error_trace"] or "", run)
-        self._text.append(self._texts(" ".join(str(p) for p in parts).lower()))
+        return _Decoded(
+            lane=lane_id,
+            state=self._states(state),
+            kind=contract.KINDS.index(kind),
+            run=self._runs(run),
+            name=self._names(name),
+            msg=self._msgs(message),
+            text=self._texts(" ".join(str(p) for p in parts).lower()),
+            row=row if spans else None,
+        )
+
+    def _append(self, d: _Decoded, wall_time: float, step: int) -> None:
+        self._t.append(wall_time)
+        self._lane.append(d.lane)
+        self._state.append(d.state)
+        self._kind.append(d.kind)
+        self._run.append(d.run)
+        self._step.append(int(step))
+        self._name.append(d.name)
+        self._msg.append(d.msg)
+        self._text.append(d.text)
+        if d.row is not None:
+            self._span_rows.append({**d.row, "wall_time": wall_time})
 
     # -- snapshots -------------------------------------------------------------------------
 
     def _snap(self) -> _Snapshot:
         if self._snapshot is not None:
             return self._snapshot
-        t = np.asarray(self._t, dtype=np.float64)
-        lane = np.asarray(self._lane, dtype=np.int64)
+        t = _column(self._t, np.float64)
+        lane = _column(self._lane, np.int64)
         lanes = self._lanes.values
         lane_rank = np.empty(len(lanes), dtype=np.int64)
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
@@ -307,8 +415,8 @@ class TimelineStore:
         )
         order = np.lexsort((t, lane_rank[lane])) if len(t) else np.zeros(0, dtype=np.int64)
 
-        def column(values: list[int]) -> np.ndarray:
-            return np.asarray(values, dtype=np.int64)[order]
+        def column(values: array.array) -> np.ndarray:
+            return _column(values, np.int64)[order]
 
         self._snapshot = _Snapshot(
             t=t[order],
@@ -348,7 +456,8 @@ class TimelineStore:
     def query(self, q: Query) -> dict[str, Any]:
         """The window ``q`` asks for, as the JSON-ready columnar payload the frontend draws."""
         with self._lock:
-            if q.run is not None and q.run not in self._runs.ids:
+            if q.run is not None and q.run not in self._runs.ids and self._progress is None:
+                # While loading, the run may simply not be decoded yet: it matches nothing so far.
                 raise UnknownRunError(f"unknown run {q.run!r:.200}")
             snap = self._snap()
             lanes, lane_runs = list(self._lanes.values), list(self._lane_runs)
@@ -389,6 +498,7 @@ class TimelineStore:
                 "states": sorted({states[s] for s in np.unique(snap.state).tolist()} - {""}),
             },
             "in_window": int(len(in_window)),
+            "loading": self.loading(),
         }
         if len(in_window) <= DETAIL_LIMIT:
             payload["mode"] = "events"
@@ -436,7 +546,7 @@ class TimelineStore:
 def _filter(snap: _Snapshot, q: Query, states, texts, runs, lanes) -> np.ndarray:
     mask = np.ones(len(snap.t), dtype=bool)
     if q.run is not None:
-        mask &= snap.run == runs.index(q.run)
+        mask &= snap.run == (runs.index(q.run) if q.run in runs else -1)
     if q.kind is not None:
         mask &= snap.kind == contract.KINDS.index(q.kind)
     if q.state is not None:

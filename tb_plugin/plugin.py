@@ -6,6 +6,10 @@ Routes (under ``data/plugin/tb_monitor_timeline/``):
 - ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.payload.Query`).
 - ``event?id=<n>``: every field of one event, for the details panel.
 - ``status``: the data generation, so the frontend polls cheaply for new events.
+
+Records are decoded off the request threads (:mod:`tb_plugin.refresher`): the default experiment
+starts warming up as soon as TensorBoard loads the plugin, and a request never waits more than a
+second for a refresh; during a long first decode it gets what is decoded so far and ``loading``.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tb_plugin.payload import (
     UnknownEventError,
     UnknownRunError,
 )
+from tb_plugin.refresher import Refresher
 
 __all__ = ["TimelineLoader", "TimelinePlugin"]
 
@@ -53,14 +58,16 @@ class TimelinePlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         self._provider = context.data_provider
-        self._stores: dict[str, TimelineStore] = {}
-        self._stores_lock = threading.Lock()
+        self._refreshers: dict[str, Refresher] = {}
+        self._refreshers_lock = threading.Lock()
         # Only these files are ever served: a request names one of them or gets a 404.
         self._static = {
             name: os.path.join(_STATIC_DIR, name)
             for name in os.listdir(_STATIC_DIR)
             if os.path.splitext(name)[1] in _STATIC_TYPES
         }
+        if self._provider is not None:
+            self._refresher("")  # a local TensorBoard's one experiment: warm it up now
 
     def get_plugin_apps(self) -> dict[str, Any]:
         return {
@@ -84,13 +91,19 @@ class TimelinePlugin(base_plugin.TBPlugin):
             es_module_path=_STATIC_PREFIX + "index.js", tab_name=metadata.TAB_NAME
         )
 
-    def _store(self, environ: dict[str, Any]) -> TimelineStore:
-        eid = plugin_util.experiment_id(environ)
-        with self._stores_lock:
-            store = self._stores.get(eid)
-            if store is None:
-                store = self._stores[eid] = TimelineStore(self._provider, eid)
-            return store
+    def _refresher(self, eid: str) -> Refresher:
+        with self._refreshers_lock:
+            refresher = self._refreshers.get(eid)
+            if refresher is None:
+                store = TimelineStore(self._provider, eid)
+                refresher = self._refreshers[eid] = Refresher(store).start()
+            return refresher
+
+    def _fresh_store(self, request: wrappers.Request) -> TimelineStore:
+        """The request's store, refreshed, or still loading after a short wait."""
+        refresher = self._refresher(plugin_util.experiment_id(request.environ))
+        refresher.request(plugin_util.context(request.environ))
+        return refresher.store
 
     @wrappers.Request.application
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
@@ -106,9 +119,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         try:
             query = Query.from_args(request.args)
-            store = self._store(request.environ)
-            store.refresh(plugin_util.context(request.environ))
-            return _json(request, store.query(query))
+            return _json(request, self._fresh_store(request).query(query))
         except UnknownRunError as exc:
             return _error(request, str(exc), 404)
         except QueryError as exc:
@@ -119,19 +130,16 @@ class TimelinePlugin(base_plugin.TBPlugin):
         raw = request.args.get("id", "")
         if not raw.isdigit():
             return _error(request, f"id must be a non-negative integer, got {raw!r:.80}", 400)
-        store = self._store(request.environ)
-        ctx = plugin_util.context(request.environ)
-        store.refresh(ctx)
+        store = self._fresh_store(request)
         try:
-            return _json(request, store.event(ctx, int(raw)))
+            return _json(request, store.event(plugin_util.context(request.environ), int(raw)))
         except UnknownEventError as exc:
             return _error(request, str(exc), 404)
 
     @wrappers.Request.application
     def _serve_status(self, request: wrappers.Request) -> wrappers.Response:
-        store = self._store(request.environ)
-        generation = store.refresh(plugin_util.context(request.environ))
-        return _json(request, {"generation": generation})
+        store = self._fresh_store(request)
+        return _json(request, {"generation": store.generation, "loading": store.loading()})
 
 
 def _lift_sampling(samples_per_plugin: Any) -> dict[str, int]:

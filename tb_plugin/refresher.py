@@ -1,0 +1,106 @@
+"""Keeps a :class:`~tb_plugin.payload.TimelineStore` fresh on a background thread.
+
+Decoding a big job the first time takes seconds (TensorBoard converts every record to numpy), so
+it must never happen on a request thread that the browser waits on. A :class:`Refresher` starts
+warming the store as soon as the plugin is loaded, polling the data provider's listing cheaply, so
+a user who opens the tab after TensorBoard has loaded the logdir gets the warm path. A request
+asks for a refresh and waits for it only a short while; past that it answers with what is decoded
+so far, and the store's :meth:`~tb_plugin.payload.TimelineStore.loading` says how far it is.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tensorboard import context as tb_context
+
+from tb_plugin.payload import REFRESH_INTERVAL_S, TimelineStore
+
+__all__ = ["ANSWER_WAIT_S", "POLL_S", "Refresher"]
+
+#: A request waits at most this long (seconds) for the refresh it asked for.
+ANSWER_WAIT_S = 1.0
+#: The background thread lists the provider's series this often (seconds) while idle.
+POLL_S = 2.0
+
+_log = logging.getLogger(__name__)
+
+
+class Refresher:
+    """One daemon thread that runs every refresh of one store: polled, or asked for by requests."""
+
+    def __init__(
+        self,
+        store: TimelineStore,
+        poll_s: float = POLL_S,
+        context: Callable[[], Any] = tb_context.RequestContext,
+    ) -> None:
+        self.store = store
+        self._poll_s = poll_s
+        self._context = context
+        self._cond = threading.Condition()
+        self._wanted = 0  # refresh rounds asked for by requests
+        self._done = 0  # refresh rounds finished
+        self._busy = False
+        self._asked_ctx: Any = None
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="tb-monitor-timeline", daemon=True)
+
+    def start(self) -> Refresher:
+        """Start the thread: the first poll (the warm-up) runs at once."""
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Ask the thread to finish after its current round and wait up to ``timeout``."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+
+    def request(self, ctx: Any, wait_s: float = ANSWER_WAIT_S) -> bool:
+        """Have the store refreshed with a request's context; True when that happened in time.
+
+        A store refreshed less than ``REFRESH_INTERVAL_S`` ago counts as fresh. Otherwise the
+        round that answers starts after this call (a round already running may have listed the
+        provider before the data this request expects), and the call waits at most ``wait_s``.
+        """
+        with self._cond:
+            if not self._busy and self.store.refreshed_within(REFRESH_INTERVAL_S):
+                return True
+            target = self._done + (2 if self._busy else 1)
+            self._wanted = max(self._wanted, target)
+            self._asked_ctx = ctx
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: self._done >= target, timeout=wait_s)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(
+                    lambda: self._stopped or self._wanted > self._done,
+                    timeout=self._poll_s if self._done else 0,
+                )
+                if self._stopped:
+                    return
+                asked = self._wanted > self._done
+                ctx, self._asked_ctx = self._asked_ctx, None
+                self._busy = True
+            try:
+                # Polls read only settled series; a request reads everything that is new.
+                self.store.refresh(
+                    ctx if asked and ctx is not None else self._context(),
+                    force=True,
+                    settled_only=not asked,
+                )
+            except Exception:  # a provider error must not end the thread; the next round retries
+                # A poll may fail while TensorBoard's data server starts; a request's may not.
+                _log.log(logging.ERROR if asked else logging.DEBUG, "refresh failed", exc_info=True)
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._done += 1
+                    self._cond.notify_all()
