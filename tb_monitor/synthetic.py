@@ -190,6 +190,8 @@ class _Records:
 
     def __init__(self) -> None:
         self.by_run: dict[str, list[TimelineRecord]] = defaultdict(list)
+        # run -> (tag, value, wall time, step): what a worker logs with its epoch events.
+        self.scalars: dict[str, list[tuple[str, float, float, int]]] = defaultdict(list)
 
     def add(self, run: str, kind: str, payload: str, wall_time: float) -> None:
         self.by_run[run].append(TimelineRecord(kind, payload, wall_time))
@@ -345,6 +347,8 @@ def _attempt(
             for epoch in range(epochs):
                 when = train0 + (epoch + 1) * (stop - train0) / (epochs + 1) * slow
                 when = min(when, stop - 0.5)
+                loss = round(2.5 / (1 + epoch + attempt) + rng.random() * 0.05, 4)
+                speed = round(rng.gauss(1800 / slow, 40), 1)
                 out.add(
                     worker_run,
                     contract.MONITOR,
@@ -355,12 +359,15 @@ def _attempt(
                             "epoch": epoch,
                             "rank": grank,
                             "attempt": attempt,
-                            "loss": round(2.5 / (1 + epoch + attempt) + rng.random() * 0.05, 4),
-                            "samples_per_s": round(rng.gauss(1800 / slow, 40), 1),
+                            "loss": loss,
+                            "samples_per_s": speed,
                         },
                     ),
                     when,
                 )
+                step = attempt * epochs + epoch
+                out.scalars[worker_run].append(("train/loss", loss, when, step))
+                out.scalars[worker_run].append(("train/samples_per_s", speed, when, step))
             wpid = node.worker_pid(local, attempt)
             if failing is None:
                 state, when, raw, code = (
@@ -425,12 +432,15 @@ def generate_job(
     heartbeat_s: float = 5.0,
     epochs: int = 3,
     seed: int = 0,
+    scalars: bool = False,
 ) -> SyntheticJob:
     """Write a synthetic elastic job into ``logdir`` and describe what was written.
 
     ``events`` is the total number of timeline records wanted (heartbeats make up the difference;
     0 lets the job be small and natural). ``restarts`` failed attempts precede the final,
     successful one; the last node is a straggler in every rendezvous and in training.
+    ``scalars`` also writes each worker's ``train/loss`` and ``train/samples_per_s`` per epoch
+    (what a real job logs besides its events, and what TensorBoard's Scalars tab draws).
     """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes!r}")
@@ -459,4 +469,7 @@ def generate_job(
                 writer.add_timeline(rec.kind, rec.payload, rec.wall_time)
                 key = (run, rec.kind)
                 result.counts[key] = result.counts.get(key, 0) + 1
+            if scalars:
+                for tag, value, wall_time, step in records.scalars.get(run, ()):
+                    writer.add_scalar(tag, value, wall_time=wall_time, step=step)
     return result

@@ -8,6 +8,8 @@ const ROW_H = 20;
 const GROUP_H = 24;
 const AXIS_H = 30;
 const POLL_MS = 5000;
+const LOADING_POLL_MS = 700; // while the server is still decoding the job's first records
+const LABEL_W = 230; // the lane labels' column (style.css --label-w), for the first request
 const MIN_SPAN_S = 0.001;
 
 const STATE_COLORS = {
@@ -129,7 +131,8 @@ class Timeline {
     this.generation = -1;
     this.fetchSeq = 0;
     this.colors = {};
-    this.stats = { frames: [], firstRender: null, fetches: 0 };
+    // firstPaint: the first events drawn; firstRender: the first complete (not loading) view.
+    this.stats = { frames: [], firstPaint: null, firstRender: null, fetches: 0 };
     window.tbTimeline = this; // for the benchmark and for debugging from the console
     this.build();
   }
@@ -270,8 +273,8 @@ class Timeline {
     try {
       const res = await fetch("./status");
       if (!res.ok) return;
-      const { generation } = await res.json();
-      if (generation !== this.generation) await this.refetch({});
+      const { generation, loading } = await res.json();
+      if (generation !== this.generation && !loading) await this.refetch({});
     } catch {
       // The server may be restarting; the next poll tries again.
     }
@@ -280,7 +283,9 @@ class Timeline {
   // Ask for the current view; without a zoom, let the server fit the window to the data.
   async refetch({ fit = false, ready = null } = {}) {
     const seq = ++this.fetchSeq;
-    const width = Math.max(200, this.plotWidth());
+    clearTimeout(this.loadingTimer);
+    // Before the stylesheet lays the page out, the plot's width is estimated from the window.
+    const width = Math.max(200, this.width || window.innerWidth - LABEL_W);
     let params;
     if (fit || !this.view) {
       params = this.query({ width });
@@ -306,7 +311,15 @@ class Timeline {
     if (seq !== this.fetchSeq) return; // a newer request superseded this one
     this.stats.fetches++;
     this.load(payload, fit || !this.view);
-    this.setStatus("");
+    const loading = payload.loading;
+    if (loading) {
+      // Partial data: show it, say how far the server is, and ask again soon.
+      const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
+      this.setStatus(`Loading events… ${pct}% (${count(loading.done, "record")} of ${loading.expected.toLocaleString("en-US")} read)`);
+      this.loadingTimer = setTimeout(() => this.refetch({ fit: fit && !this.userZoomed }), LOADING_POLL_MS);
+    } else {
+      this.setStatus("");
+    }
   }
 
   load(payload, fit) {
@@ -373,13 +386,17 @@ class Timeline {
     this.empty.hidden = payload.total > 0;
     this.empty.textContent = payload.total
       ? ""
-      : this.anyFilter()
+      : payload.loading
+        ? "Loading events…"
+        : this.anyFilter()
         ? "No event matches these filters."
         : "No timeline records yet. Runs written by tb-monitor appear here as they arrive.";
     this.resize();
     this.drawNow();
-    if (this.stats.firstRender === null && payload.total > 0) {
-      this.stats.firstRender = performance.timeOrigin + performance.now();
+    const now = performance.timeOrigin + performance.now();
+    if (this.stats.firstPaint === null && payload.total > 0) this.stats.firstPaint = now;
+    if (this.stats.firstRender === null && payload.total > 0 && !payload.loading) {
+      this.stats.firstRender = now;
     }
     if (this.selected !== null && !this.details.hidden) this.showDetails(this.selected, false);
   }

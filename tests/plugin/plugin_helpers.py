@@ -16,7 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
+from tb_monitor import contract
 from tb_monitor.synthetic import SyntheticJob, generate_job
 
 STARTUP_TIMEOUT_S = 90.0
@@ -43,6 +45,16 @@ def small_job(logdir, **overrides) -> SyntheticJob:
 def expected_lanes(nodes: int, world: int) -> int:
     """Lanes of a synthetic job: a rendezvous and an agent lane per node, two per worker rank."""
     return 2 * nodes + 2 * world
+
+
+def local_provider(logdir) -> data_provider.MultiplexerDataProvider:
+    """TensorBoard's in-process data provider over a logdir, every timeline record kept."""
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={contract.PLUGIN_NAME: 0}
+    )
+    multiplexer.AddRunsFromDirectory(str(logdir))
+    multiplexer.Reload()
+    return data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
 
 
 def column(payload: dict, table: str, name: str, dtype: str) -> np.ndarray:

@@ -1,0 +1,131 @@
+"""Records are decoded off the request threads: warm-up at load, partial answers while loading."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from plugin_helpers import local_provider, small_job, wait_for
+from tensorboard import context as tb_context
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+
+from tb_plugin import payload as payload_module
+from tb_plugin.payload import Query, TimelineStore
+from tb_plugin.plugin import TimelinePlugin
+from tb_plugin.refresher import Refresher
+
+
+class GatedProvider:
+    """A real data provider whose reads after the first wait for a gate: a long first decode."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.gate = threading.Event()
+        self.reads = 0
+        self.fail_next_listing = False
+
+    def list_tensors(self, *args, **kwargs):
+        if self.fail_next_listing:
+            self.fail_next_listing = False
+            raise RuntimeError("data server not up yet")
+        return self.inner.list_tensors(*args, **kwargs)
+
+    def read_tensors(self, *args, **kwargs):
+        self.reads += 1
+        if self.reads > 1:
+            assert self.gate.wait(60), "the test never opened the gate"
+        return self.inner.read_tensors(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A small synthetic job with one restart."""
+    return small_job(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture
+def gated(job, monkeypatch):
+    """A provider over the job whose second read waits; records read in chunks of 100."""
+    monkeypatch.setattr(payload_module, "CHUNK_RECORDS", 100)
+    provider = GatedProvider(local_provider(job.logdir))
+    yield provider
+    provider.gate.set()  # never leave a refresh thread waiting
+
+
+def _total(store: TimelineStore) -> int:
+    return store.query(Query())["total"]
+
+
+def test_warm_up_decodes_every_record_without_a_request(job):
+    """A started refresher decodes the whole job on its own, before anything is asked."""
+    store = TimelineStore(local_provider(job.logdir))
+    refresher = Refresher(store, poll_s=0.05).start()
+    try:
+        wait_for(lambda: _total(store) == job.total_events, timeout=60, what="the warm-up")
+        assert store.loading() is None
+    finally:
+        refresher.stop(timeout=30)
+
+
+def test_settled_only_refresh_waits_for_a_second_listing(job):
+    """A settled-only refresh reads a series only once its max_step held still between listings."""
+    store = TimelineStore(local_provider(job.logdir))
+    ctx = tb_context.RequestContext()
+    store.refresh(ctx, force=True, settled_only=True)
+    assert _total(store) == 0
+    store.refresh(ctx, force=True, settled_only=True)
+    assert _total(store) == job.total_events
+
+
+def test_a_request_during_a_long_decode_gets_partial_data_and_progress(job, gated):
+    """While the first decode is stuck, a request answers with the records read so far."""
+    store = TimelineStore(gated)
+    refresher = Refresher(store, poll_s=60).start()
+    try:
+        assert refresher.request(tb_context.RequestContext(), wait_s=0.2) is False
+        data = wait_for(lambda: (d := store.query(Query()))["loading"] and d, what="loading")
+        assert 0 < data["total"] < job.total_events
+        assert data["loading"]["expected"] >= job.total_events
+        assert 0 < data["loading"]["done"] < data["loading"]["expected"]
+        gated.gate.set()
+        assert refresher.request(tb_context.RequestContext(), wait_s=60) is True
+        final = store.query(Query())
+        assert final["total"] == job.total_events
+        assert final["loading"] is None
+    finally:
+        refresher.stop(timeout=30)
+
+
+def test_timeline_route_answers_while_decoding(job, gated):
+    """The plugin's timeline route returns partial data with 'loading' instead of hanging."""
+    plugin = TimelinePlugin(base_plugin.TBContext(data_provider=gated))
+    client = Client(plugin.get_plugin_apps()["/timeline"])
+    body = wait_for(
+        lambda: (d := json.loads(client.get("/timeline").get_data(as_text=True)))["loading"] and d,
+        what="a loading answer",
+    )
+    assert body["total"] < job.total_events
+    gated.gate.set()
+    done = wait_for(
+        lambda: (
+            not (d := json.loads(client.get("/timeline").get_data(as_text=True)))["loading"]
+            and d["total"] == job.total_events
+            and d
+        ),
+        what="the complete answer",
+    )
+    assert done["events"]["count"] == job.total_events
+
+
+def test_a_failed_refresh_does_not_end_the_thread(job, gated):
+    """A provider error (its data server still starting) is retried by the next round."""
+    gated.gate.set()
+    gated.fail_next_listing = True
+    store = TimelineStore(gated)
+    refresher = Refresher(store, poll_s=0.05).start()
+    try:
+        wait_for(lambda: _total(store) == job.total_events, timeout=60, what="the retry")
+    finally:
+        refresher.stop(timeout=30)
