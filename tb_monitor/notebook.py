@@ -158,7 +158,7 @@ def _worker_attempts(marks: list[Span]) -> list[Span]:
 def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
     """One row per job and attempt: when it ran, its outcome, the failed ranks, rendezvous time.
 
-    Columns: job, attempt (the rendezvous round it followed), start, end (epoch seconds),
+    Columns: job, attempt (the rendezvous round it followed), start, end (UTC timestamps),
     duration_s, outcome (FAILED when a rank failed; RUNNING while one is open; RESTARTED when a
     later attempt began before any end was recorded; else the end states recorded),
     failed_ranks (sorted list), first_failed_rank (the rank that failed first: the root cause when
@@ -206,4 +206,6 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
             outcome = "/".join(states)
         rows.append((job, attempt, start, end, end - start, outcome, ranks, first, rendezvous_s))
     frame = pandas.DataFrame.from_records(rows, columns=SUMMARY_COLUMNS)
+    for column in ("start", "end"):  # readable in a notebook, still exact to the microsecond
+        frame[column] = pandas.to_datetime(frame[column], unit="s", utc=True)
     return frame.astype({"attempt": "int64", "first_failed_rank": "Int64"})  # Int64: NA, not NaN
