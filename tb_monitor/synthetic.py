@@ -190,7 +190,7 @@ class _Records:
 
     def __init__(self) -> None:
         self.by_run: dict[str, list[TimelineRecord]] = defaultdict(list)
-        # run -> (tag, value, wall time, step): what a worker logs with its epoch events.
+        # run -> (tag, value, wall time, step): what rank 0 logs with its epoch events.
         self.scalars: dict[str, list[tuple[str, float, float, int]]] = defaultdict(list)
 
     def add(self, run: str, kind: str, payload: str, wall_time: float) -> None:
@@ -365,9 +365,10 @@ def _attempt(
                     ),
                     when,
                 )
-                step = attempt * epochs + epoch
-                out.scalars[worker_run].append(("train/loss", loss, when, step))
-                out.scalars[worker_run].append(("train/samples_per_s", speed, when, step))
+                if grank == 0:  # training scripts log their metrics from rank 0
+                    step = attempt * epochs + epoch
+                    out.scalars[worker_run].append(("train/loss", loss, when, step))
+                    out.scalars[worker_run].append(("train/samples_per_s", speed, when, step))
             wpid = node.worker_pid(local, attempt)
             if failing is None:
                 state, when, raw, code = (
@@ -439,8 +440,8 @@ def generate_job(
     ``events`` is the total number of timeline records wanted (heartbeats make up the difference;
     0 lets the job be small and natural). ``restarts`` failed attempts precede the final,
     successful one; the last node is a straggler in every rendezvous and in training.
-    ``scalars`` also writes each worker's ``train/loss`` and ``train/samples_per_s`` per epoch
-    (what a real job logs besides its events, and what TensorBoard's Scalars tab draws).
+    ``scalars`` also writes rank 0's ``train/loss`` and ``train/samples_per_s`` per epoch (what a
+    real job logs besides its events, and what TensorBoard's Scalars tab draws).
     """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes!r}")
