@@ -3,7 +3,7 @@
     >>> tb_monitor.notebook.timeline("runs/demo")          # matplotlib figure, one row per lane
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
 
-Lanes, intervals and states are the Timeline tab's (``tb_monitor.export.spans``), so the figure,
+Lanes, intervals and states are the Timeline tab's (``tb_monitor.timeline.spans``), so the figure,
 the trace export and TensorBoard agree. matplotlib and pandas are imported only when called
 (the ``notebook`` extra).
 """
@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tb_monitor import contract, readers
-from tb_monitor.export import Lane, Span, decode, spans
+from tb_monitor.export import decode
+from tb_monitor.timeline import Lane, Span, spans
 
 if TYPE_CHECKING:
     import pandas

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
-from tb_monitor import contract, export
+from tb_monitor import contract, timeline
 
 __all__ = [
     "DETAIL_LIMIT",
@@ -247,7 +247,7 @@ class TimelineStore:
         self._text = array.array("q")
         self._name = array.array("q")
         self._msg = array.array("q")
-        self._lanes = _Interner()  # tb_monitor.export.Lane values
+        self._lanes = _Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
         self._runs = _Interner()
         self._states = _Interner()
@@ -257,7 +257,7 @@ class TimelineStore:
         self._labels = _Interner()
         for state in STATE_SEVERITY:
             self._states(state)
-        # Records that may open or close an interval, for export.spans: every one but the
+        # Records that may open or close an interval, for timeline.spans: every one but the
         # keep-alive heartbeats, which are most of a long job's records and never do.
         self._span_rows: list[dict[str, Any]] = []
         # (run, kind, payload) -> its decoded columns: a node's heartbeats, most of a job's
@@ -371,7 +371,7 @@ class TimelineStore:
         if kind == contract.MONITOR and not message:
             message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
         message = str(message or "")
-        lane_id = self._lanes(export.lane_of(row))
+        lane_id = self._lanes(timeline.lane_of(row))
         if lane_id == len(self._lane_runs):
             self._lane_runs.append(run)
         heartbeat = state == "RUNNING" and name.endswith("._keep_alive")
@@ -434,8 +434,8 @@ class TimelineStore:
         return self._snapshot
 
     def _intervals(self, last_time: float) -> dict[str, np.ndarray]:
-        """Worker attempts and rendezvous rounds, exactly as tb_monitor.export.spans finds them."""
-        found = [span for span in export.spans(self._span_rows) if span.end is not None]
+        """Worker attempts and rendezvous rounds, exactly as tb_monitor.timeline.spans finds them."""
+        found = [span for span in timeline.spans(self._span_rows) if span.end is not None]
         return {
             "lane": np.asarray([self._lanes.ids[s.lane] for s in found], dtype=np.int64),
             "t0": np.asarray([s.begin for s in found], dtype=np.float64),

@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 from conftest import need
 
-from tb_monitor import contract, export, readers
+from tb_monitor import contract, export, readers, timeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -81,14 +81,14 @@ def test_every_rank_writes_its_own_scalars(demo):
 def test_the_group_restarts_once(demo, rows):
     """Both agents join rendezvous rounds 0 and 1, and every rank starts in both attempts."""
     joined = {
-        (r["run"], export.lane_of(r).label)
+        (r["run"], timeline.lane_of(r).label)
         for r in rows
         if r["kind"] == contract.RENDEZVOUS and "has joined round 1 " in (r["message"] or "")
     }
     assert len(joined) == 2
     attempts = {
         (span.lane.label, span.number)
-        for span in export.spans(rows)
+        for span in timeline.spans(rows)
         if span.lane.kind == contract.WORKER and span.end is not None
     }
     assert attempts == {(f"rank {rank}", n) for rank in range(4) for n in (0, 1)}

@@ -202,12 +202,3 @@ def test_progress_bar_stays_quiet_for_small_logdirs_off_a_terminal(logdir, job, 
     """By default a small export to a non-terminal stderr prints no progress."""
     export.write_jsonl(logdir, io.StringIO())
     assert capsys.readouterr().err == ""
-
-
-def test_a_rendezvous_record_without_local_id_stays_on_its_nodes_lane():
-    """The store's INIT record (local_id None) and later ones (local_id 0) share one lane."""
-    base = {"run": "j/agent-h-1", "kind": contract.RENDEZVOUS, "run_id": "j", "hostname": "h"}
-    early = {**base, "pid": 1, "local_id": None}
-    later = {**base, "pid": 1, "local_id": 0}
-    assert export.lane_of(early) == export.lane_of(later)
-    assert export.lane_of(early).label == "h (pid 1)"

@@ -7,7 +7,7 @@ import sys
 import pytest
 from conftest import need
 
-from tb_monitor import contract, export, notebook, readers
+from tb_monitor import contract, export, notebook, readers, timeline
 from tb_monitor.synthetic import generate_job
 
 
@@ -96,7 +96,7 @@ def test_timeline_draws_one_row_per_lane(logdir, job, plt):
     ]
     assert labels[4:8] == [f"worker: rank {rank}" for rank in range(4)]
     assert len(labels) == len(
-        {export.lane_of(r) for r in export.decode(readers.iter_timeline(logdir))}
+        {timeline.lane_of(r) for r in export.decode(readers.iter_timeline(logdir))}
     )
 
 

@@ -1,0 +1,211 @@
+"""The timeline model: which lane a record belongs to, and the intervals records form.
+
+The Timeline tab (``tb_plugin``), the Perfetto export and the notebook figure all draw from
+here, so a lane or an attempt is the same thing wherever a user looks at it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tb_monitor import contract
+
+__all__ = ["END_STATES", "Lane", "Span", "attempt_of", "lane_of", "spans"]
+
+#: States that end a worker's attempt (torchelastic's WorkerState values, and TERMINATED).
+END_STATES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "UNHEALTHY", "STOPPED"})
+_ROUND = re.compile(r"\bround (\d+)\b")
+_OPEN, _CLOSE, _NUMBER = "open", "close", "number"
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One swimlane: a node's rendezvous, an agent, a worker rank, or a run's other events."""
+
+    group: str  # the job: its run id, else the run's top directory
+    kind: str
+    label: str
+    key: tuple[Any, ...]  # what makes the lane one lane
+
+    def sort_key(self) -> tuple[Any, ...]:
+        """Jobs; then rendezvous, agents, workers, other events; then labels, numbers by value."""
+        natural = tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", self.label))
+        return (self.group, contract.KINDS.index(self.kind), natural)
+
+
+@dataclass(frozen=True)
+class Span:
+    """A mark on a lane: an interval (``end`` set) or a point, with the records it stands for."""
+
+    lane: Lane
+    begin: float  # wall time, seconds since the epoch
+    end: float | None
+    label: str
+    state: str | None  # what colours it: an interval's outcome, a point's own state
+    number: int | None  # worker and agent marks: the attempt; a rendezvous round: its number
+    rows: tuple[Mapping[str, Any], ...]
+    open: bool = False  # an interval whose end has not been recorded (yet)
+
+
+def lane_of(row: Mapping[str, Any]) -> Lane:
+    """The lane of a decoded timeline record (``run``, ``kind`` and ``contract.FIELDS``).
+
+    Rendezvous events: one lane per node (host, agent pid, local id); worker events: one lane per
+    rank, the agent's records and the worker's own together; agent and other events: one lane
+    per run.
+    """
+    run, kind = row["run"], row["kind"]
+    group = str(row.get("run_id") or (run.split("/", 1)[0] if "/" in run else run or "."))
+    base = run.rsplit("/", 1)[-1] if run else "."
+    if kind == contract.RENDEZVOUS:
+        host, pid, local = row.get("hostname"), row.get("pid"), row.get("local_id")
+        extra = f", id {local}" if local not in (None, 0) else ""
+        # A record made before the node had its local id (the store's INIT) says None: same node.
+        return Lane(group, kind, f"{host} (pid {pid}{extra})", (host, pid, local or 0))
+    if kind == contract.WORKER and row.get("rank") is not None:
+        return Lane(group, kind, f"rank {row['rank']}", (row["rank"],))
+    if kind == contract.AGENT and row.get("hostname") and "/" not in run:
+        return Lane(group, kind, f"agent {row['hostname']}", (run,))
+    return Lane(group, kind, base, (run,))
+
+
+def attempt_of(row: Mapping[str, Any]) -> int | None:
+    """The restart count a record was written in: the agent's or the worker's own."""
+    metadata = row.get("metadata") or {}
+    for key in ("agent_restarts", "restart_count"):
+        value = metadata.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _role(row: Mapping[str, Any]) -> tuple[str | None, int | None]:
+    """Part a record plays in an interval, and its attempt or round number."""
+    kind, state = row["kind"], row.get("state")
+    if kind == contract.WORKER:
+        role = _OPEN if state == "START" else _CLOSE if state in END_STATES else None
+        return role, None  # a worker attempt's number comes from its agent's rendezvous round
+    if kind == contract.RENDEZVOUS:
+        message = row.get("message") or ""
+        if state == "FAILED":
+            role = _CLOSE
+        elif "attempts to join the next round" in message:
+            role = _OPEN
+        elif "has joined round" in message:
+            role = _CLOSE
+        elif "as complete" in message:
+            role = _NUMBER
+        else:  # heartbeats and the like: most records, so no regex for them
+            return None, None
+        found = _ROUND.search(message)
+        return role, int(found.group(1)) if found else None
+    return None, None
+
+
+def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
+    """Every record as part of exactly one span, sorted by time.
+
+    Intervals: a worker's attempt (START to its first end state), a node's rendezvous round (its
+    join attempt to joining, or FAILED). A START before the previous attempt ended cuts that one
+    short (state RUNNING); an interval still open at the end runs to the last record, ``open``.
+
+    A worker attempt is numbered by the rendezvous round its agent joined before starting it:
+    the round is the same on every node, while ``agent_restarts`` (and the workers'
+    ``TORCHELASTIC_RESTART_COUNT``) counts only the agent's own failures, so an agent restarted
+    by another node's failure reports its second attempt as 0. Without rendezvous records, the
+    restart count is used.
+    """
+    ordered = sorted(rows, key=lambda row: row["wall_time"])
+    rounds = _rounds_joined(ordered)
+    by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
+    for row in ordered:
+        by_lane.setdefault(lane_of(row), []).append(row)
+    last = ordered[-1]["wall_time"] if ordered else 0.0
+    out: list[Span] = []
+    for lane, lane_rows in by_lane.items():
+        opened: Mapping[str, Any] | None = None
+        number: int | None = None
+        for row in lane_rows:
+            role, row_number = _role(row)
+            if role == _OPEN:
+                if opened is not None:
+                    out.append(_interval(lane, opened, row["wall_time"], "RUNNING", number, ()))
+                opened = row
+                number = row_number if lane.kind == contract.RENDEZVOUS else _attempt(row, rounds)
+            elif role == _CLOSE and opened is not None:
+                number = row_number if row_number is not None else number
+                out.append(
+                    _interval(lane, opened, row["wall_time"], row.get("state"), number, (row,))
+                )
+                opened = None
+            else:
+                if role == _NUMBER and opened is not None and row_number is not None:
+                    number = row_number
+                out.append(_point(lane, row, _point_number(lane, row, number, rounds)))
+        if opened is not None:
+            out.append(_interval(lane, opened, last, "RUNNING", number, (), still_open=True))
+    out.sort(key=lambda span: span.begin)
+    return out
+
+
+def _rounds_joined(rows: list[Mapping[str, Any]]) -> dict[str, list[tuple[float, int]]]:
+    """Per run (agent), ``(time, round)`` of every rendezvous round it joined, in time order."""
+    joined: dict[str, list[tuple[float, int]]] = {}
+    for row in rows:
+        if row["kind"] == contract.RENDEZVOUS:
+            role, number = _role(row)
+            if role == _CLOSE and number is not None and row.get("state") != "FAILED":
+                joined.setdefault(row["run"], []).append((row["wall_time"], number))
+    return joined
+
+
+def _attempt(row: Mapping[str, Any], rounds: dict[str, list[tuple[float, int]]]) -> int | None:
+    """A worker record's attempt: its agent's last round joined before it, else its restart count."""
+    before = [number for t, number in rounds.get(row["run"], ()) if t <= row["wall_time"]]
+    return before[-1] if before else attempt_of(row)
+
+
+def _point_number(
+    lane: Lane,
+    row: Mapping[str, Any],
+    lane_number: int | None,
+    rounds: dict[str, list[tuple[float, int]]],
+) -> int | None:
+    """A point's attempt: on a worker lane the lane's latest, on an agent lane its round."""
+    if lane.kind == contract.WORKER:
+        return lane_number if lane_number is not None else attempt_of(row)
+    if lane.kind == contract.AGENT:
+        return _attempt(row, rounds)
+    return None
+
+
+def _point(lane: Lane, row: Mapping[str, Any], number: int | None) -> Span:
+    name, state = str(row.get("name") or ""), row.get("state")
+    if lane.kind == contract.RENDEZVOUS:
+        label = name.rsplit(":", 1)[-1]  # "dynamic_rendezvous.py:Class.method" -> "Class.method"
+    elif lane.kind in (contract.AGENT, contract.WORKER) and state:
+        label = str(state)
+    else:
+        label = name
+    return Span(lane, row["wall_time"], None, label, state, number, (row,))
+
+
+def _interval(
+    lane: Lane,
+    opened: Mapping[str, Any],
+    end: float,
+    state: str | None,
+    number: int | None,
+    closing: tuple[Mapping[str, Any], ...],
+    still_open: bool = False,
+) -> Span:
+    noun = "round" if lane.kind == contract.RENDEZVOUS else "attempt"
+    label = noun if number is None else f"{noun} {number}"
+    if lane.kind != contract.RENDEZVOUS and state:
+        label += f": {state}"
+    return Span(
+        lane, opened["wall_time"], end, label, state, number, (opened, *closing), still_open
+    )
