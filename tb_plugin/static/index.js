@@ -11,6 +11,9 @@ const POLL_MS = 5000;
 const LOADING_POLL_MS = 700; // while the server is still decoding the job's first records
 const LABEL_W = 230; // the lane labels' column (style.css --label-w), for the first request
 const MIN_SPAN_S = 0.001;
+const ALPHA_LEVELS = 16; // shades of a level-of-detail bucket (by its event count)
+const OPEN_DASH = [3, 2]; // the outline of an interval still in progress
+const SOLID = [];
 
 const STATE_COLORS = {
   INIT: "#9aa0a6",
@@ -39,6 +42,12 @@ function colorOf(state) {
   let h = 0;
   for (const c of state) h = (h * 31 + c.charCodeAt(0)) >>> 0;
   return EXTRA_COLORS[h % EXTRA_COLORS.length];
+}
+
+function batchOf(batches, key) {
+  let p = batches.get(key);
+  if (!p) batches.set(key, (p = []));
+  return p;
 }
 
 function decode(b64, Type) {
@@ -365,6 +374,9 @@ class Timeline {
       label: decode(iv.label, Uint32Array),
       open: decode(iv.open, Uint16Array),
     };
+    // Each lane's intervals, in payload order: a frame and a hover visit only their lanes'.
+    d.intervals.laneStart = this.offsets(d.intervals.lane, payload.lanes.length);
+    d.intervals.order = this.laneOrder(d.intervals.lane, d.intervals.laneStart);
     // Complete data needs no refetch on zoom: every filtered event of the job is here.
     d.complete = payload.mode === "events" && payload.in_window === payload.total;
     this.data = d;
@@ -410,6 +422,14 @@ class Timeline {
     for (let i = 0; i < laneColumn.length; i++) start[laneColumn[i] + 1]++;
     for (let i = 0; i < lanes; i++) start[i + 1] += start[i];
     return start;
+  }
+
+  // Indices of the rows sorted by lane (a stable counting sort over the lane offsets).
+  laneOrder(laneColumn, laneStart) {
+    const next = laneStart.slice(0, -1);
+    const order = new Uint32Array(laneColumn.length);
+    for (let i = 0; i < laneColumn.length; i++) order[next[laneColumn[i]]++] = i;
+    return order;
   }
 
   updateFilters(payload) {
@@ -613,36 +633,35 @@ class Timeline {
   drawIntervals(ctx, rows, top) {
     const iv = this.data.intervals;
     if (!iv.count) return;
-    const visible = new Set(rows.map((r) => r.lane));
     const states = this.data.states;
     ctx.font = "11px Roboto, Arial, sans-serif";
     ctx.textBaseline = "middle";
-    for (let i = 0; i < iv.count; i++) {
-      const lane = iv.lane[i];
-      if (!visible.has(lane)) continue;
-      if (iv.t1[i] < this.view.start || iv.t0[i] > this.view.end) continue;
-      const r = this.rows[this.rowOfLane[lane]];
-      const x0 = Math.max(-1, this.x(iv.t0[i]));
-      const x1 = Math.min(this.width + 1, this.x(iv.t1[i]));
-      const w = Math.max(1, x1 - x0);
+    ctx.lineWidth = 1;
+    const h = ROW_H - 6;
+    for (const r of rows) {
       const y = r.y - top + 3;
-      const h = ROW_H - 6;
-      const color = colorOf(states[iv.state[i]]);
-      ctx.globalAlpha = 0.28;
-      ctx.fillStyle = color;
-      ctx.fillRect(x0, y, w, h);
-      ctx.globalAlpha = 1;
-      ctx.strokeStyle = color;
-      ctx.lineWidth = 1;
-      ctx.setLineDash(iv.open[i] ? [3, 2] : []);
-      ctx.strokeRect(Math.round(x0) + 0.5, y + 0.5, Math.max(1, Math.round(w) - 1), h - 1);
-      ctx.setLineDash([]);
-      if (w > 70) {
-        const text = this.data.labels[iv.label[i]];
-        ctx.fillStyle = this.colors.fg;
-        ctx.globalAlpha = 0.75;
-        ctx.fillText(text, Math.max(x0, 0) + 5, y + h / 2 + 0.5, w - 10);
+      for (let k = iv.laneStart[r.lane]; k < iv.laneStart[r.lane + 1]; k++) {
+        const i = iv.order[k];
+        if (iv.t1[i] < this.view.start || iv.t0[i] > this.view.end) continue;
+        const x0 = Math.max(-1, this.x(iv.t0[i]));
+        const x1 = Math.min(this.width + 1, this.x(iv.t1[i]));
+        const w = Math.max(1, x1 - x0);
+        const color = colorOf(states[iv.state[i]]);
+        ctx.globalAlpha = 0.28;
+        ctx.fillStyle = color;
+        ctx.fillRect(x0, y, w, h);
         ctx.globalAlpha = 1;
+        ctx.strokeStyle = color;
+        if (iv.open[i]) ctx.setLineDash(OPEN_DASH);
+        ctx.strokeRect(Math.round(x0) + 0.5, y + 0.5, Math.max(1, Math.round(w) - 1), h - 1);
+        if (iv.open[i]) ctx.setLineDash(SOLID);
+        if (w > 70) {
+          const text = this.data.labels[iv.label[i]];
+          ctx.fillStyle = this.colors.fg;
+          ctx.globalAlpha = 0.75;
+          ctx.fillText(text, Math.max(x0, 0) + 5, y + h / 2 + 0.5, w - 10);
+          ctx.globalAlpha = 1;
+        }
       }
     }
   }
@@ -654,7 +673,7 @@ class Timeline {
     const scale = this.width / (this.view.end - this.view.start);
     const v0 = this.view.start;
     // One path per state colour: far fewer canvas state changes than one fill per mark.
-    const paths = new Map();
+    const paths = this.batches();
     const markW = scale * 0.05 > 3 ? 4 : 2;
     for (const r of rows) {
       const lo = lowerBound(e.t, v0 - 3 / scale, start[r.lane], start[r.lane + 1]);
@@ -668,13 +687,12 @@ class Timeline {
         if (x === lastX && s === lastState) continue; // same pixel, same colour: already drawn
         lastX = x;
         lastState = s;
-        let p = paths.get(s);
-        if (!p) paths.set(s, (p = []));
-        p.push(x, y);
+        batchOf(paths, s).push(x, y);
       }
     }
     const h = ROW_H - 8;
     for (const [s, p] of paths) {
+      if (!p.length) continue;
       ctx.fillStyle = colorOf(states[s]);
       ctx.beginPath();
       for (let k = 0; k < p.length; k += 2) ctx.rect(p[k] - markW / 2, p[k + 1], markW, h);
@@ -697,25 +715,73 @@ class Timeline {
     ctx.lineWidth = 1;
   }
 
+  // Level of detail in few canvas calls: neighbouring buckets of one colour and shade become one
+  // rect, buckets narrower than a pixel share their pixel column (the most severe state, their
+  // summed count), and each colour and shade is one path. Only the bins in view are visited.
   drawBuckets(ctx, rows, top) {
     const b = this.data.buckets;
     const states = this.data.states;
     const start = this.data.laneStart;
-    const w0 = this.data.window[0];
+    const scale = this.width / (this.view.end - this.view.start);
+    const binW = b.binWidth * scale;
+    const origin = (this.data.window[0] - this.view.start) * scale; // x of bin 0
+    const firstBin = Math.floor(-origin / binW) - 1;
+    const lastBin = Math.ceil((this.width - origin) / binW);
+    const subPixel = binW < 1;
+    const darkest = ALPHA_LEVELS - 1;
+    const shade = darkest / b.logMax;
+    const batches = this.batches();
     const h = ROW_H - 6;
     for (const r of rows) {
       const y = r.y - top + 3;
-      for (let i = start[r.lane]; i < start[r.lane + 1]; i++) {
-        const t = w0 + b.bin[i] * b.binWidth;
-        if (t + b.binWidth < this.view.start || t > this.view.end) continue;
-        const x0 = this.x(t);
-        const x1 = this.x(t + b.binWidth);
-        ctx.globalAlpha = 0.35 + (0.65 * Math.log(b.n[i] + 1)) / b.logMax;
-        ctx.fillStyle = colorOf(states[b.state[i]]);
-        ctx.fillRect(x0, y, Math.max(1, x1 - x0), h);
+      const hi = start[r.lane + 1];
+      let i = lowerBound(b.bin, firstBin, start[r.lane], hi);
+      let runKey = -1;
+      let runX0 = 0;
+      let runX1 = 0;
+      while (i < hi && b.bin[i] <= lastBin) {
+        let x0 = origin + b.bin[i] * binW;
+        let x1 = x0 + Math.max(1, binW);
+        let state = b.state[i];
+        let n = b.n[i];
+        i++;
+        if (subPixel) {
+          x0 = Math.floor(x0);
+          x1 = x0 + 1;
+          for (; i < hi && Math.floor(origin + b.bin[i] * binW) === x0; i++) {
+            if (b.state[i] > state) state = b.state[i];
+            n += b.n[i];
+          }
+        }
+        const key = state * ALPHA_LEVELS + Math.min(darkest, Math.round(Math.log(n + 1) * shade));
+        if (key === runKey && x0 <= runX1 + 0.01) {
+          runX1 = x1;
+          continue;
+        }
+        if (runKey >= 0) batchOf(batches, runKey).push(runX0, y, runX1 - runX0);
+        runKey = key;
+        runX0 = x0;
+        runX1 = x1;
       }
+      if (runKey >= 0) batchOf(batches, runKey).push(runX0, y, runX1 - runX0);
+    }
+    for (const [key, p] of batches) {
+      if (!p.length) continue;
+      ctx.globalAlpha = 0.35 + (0.65 * (key % ALPHA_LEVELS)) / darkest;
+      ctx.fillStyle = colorOf(states[Math.floor(key / ALPHA_LEVELS)]);
+      ctx.beginPath();
+      for (let k = 0; k < p.length; k += 3) ctx.rect(p[k], p[k + 1], p[k + 2], h);
+      ctx.fill();
     }
     ctx.globalAlpha = 1;
+  }
+
+  // The per-colour coordinate lists of the frame, emptied: kept between frames so that a frame
+  // allocates nothing once they have grown.
+  batches() {
+    if (!this.batchMap) this.batchMap = new Map();
+    for (const p of this.batchMap.values()) p.length = 0;
+    return this.batchMap;
   }
 
   drawAxis() {
@@ -896,14 +962,18 @@ class Timeline {
       if (best >= 0) return { row, event: best, px };
     } else {
       const b = this.data.buckets;
-      for (let i = start[row.lane]; i < start[row.lane + 1]; i++) {
-        const t0 = this.data.window[0] + b.bin[i] * b.binWidth;
-        if (t >= t0 - slack / 2 && t <= t0 + b.binWidth + slack / 2) return { row, bucket: i, px };
+      const w0 = this.data.window[0];
+      const first = Math.floor((t - slack / 2 - w0) / b.binWidth) - 1;
+      for (let i = lowerBound(b.bin, first, start[row.lane], start[row.lane + 1]); i < start[row.lane + 1]; i++) {
+        const t0 = w0 + b.bin[i] * b.binWidth;
+        if (t0 - slack / 2 > t) break;
+        if (t <= t0 + b.binWidth + slack / 2) return { row, bucket: i, px };
       }
     }
     const iv = this.data.intervals;
-    for (let i = 0; i < iv.count; i++) {
-      if (iv.lane[i] === row.lane && iv.t0[i] <= t && t <= iv.t1[i]) return { row, interval: i, px };
+    for (let k = iv.laneStart[row.lane]; k < iv.laneStart[row.lane + 1]; k++) {
+      const i = iv.order[k];
+      if (iv.t0[i] <= t && t <= iv.t1[i]) return { row, interval: i, px };
     }
     return { row, px };
   }
