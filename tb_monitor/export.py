@@ -155,17 +155,21 @@ def write_jsonl(
     """
     records = _collect(logdir, readers.iter_timeline, "timeline events", progress)
     records.sort(key=lambda record: record.wall_time)
+    written = 0
     with _opened(out) as stream, _progress("jsonl", len(records), progress) as advance:
         for record in records:
-            line = {
-                "run": record.run,
-                "kind": record.kind,
-                "wall_time": record.wall_time,
-                "event": json.loads(record.payload),
-            }
+            try:
+                event = json.loads(record.payload)
+            except ValueError:  # as the other formats, the plugin and the readers do
+                _log.warning("run %r: unreadable %s record left out", record.run, record.kind)
+                advance()
+                continue
+            line = {"run": record.run, "kind": record.kind, "wall_time": record.wall_time}
+            line["event"] = event
             stream.write(json.dumps(line, separators=(",", ":")) + "\n")
+            written += 1
             advance()
-    return len(records)
+    return written
 
 
 _CSV_COLUMNS = ("run", "tag", "step", "wall_time", "value")

@@ -173,7 +173,9 @@ def restart_summary(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
         attempts[(span.lane.group, span.number)].append(span)
     failed: dict[tuple[str, int | None], dict[int, float]] = defaultdict(dict)  # rank -> when
     for span in marks:
-        if span.lane.kind == contract.WORKER and span.state == "FAILED":
+        # A worker record without a rank sits on its run's lane: no rank to name.
+        rank_lane = isinstance(span.lane.key[0], int)
+        if span.lane.kind == contract.WORKER and span.state == "FAILED" and rank_lane:
             when = span.begin if span.end is None else span.end
             ranks = failed[(span.lane.group, span.number)]
             rank = int(span.lane.key[0])

@@ -32,7 +32,7 @@ class Lane:
 
     def sort_key(self) -> tuple[Any, ...]:
         """Jobs; then rendezvous, agents, workers, other events; then labels, numbers by value."""
-        natural = tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", self.label))
+        natural = tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", self.label))
         return (self.group, contract.KINDS.index(self.kind), natural)
 
 

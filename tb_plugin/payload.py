@@ -101,8 +101,10 @@ class Query:
         end = _float_arg(args, "end")
         if start is not None and end is not None and not start < end:
             raise QueryError(f"start {start!r} must be before end {end!r}")
+        if start is not None and end is not None and not math.isfinite(end - start):
+            raise QueryError(f"the window from {start!r} to {end!r} is too wide")
         width = args.get("width", "1000")
-        if not width.isdigit() or not 1 <= int(width) <= 20000:
+        if not width.isdecimal() or not 1 <= int(width) <= 20000:
             raise QueryError(f"width must be an integer from 1 to 20000, got {width!r:.80}")
         kind = args.get("kind") or None
         if kind is not None and kind not in contract.KINDS:

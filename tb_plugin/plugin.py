@@ -40,6 +40,8 @@ __all__ = ["TimelineLoader", "TimelinePlugin"]
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 _STATIC_PREFIX = "/static/"
+#: Experiments whose decoded timelines are kept (one background thread each).
+_MAX_EXPERIMENTS = 8
 
 
 def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Response:
@@ -95,6 +97,11 @@ class TimelinePlugin(base_plugin.TBPlugin):
         with self._refreshers_lock:
             refresher = self._refreshers.get(eid)
             if refresher is None:
+                # Any experiment id in a URL reaches here (the local provider ignores it): keep
+                # a few, so stray ids cannot pile up threads and copies of the data.
+                if len(self._refreshers) >= _MAX_EXPERIMENTS:
+                    oldest = next(iter(self._refreshers))
+                    self._refreshers.pop(oldest).stop(timeout=0)
                 store = TimelineStore(self._provider, eid)
                 refresher = self._refreshers[eid] = Refresher(store).start()
             return refresher
@@ -128,7 +135,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_event(self, request: wrappers.Request) -> wrappers.Response:
         raw = request.args.get("id", "")
-        if not raw.isdigit():
+        if not raw.isdecimal():
             return _error(request, f"id must be a non-negative integer, got {raw!r:.80}", 400)
         store = self._fresh_store(request)
         try:

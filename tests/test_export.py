@@ -202,3 +202,16 @@ def test_progress_bar_stays_quiet_for_small_logdirs_off_a_terminal(logdir, job, 
     """By default a small export to a non-terminal stderr prints no progress."""
     export.write_jsonl(logdir, io.StringIO())
     assert capsys.readouterr().err == ""
+
+
+def test_jsonl_leaves_out_an_unreadable_record_and_keeps_the_rest(logdir, tmp_path):
+    """A record that is not JSON is skipped (and logged); the records around it are exported."""
+    good = Event("ok", EventSource.AGENT, timestamp=1).serialize()
+    with AsyncWriter(str(logdir)) as writer:
+        writer.add_timeline(contract.AGENT, good, wall_time=1.0)
+        writer.add_timeline(contract.AGENT, "not json{", wall_time=2.0)
+        writer.add_timeline(contract.AGENT, good, wall_time=3.0)
+    out = tmp_path / "events.jsonl"
+    assert cli.main(["export", str(logdir), "--format", "jsonl", "-o", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [line["wall_time"] for line in lines] == [1.0, 3.0]

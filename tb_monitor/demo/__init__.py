@@ -198,7 +198,9 @@ def _watch(logdir: str, agents: list[subprocess.Popen[bytes]]) -> None:
     shown = ""
     last_print = 0.0
     while True:
-        done = all(agent.poll() is not None for agent in agents)
+        codes = [agent.poll() for agent in agents]
+        # One agent failing leaves the other waiting in rendezvous for minutes: stop watching.
+        done = all(code is not None for code in codes) or any(code for code in codes)
         line = progress(logdir).line()
         now = time.monotonic()
         if tty:

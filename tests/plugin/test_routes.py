@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -237,6 +238,9 @@ def test_event_details_have_every_field(app):
         ("event?id=abc", 400, "abc"),
         ("event?id=-1", 400, "-1"),
         ("event?id=99999999", 404, "99999999"),
+        ("timeline?width=%C2%B2", 400, "width"),
+        ("event?id=%C2%B2", 400, "id"),
+        ("timeline?start=-1.7e308&end=1.7e308", 400, "too wide"),
     ],
 )
 def test_bad_parameters_get_a_json_error(app, query, status, names):
@@ -276,3 +280,13 @@ def test_status_reports_the_generation(app):
     assert (
         app.json(f"{PREFIX}/status")["generation"] == app.json(f"{PREFIX}/timeline")["generation"]
     )
+
+
+def test_stray_experiment_ids_do_not_pile_up_background_threads(app):
+    """Requests naming many experiment ids keep at most a few decoding threads alive."""
+    before = threading.active_count()
+    for i in range(20):
+        response = app.get(f"/experiment/x{i}{PREFIX}/status")
+        assert response.status_code == 200
+    # A dropped experiment's thread is told to stop; give it a moment to finish.
+    wait_for(lambda: threading.active_count() - before <= 8, timeout=30, what="threads to stop")
