@@ -179,13 +179,15 @@ def _mapping_field(kind: str, data: Mapping[str, Any], field: str) -> Mapping[st
     return value
 
 
-def decode_record(kind: str, payload: str | bytes) -> dict[str, Any]:
+def decode_record(kind: str, payload: str | bytes | Mapping[str, Any]) -> dict[str, Any]:
     """Flatten one timeline record (torch's JSON) into the fields readers and the plugin show.
 
-    Returns a dict with the keys of ``FIELDS``; absent fields are None (``metadata`` is a dict).
-    Agent metadata's nested JSON string is decoded and merged into ``metadata``.
+    ``payload`` is the JSON text, or the object it already parsed into (so a caller that had to
+    parse it does not pay twice). Returns a dict with the keys of ``FIELDS``; absent fields are
+    None (``metadata`` is a dict). Agent metadata's nested JSON string is decoded and merged
+    into ``metadata``.
     """
-    data = json.loads(payload)
+    data = payload if isinstance(payload, Mapping) else json.loads(payload)
     if not isinstance(data, dict):
         raise ValueError(f"timeline record of kind {kind!r} is not a JSON object: {payload!r:.200}")
     row: dict[str, Any] = dict.fromkeys(FIELDS)

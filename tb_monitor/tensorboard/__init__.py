@@ -237,8 +237,8 @@ def _kind_and_time(data: Mapping[str, Any], created: float) -> tuple[str, float]
     return kind, (timestamp / 1000.0 if timestamp else created)
 
 
-def _summary_line(kind: str, payload: str) -> str:
-    fields = contract.decode_record(kind, payload)
+def _summary_line(kind: str, data: Mapping[str, Any]) -> str:
+    fields = contract.decode_record(kind, data)
     parts = [f"**{_cell(fields['name'])}**"]
     if fields["state"]:
         parts.append(_cell(fields["state"]))
@@ -281,7 +281,7 @@ class TensorboardLoggingHandler(_Sink, logging.Handler):
                 return
             kind, wall_time = _kind_and_time(data, record.created)
             self._writer.add_timeline(kind, payload, wall_time)
-            self._writer.add_text(f"events/{kind}", _summary_line(kind, payload), wall_time)
+            self._writer.add_text(f"events/{kind}", _summary_line(kind, data), wall_time)
         except WriterClosedError as exc:
             self._writer_closed(exc)
         except Exception:
