@@ -21,7 +21,7 @@ import time
 from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
 from tb_monitor import contract, export
-from tb_monitor.synthetic import generate_job
+from tb_monitor.testing import generate_job
 
 
 def anchor(logdir: str, out: str) -> int:

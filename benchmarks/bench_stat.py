@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 import torch.monitor as tm
 
 from tb_monitor import _event, _stat
+from tb_monitor.testing import stat_implementations
 
 AGGREGATIONS = ("MEAN", "COUNT", "SUM", "MAX", "MIN")
 WINDOW = timedelta(hours=1)
@@ -41,11 +42,12 @@ def _ours(implementation: type[_stat.Stat]) -> _stat.Stat:
 def _contenders() -> dict[str, tuple[Callable[[object], object], object]]:
     torch_stat = tm.Stat("bench", [getattr(tm.Aggregation, a) for a in AGGREGATIONS], WINDOW)
     found = {"torch.monitor Stat.add": (torch_stat.add, 1.5)}
-    if _stat._CStat is not None:
-        found["tb_monitor Stat.add (C)"] = (_ours(_stat._CStat).add, 1.5)
+    implementations = stat_implementations()
+    if implementations["c"] is not None:
+        found["tb_monitor Stat.add (C)"] = (_ours(implementations["c"]).add, 1.5)
     else:
         print("note: the C accelerator is not built; only the pure-Python Stat is timed")
-    found["tb_monitor Stat.add (Python)"] = (_ours(_stat._PyStat).add, 1.5)
+    found["tb_monitor Stat.add (Python)"] = (_ours(implementations["python"]).add, 1.5)
     now = datetime.now()
     found["torch.monitor log_event, no handler"] = (tm.log_event, tm.Event("e", now, {"x": 1.0}))
     found["tb_monitor log_event, no handler"] = (

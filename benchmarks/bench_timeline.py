@@ -8,9 +8,9 @@ plugin's share, from its iframe's start to the first complete frame, is printed 
 
 1. In process, 100k events over 64 nodes: the cold first decode, split into TensorBoard's
    ``read_tensors`` (its numpy conversion) and ours; then the warm data route of the plugin
-   (``TimelineStore``: decoded once, filtered with numpy) against the anchor, a plugin that does
-   what TensorBoard's own plugins do per request (``read_tensors`` of every record, then decode
-   each one's JSON). Rounds alternate which side runs first; medians in seconds and their ratio.
+   (``TimelineStore``: decoded once; ``timeline_payload``: filtered with numpy) against the
+   anchor, a plugin that does what TensorBoard's own plugins do per request (``read_tensors`` of
+   every record, then decode each one's JSON). Rounds alternate which side runs first; medians in seconds and their ratio.
 2. Against a real ``tensorboard --logdir`` and Debian chromium, for 100k events over 64 nodes and
    1M events over 512 nodes: how long until TensorBoard has loaded and the plugin decoded every
    record (and the longest a request waited meanwhile: never the whole decode), the warm data
@@ -42,8 +42,9 @@ import urllib.request
 from tensorboard import context as tb_context
 
 from tb_monitor import contract
-from tb_monitor.synthetic import generate_job
-from tb_plugin.payload import Query, TimelineStore
+from tb_monitor.testing import generate_job
+from tb_plugin.query import Query, timeline_payload
+from tb_plugin.store import TimelineStore
 
 # The browser flags the plugin's browser tests use (Debian chromium, no network of its own).
 sys.path.insert(
@@ -83,7 +84,7 @@ def anchor(provider, ctx) -> int:
 def ours(store: TimelineStore, ctx) -> int:
     """The plugin's route body: refresh (nothing new) and the whole-job payload."""
     store.refresh(ctx, force=True)
-    return store.query(Query())["total"]
+    return timeline_payload(store.snapshot(), Query())["total"]
 
 
 class _TimedReads:
@@ -344,7 +345,7 @@ def screenshot(browser, path: str) -> None:
                 const row = tl.rows[tl.rowOfLane[e.lane[i]]];
                 return {id: e.id[i], x: tl.x(e.t[i]), y: row.y + row.h / 2};
             }"""
-            frame.evaluate(f"window.tbTimeline.showDetails(({failed})().id, false)")
+            frame.evaluate(f"window.tbTimeline.select(({failed})().id, false)")
             frame.wait_for_selector(".tl-details pre.tl-error")
             spot = frame.evaluate(failed)
             box = frame.locator(".tl-plot canvas").bounding_box()

@@ -30,9 +30,10 @@ from tensorboard.backend.event_processing import event_accumulator
 from tensorboardX import SummaryWriter
 
 import tb_monitor
-from tb_monitor import contract, readers
+from tb_monitor import contract
 from tb_monitor.elastic import metrics
-from tb_monitor.tensorboard import writer as writer_module
+from tb_monitor.logdir import readers
+from tb_monitor.sinks import encoding
 
 STAT_KEYS = [f"loss.{agg}" for agg in ("mean", "min", "max", "sum", "count", "value")]
 
@@ -63,14 +64,14 @@ def _ours_put_metric(logdir: str, n: int) -> dict[str, float]:
 
 def _ours_pure_python(logdir: str, n: int) -> dict[str, float] | None:
     """``put_metric`` as above, with the writer's C scalar encoder switched off."""
-    c_encoder = writer_module._encode_scalars
+    c_encoder = encoding.encode_scalars
     if c_encoder is None:
         return None  # already measured: the C extension is not built
-    writer_module._encode_scalars = None
+    encoding.encode_scalars = None
     try:
         return _ours_put_metric(logdir, n)
     finally:
-        writer_module._encode_scalars = c_encoder
+        encoding.encode_scalars = c_encoder
 
 
 def _ours_stat_event(logdir: str, n: int) -> dict[str, float]:
@@ -161,7 +162,7 @@ def main() -> None:
         _median(results["put_metric"], "per_s"),
     )
     stat_us = _median(results["stat"], "caller_us")
-    encoder = "C" if writer_module._encode_scalars is not None else "pure Python"
+    encoder = "C" if encoding.encode_scalars is not None else "pure Python"
     print(
         f"{n} scalars per round, {args.rounds} rounds, medians; writer's scalar encoder: {encoder}"
     )

@@ -40,10 +40,10 @@ _LAZY = {
     "log_event": "tb_monitor._event",
     "register_event_handler": "tb_monitor._event",
     "unregister_event_handler": "tb_monitor._event",
-    "TensorboardEventHandler": "tb_monitor.tensorboard",
-    "init": "tb_monitor._init",
-    "read_scalars": "tb_monitor.readers",
-    "read_events": "tb_monitor.readers",
+    "TensorboardEventHandler": "tb_monitor.sinks",
+    "init": "tb_monitor.monitor",
+    "read_scalars": "tb_monitor.logdir.readers",
+    "read_events": "tb_monitor.logdir.readers",
 }
 
 if TYPE_CHECKING:
@@ -55,10 +55,10 @@ if TYPE_CHECKING:
         register_event_handler,
         unregister_event_handler,
     )
-    from tb_monitor._init import init
     from tb_monitor._stat import Aggregation, Stat
-    from tb_monitor.readers import read_events, read_scalars
-    from tb_monitor.tensorboard import TensorboardEventHandler
+    from tb_monitor.logdir.readers import read_events, read_scalars
+    from tb_monitor.monitor import init
+    from tb_monitor.sinks import TensorboardEventHandler
 
 
 def __getattr__(name: str) -> Any:

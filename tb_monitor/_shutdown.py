@@ -31,7 +31,6 @@ __all__ = [
     "install_sigterm_handler",
     "on_flush",
     "run_exit_hooks",
-    "run_flush_hooks",
 ]
 
 PRODUCERS = 0
@@ -114,12 +113,6 @@ def run_exit_hooks() -> None:
     """
     if _run(_exit_hooks, forget=True):
         _continue_sigterm(signal.SIGTERM, None)
-
-
-def run_flush_hooks() -> None:
-    """Run every flush hook (they stay registered), producers first."""
-    if _run(_flush_hooks, forget=False):
-        _on_sigterm(signal.SIGTERM, None)
 
 
 def _survives(handler: Any) -> bool:

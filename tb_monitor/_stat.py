@@ -3,7 +3,7 @@
 The hot path is ``Stat.add``: it only folds the sample into the current window (count, sum, min,
 max, last) and never reads a clock. One shared timer thread ends every Stat's windows on their
 wall-clock boundaries and logs them through ``log_event``. The accumulator is a small C type
-(``_speedups.c``) when it is built, else a pure-Python class with the same behaviour; set
+(``_accumulator.c``) when it is built, else a pure-Python class with the same behaviour; set
 ``TB_MONITOR_PURE_PYTHON=1`` to force the latter. The choice is made once, at import: ``Stat``
 derives from the chosen accumulator, so it can be subclassed like any class.
 """
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tb_monitor import _shutdown
 from tb_monitor._event import Event, log_event
@@ -50,7 +50,7 @@ class Aggregation(Enum):
 _Snapshot = tuple[int, float, float, float, float]
 
 # ---------------------------------------------------------------------------------------------
-# The pure-Python accumulator: the same contract as _speedups.Accumulator (see _speedups.c).
+# The pure-Python accumulator: the same contract as _accumulator.Accumulator (see _accumulator.c).
 # ---------------------------------------------------------------------------------------------
 
 _OPEN, _CAPPED, _CLOSED, _FORKED = range(4)
@@ -79,8 +79,8 @@ def _closed_error(name: str) -> RuntimeError:
     return RuntimeError(f"Stat {name!r} is closed; it accepts no more samples")
 
 
-class _PyAccumulator:
-    """One Stat's current window, guarded by a lock (the fallback for ``_speedups.Accumulator``)."""
+class PyAccumulator:
+    """One Stat's current window, guarded by a lock (the fallback for ``_accumulator.Accumulator``)."""
 
     __slots__ = (
         "_count",
@@ -203,8 +203,17 @@ _MAX_WAIT = 1.0
 _EXIT_JOIN_TIMEOUT = 5.0
 
 
+class Clock(Protocol):
+    """Where the timer reads the wall clock: the ``time`` module, or a test's manual clock."""
+
+    def time_ns(self) -> int: ...
+
+
+_clock: Clock = time
+
+
 def _next_boundary(window_ns: int) -> int:
-    return (time.time_ns() // window_ns + 1) * window_ns
+    return (_clock.time_ns() // window_ns + 1) * window_ns
 
 
 class _Timer:
@@ -224,6 +233,7 @@ class _Timer:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._exit_hook_registered = False
+        self._manual = False  # a test's clock drives the windows (run_due), not the thread
 
     def add(self, stat: Stat) -> None:
         with self._cond:
@@ -270,22 +280,35 @@ class _Timer:
         self._thread = threading.Thread(target=self._run, name=TIMER_THREAD_NAME, daemon=True)
         self._thread.start()
 
-    def _next_due(self) -> Stat | None:
-        """Wait for the earliest deadline; the Stat whose window ends, or None once stopped."""
-        me = threading.current_thread()
+    def use_clock(self, clock: Clock, manual: bool) -> Clock:
+        """Read time from ``clock`` from now on; ``manual``: only ``run_due`` ends windows."""
+        global _clock
         with self._cond:
-            while self._thread is me:
-                if not self._heap:
-                    self._cond.wait()
-                    continue
+            previous, _clock = _clock, clock
+            self._manual = manual
+            self._heap = [(_next_boundary(ns), seq, ns, ref) for _, seq, ns, ref in self._heap]
+            heapq.heapify(self._heap)
+            self._cond.notify_all()
+        return previous
+
+    def run_due(self) -> int:
+        """End, on the caller's thread, every window due by the clock; how many ended."""
+        ended = 0
+        while (stat := self._pop_due()) is not None:
+            self._end(stat)
+            ended += 1
+        return ended
+
+    def _pop_due(self) -> Stat | None:
+        """The Stat whose window is due now (its next deadline set), or None; lock held."""
+        with self._cond:
+            while self._heap:
                 deadline, seq, window_ns, ref = self._heap[0]
                 if seq not in self._live:  # removed: the Stat was closed
                     heapq.heappop(self._heap)
                     continue
-                delay = deadline - time.time_ns()
-                if delay > 0:
-                    self._cond.wait(min(delay / 1e9, _MAX_WAIT))
-                    continue
+                if deadline > _clock.time_ns():
+                    return None
                 stat = ref()
                 if stat is None:  # collected; its __del__ logged what it held
                     heapq.heappop(self._heap)
@@ -295,21 +318,38 @@ class _Timer:
                 return stat
             return None
 
+    def _next_due(self) -> Stat | None:
+        """Wait for the earliest deadline; the Stat whose window ends, or None once stopped."""
+        me = threading.current_thread()
+        with self._cond:
+            while self._thread is me:
+                if self._manual or not self._heap:
+                    self._cond.wait(None if not self._heap else _MAX_WAIT)
+                    continue
+                stat = self._pop_due()
+                if stat is not None:
+                    return stat
+                if self._heap:
+                    delay = self._heap[0][0] - _clock.time_ns()
+                    self._cond.wait(min(max(delay, 0) / 1e9, _MAX_WAIT))
+            return None
+
+    @staticmethod
+    def _end(stat: Stat) -> None:
+        try:
+            stat._end_window()
+        except Exception:
+            _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
+
     def _run(self) -> None:
         while (stat := self._next_due()) is not None:
-            try:
-                stat._end_window()
-            except Exception:
-                _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
+            self._end(stat)
             del stat  # hold no reference while waiting: the Stat may be collected meanwhile
 
     def flush_all(self) -> None:
-        """Flush hook (a SIGTERM the process survives): end every live Stat's window now."""
+        """End every live Stat's window now (a survived SIGTERM, or a monitor closing)."""
         for stat in self.stats():
-            try:
-                stat._end_window()
-            except Exception:
-                _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
+            self._end(stat)
 
     def close_all(self) -> None:
         """Exit hook: log every live Stat's pending window, then stop the thread."""
@@ -342,6 +382,22 @@ TIMER_THREAD_NAME = "tb_monitor-stat-timer"
 _timer = _Timer()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_timer.after_fork_in_child)
+
+
+def end_windows() -> None:
+    """End every live Stat's current window now, logging what it holds."""
+    _timer.flush_all()
+
+
+def use_clock(clock: Clock, *, manual: bool) -> Clock:
+    """Read the wall clock from ``clock``; return the one used before (``tb_monitor.testing``)."""
+    return _timer.use_clock(clock, manual)
+
+
+def run_due() -> int:
+    """End every window that is due by the clock, on the caller's thread (a manual clock's tick)."""
+    return _timer.run_due()
+
 
 # ---------------------------------------------------------------------------------------------
 # The public Stat.
@@ -522,7 +578,11 @@ class _StatBody:
         values = {agg: by_aggregation[agg] for agg in self._aggregations}
         self._last_values = values
         log_event(
-            Event(STAT_EVENT, datetime.now(), dict(zip(self._keys, values.values(), strict=True)))
+            Event(
+                STAT_EVENT,
+                datetime.fromtimestamp(_clock.time_ns() / 1e9),
+                dict(zip(self._keys, values.values(), strict=True)),
+            )
         )
 
 
@@ -544,16 +604,16 @@ def _c_accumulator() -> type | None:
     if sysconfig.get_config_var("Py_GIL_DISABLED"):
         return None  # the C accumulator's atomicity relies on the GIL
     try:
-        from tb_monitor._speedups import Accumulator
+        from tb_monitor._accumulator import Accumulator
     except ImportError:
         return None
     return Accumulator
 
 
-_C_ACCUMULATOR = _c_accumulator()
+C_ACCUMULATOR = _c_accumulator()
 _PURE_PYTHON = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
 #: The accumulator ``Stat`` derives from: chosen once, at import.
-_ACCUMULATOR: type = _PyAccumulator if _PURE_PYTHON or _C_ACCUMULATOR is None else _C_ACCUMULATOR
+_ACCUMULATOR: type = PyAccumulator if _PURE_PYTHON or C_ACCUMULATOR is None else C_ACCUMULATOR
 
 
 class Stat(_StatBody, _ACCUMULATOR):  # type: ignore[misc,valid-type]
@@ -597,10 +657,11 @@ class Stat(_StatBody, _ACCUMULATOR):  # type: ignore[misc,valid-type]
     __slots__ = _STAT_SLOTS
 
 
-def _stat_class(accumulator: type, name: str) -> type[Stat]:
-    """``Stat`` on ``accumulator`` (tests cover the implementation ``Stat`` did not pick)."""
+def stat_class(accumulator: type) -> type[Stat]:
+    """``Stat`` on ``accumulator`` (``tb_monitor.testing`` covers the one ``Stat`` did not pick)."""
     if accumulator is _ACCUMULATOR:
         return Stat
+    name = "PyStat" if accumulator is PyAccumulator else "CStat"
 
     class OtherStat(_StatBody, accumulator):  # type: ignore[misc,valid-type]
         __doc__ = Stat.__doc__
@@ -608,8 +669,3 @@ def _stat_class(accumulator: type, name: str) -> type[Stat]:
 
     OtherStat.__name__ = OtherStat.__qualname__ = name
     return OtherStat  # type: ignore[return-value]
-
-
-#: Stat on each accumulator (``_CStat`` is None where the C one is not available).
-_PyStat = _stat_class(_PyAccumulator, "_PyStat")
-_CStat = None if _C_ACCUMULATOR is None else _stat_class(_C_ACCUMULATOR, "_CStat")

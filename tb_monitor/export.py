@@ -1,6 +1,6 @@
 """Exports of a logdir: a Chrome/Perfetto trace, JSON lines of events, or the scalars as CSV.
 
-    tb-monitor export LOGDIR --format {chrome-trace,jsonl,csv} -o FILE
+    tb-monitor export LOGDIR --format {chrome-trace,jsonl,csv} -o FILE   (``tb_monitor.cli.export``)
 
 - ``chrome-trace``: the Trace Event Format that Perfetto and ``chrome://tracing`` open. One process
   per node (job and host), one thread per lane (``tb_monitor.timeline.lane_of``): intervals (``timeline.spans``) as
@@ -14,24 +14,22 @@
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
-from tb_monitor import readers
+from tb_monitor.logdir import fs, readers
+from tb_monitor.progress import progress as _progress
 from tb_monitor.timeline import Lane, Span, spans
 
 __all__ = [
     "FORMATS",
-    "decode",
-    "main",
+    "WRITERS",
     "to_chrome_trace",
     "write_chrome_trace",
     "write_csv",
@@ -41,10 +39,6 @@ __all__ = [
 #: Output formats of ``tb-monitor export``.
 FORMATS = ("chrome-trace", "jsonl", "csv")
 
-#: From this many records on, a progress bar is shown even when stderr is not a terminal.
-LARGE = 50_000
-
-_PROG = "tb-monitor export"
 _log = logging.getLogger(__name__)
 T = TypeVar("T")
 _US = 1_000_000
@@ -61,7 +55,8 @@ def to_chrome_trace(logdir: str | os.PathLike[str], *, progress: bool | None = N
     Raises ValueError naming the logdir when it does not exist or holds no timeline events.
     ``progress`` shows a bar on stderr (default: when stderr is a terminal or the logdir is large).
     """
-    marks = spans(decode(_collect(logdir, readers.iter_timeline, "timeline events", progress)))
+    records = _collect(logdir, readers.iter_timeline, "timeline events", progress)
+    marks = spans(readers.decode_timeline(records))
     hosts: dict[Lane, str] = {}
     for span in marks:
         if not hosts.get(span.lane):
@@ -197,11 +192,6 @@ def write_csv(
 # ---------------------------------------------------------------------------------------------
 
 
-def decode(records: Iterable[readers.TimelineRecord]) -> list[dict[str, Any]]:
-    """Timeline records as flat rows (``readers.decode_timeline``), unreadable ones left out."""
-    return list(readers.decode_timeline(records))
-
-
 def _collect(
     logdir: str | os.PathLike[str],
     read: Callable[[str], Iterable[T]],
@@ -210,7 +200,7 @@ def _collect(
 ) -> list[T]:
     """Every row ``read(logdir)`` yields; ValueError naming the logdir when there are none."""
     path = os.fspath(logdir)
-    if not os.path.isdir(path):
+    if not fs.isdir(path):
         raise ValueError(f"logdir {path!r} does not exist or is not a directory")
     rows = []
     with _progress("read", None, progress) as advance:
@@ -235,99 +225,5 @@ def _opened(out: str | os.PathLike[str] | IO[str], newline: str | None = None) -
         yield stream
 
 
-class _Bar:
-    """A progress line on stderr, redrawn at most ten times a second."""
-
-    def __init__(self, label: str, total: int | None, stream: IO[str]) -> None:
-        self.label, self.total, self.stream = label, total, stream
-        self.done = 0
-        self.tty = stream.isatty()
-        self.next_draw = 0.0
-
-    def advance(self) -> None:
-        self.done += 1
-        if self.done & 0x3FF == 0 and time.monotonic() >= self.next_draw:
-            self.next_draw = time.monotonic() + (0.1 if self.tty else 2.0)
-            self.draw()
-
-    def draw(self, final: bool = False) -> None:
-        if self.total:
-            filled = 30 * self.done // self.total
-            text = f"{self.label} [{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total}"
-        else:
-            text = f"{self.label}: {self.done}"
-        end = "\n" if final or not self.tty else ""
-        self.stream.write(("\r" if self.tty else "") + text + end)
-        self.stream.flush()
-
-
-@contextmanager
-def _progress(label: str, total: int | None, enabled: bool | None) -> Iterator[Any]:
-    """Yield an ``advance()`` callable; draws a bar when enabled (None: TTY or large)."""
-    stream = sys.stderr
-    if enabled is None:
-        enabled = stream.isatty() or (total or 0) >= LARGE
-    if not enabled:
-        yield _noop
-        return
-    bar = _Bar(label, total, stream)
-    yield bar.advance
-    if bar.done:
-        bar.draw(final=True)
-
-
-def _noop() -> None:
-    pass
-
-
-# ---------------------------------------------------------------------------------------------
-# Command line
-# ---------------------------------------------------------------------------------------------
-
-
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one clear line instead of usage + error
-        raise _UsageError(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=_PROG, description=__doc__.splitlines()[0])
-    parser.add_argument("logdir", help="TensorBoard logdir written by tb-monitor")
-    parser.add_argument("--format", required=True, choices=FORMATS, help="output format")
-    parser.add_argument("-o", "--output", required=True, help="output file ('-' for stdout)")
-    progress = parser.add_mutually_exclusive_group()
-    progress.add_argument(
-        "--progress",
-        dest="progress",
-        action="store_true",
-        default=None,
-        help="always show progress",
-    )
-    progress.add_argument(
-        "--no-progress", dest="progress", action="store_false", help="never show progress"
-    )
-    return parser
-
-
-_WRITERS = {"chrome-trace": write_chrome_trace, "jsonl": write_jsonl, "csv": write_csv}
-
-
-def main(argv: Iterable[str] | None = None) -> int:
-    """``tb-monitor export``: 0 on success, 2 with one line on stderr for bad input."""
-    try:
-        args = _parser().parse_args(None if argv is None else list(argv))
-        count = _WRITERS[args.format](args.logdir, args.output, progress=args.progress)
-    except (_UsageError, ValueError, OSError) as exc:
-        print(f"{_PROG}: {exc}", file=sys.stderr)
-        return 2
-    if args.output != "-":
-        print(f"wrote {count} {args.format} records to {args.output}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+#: The writer of each format, by its name on the command line.
+WRITERS = {"chrome-trace": write_chrome_trace, "jsonl": write_jsonl, "csv": write_csv}

@@ -1,7 +1,8 @@
-"""The timeline model: which lane a record belongs to, and the intervals records form.
+"""The timeline model: the states and their colours, which lane a record belongs to, and the
+intervals records form.
 
 The Timeline tab (``tb_plugin``), the Perfetto export and the notebook figure all draw from
-here, so a lane or an attempt is the same thing wherever a user looks at it.
+here, so a lane, an attempt or a state's colour is the same thing wherever a user looks at it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,60 @@ from typing import Any
 
 from tb_monitor import contract
 
-__all__ = ["END_STATES", "Lane", "Span", "attempt_of", "lane_of", "spans"]
+__all__ = [
+    "END_STATES",
+    "EXTRA_COLORS",
+    "STATES",
+    "Lane",
+    "Span",
+    "State",
+    "attempt_of",
+    "lane_of",
+    "spans",
+    "state_color",
+]
+
+
+@dataclass(frozen=True)
+class State:
+    """One state a record can carry: its name, its colour, and how alarming it is."""
+
+    name: str
+    color: str
+
+
+#: Every known state, least alarming first: where several share a level-of-detail bucket, the
+#: latest in this order gives the bucket its colour. ``""`` is a record without a state.
+STATES = (
+    State("", "#78909c"),
+    State("INIT", "#9aa0a6"),
+    State("START", "#4fc3f7"),
+    State("RUNNING", "#1e88e5"),
+    State("RENDEZVOUS", "#5c6bc0"),
+    State("ASSIGN_WORKER_RANKS", "#9575cd"),
+    State("HEALTHY", "#26a69a"),
+    State("SUCCEEDED", "#43a047"),
+    State("STOPPED", "#8d6e63"),
+    State("TERMINATED", "#ab47bc"),
+    State("UNHEALTHY", "#fb8c00"),
+    State("FAILED", "#e53935"),
+)
+#: Colours for states not listed above, picked by a stable hash of the name.
+EXTRA_COLORS = ("#00897b", "#c0ca33", "#6d4c41", "#d81b60", "#3949ab", "#7cb342")
+_COLORS = {state.name: state.color for state in STATES}
+
+
+def state_color(name: str | None) -> str:
+    """The colour of a state, the same in the Timeline tab, the notebook and the export."""
+    name = name or ""
+    color = _COLORS.get(name)
+    if color is not None:
+        return color
+    h = 0
+    for c in name:
+        h = (h * 31 + ord(c)) & 0xFFFFFFFF
+    return EXTRA_COLORS[h % len(EXTRA_COLORS)]
+
 
 #: States that end a worker's attempt (torchelastic's WorkerState values, and TERMINATED).
 END_STATES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "UNHEALTHY", "STOPPED"})

@@ -2,8 +2,8 @@
 
 Routes (under ``data/plugin/tb_monitor_timeline/``):
 
-- ``static/<file>``: the ES-module frontend and its stylesheet, from a fixed list of files.
-- ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.payload.Query`).
+- ``static/<path>``: the ES-module frontend and its stylesheet, from a fixed list of files.
+- ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.query.Query`).
 - ``event?id=<n>``: every field of one event, for the details panel.
 - ``status``: the data generation, so the frontend polls cheaply for new events.
 
@@ -26,14 +26,9 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_plugin import metadata
-from tb_plugin.payload import (
-    Query,
-    QueryError,
-    TimelineStore,
-    UnknownEventError,
-    UnknownRunError,
-)
+from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
 from tb_plugin.refresher import Refresher
+from tb_plugin.store import TimelineStore, UnknownEventError
 
 __all__ = ["TimelineLoader", "TimelinePlugin"]
 
@@ -53,6 +48,17 @@ def _error(request: wrappers.Request, message: str, code: int) -> wrappers.Respo
     return _json(request, {"error": message}, code=code)
 
 
+def _static_files(root: str) -> dict[str, str]:
+    """The frontend's files, by their URL path below ``static/`` (``panels/legend.js``)."""
+    found = {}
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if os.path.splitext(name)[1] in _STATIC_TYPES:
+                path = os.path.join(folder, name)
+                found[os.path.relpath(path, root).replace(os.sep, "/")] = path
+    return found
+
+
 class TimelinePlugin(base_plugin.TBPlugin):
     """Serves the Timeline dashboard from the data provider's timeline records."""
 
@@ -63,11 +69,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
         self._refreshers: dict[str, Refresher] = {}
         self._refreshers_lock = threading.Lock()
         # Only these files are ever served: a request names one of them or gets a 404.
-        self._static = {
-            name: os.path.join(_STATIC_DIR, name)
-            for name in os.listdir(_STATIC_DIR)
-            if os.path.splitext(name)[1] in _STATIC_TYPES
-        }
+        self._static = _static_files(_STATIC_DIR)
         if self._provider is not None:
             self._refresher("")  # a local TensorBoard's one experiment: warm it up now
 
@@ -126,7 +128,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         try:
             query = Query.from_args(request.args)
-            return _json(request, self._fresh_store(request).query(query))
+            return _json(request, timeline_payload(self._fresh_store(request).snapshot(), query))
         except UnknownRunError as exc:
             return _error(request, str(exc), 404)
         except QueryError as exc:

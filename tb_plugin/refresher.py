@@ -1,11 +1,11 @@
-"""Keeps a :class:`~tb_plugin.payload.TimelineStore` fresh on a background thread.
+"""Keeps a :class:`~tb_plugin.store.TimelineStore` fresh on a background thread.
 
 Decoding a big job the first time takes seconds (TensorBoard converts every record to numpy), so
 it must never happen on a request thread that the browser waits on. A :class:`Refresher` starts
 warming the store as soon as the plugin is loaded, polling the data provider's listing cheaply, so
 a user who opens the tab after TensorBoard has loaded the logdir gets the warm path. A request
 asks for a refresh and waits for it only a short while; past that it answers with what is decoded
-so far, and the store's :meth:`~tb_plugin.payload.TimelineStore.loading` says how far it is.
+so far, and the store's :meth:`~tb_plugin.store.TimelineStore.loading` says how far it is.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from tensorboard import context as tb_context
 
-from tb_plugin.payload import REFRESH_INTERVAL_S, TimelineStore
+from tb_plugin.store import REFRESH_INTERVAL_S, TimelineStore
 
 __all__ = ["ANSWER_WAIT_S", "POLL_S", "Refresher"]
 

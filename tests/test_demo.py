@@ -14,7 +14,8 @@ import urllib.request
 import pytest
 from conftest import need
 
-from tb_monitor import contract, export, readers, timeline
+from tb_monitor import contract, timeline
+from tb_monitor.logdir import readers
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -44,7 +45,7 @@ def demo(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rows(demo):
     """The demo logdir's decoded timeline records."""
-    return export.decode(readers.iter_timeline(demo[1]))
+    return list(readers.decode_timeline(readers.iter_timeline(demo[1])))
 
 
 def test_demo_shows_live_progress_and_a_summary(demo):
@@ -141,7 +142,7 @@ def _free_port() -> int:
 
 def test_serve_prints_the_timeline_url_and_stops_on_ctrl_c(tmp_path):
     """serve() starts TensorBoard with the Timeline plugin, prints its URL, exits 0 on SIGINT."""
-    from tb_monitor.synthetic import generate_job
+    from tb_monitor.testing import generate_job
 
     logdir = tmp_path / "logs"
     generate_job(logdir, nodes=2, workers_per_node=2)

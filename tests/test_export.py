@@ -10,10 +10,11 @@ from collections import Counter
 import pytest
 from conftest import need
 
-from tb_monitor import cli, contract, export, readers
+from tb_monitor import cli, contract, export
 from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
-from tb_monitor.synthetic import generate_job
-from tb_monitor.tensorboard.writer import AsyncWriter
+from tb_monitor.logdir import readers
+from tb_monitor.sinks.writer import AsyncWriter
+from tb_monitor.testing import generate_job
 
 
 @pytest.fixture
@@ -52,7 +53,7 @@ def test_chrome_trace_names_one_process_per_node_and_one_thread_per_lane(logdir,
 
 def test_chrome_trace_draws_each_worker_attempt_as_a_complete_event(logdir, job):
     """A worker attempt is one "X" event from its START to its end, in microseconds."""
-    rows = export.decode(readers.iter_timeline(logdir))
+    rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
     failed = next(r for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED")
     start = next(
         r

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tb_monitor import readers
+from tb_monitor.logdir import readers
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 

@@ -13,7 +13,7 @@ import textwrap
 
 import pytest
 
-from tb_monitor import readers
+from tb_monitor.logdir import readers
 
 PRELUDE = """
     import atexit, os, signal, sys, threading, time
@@ -70,7 +70,7 @@ def test_sigterm_survived_flushes_a_writer_made_without_init(logdir):
     """A handler given a logdir (no init) has its records on disk after a survived SIGTERM."""
     done = run(
         """
-        from tb_monitor.tensorboard import TensorboardEventHandler
+        from tb_monitor.sinks import TensorboardEventHandler
         signal.signal(signal.SIGTERM, lambda signum, frame: None)
         handler = TensorboardEventHandler(sys.argv[1])
         tb_monitor.register_event_handler(handler)

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
 from datetime import timedelta
 
 import pytest
@@ -18,21 +17,27 @@ from tb_monitor import _stat
 from tb_monitor._event import register_event_handler, unregister_event_handler
 from tb_monitor._stat import Aggregation, Stat
 from tb_monitor.contract import STAT_EVENT
+from tb_monitor.testing import manual_clock, stat_implementations
 
 HOUR = timedelta(hours=1)
 ALL = list(Aggregation)
-WAIT_SECONDS = 10.0  # generous: the machine may be busy
 
 
 @pytest.fixture(params=["c", "python"])
 def stat_cls(request):
     """Each Stat implementation in turn; the C one must be built when CI=true."""
-    if request.param == "python":
-        return _stat._PyStat
-    if _stat._CStat is None:
-        need("tb_monitor._speedups")  # skips locally, fails in CI
+    implementation = stat_implementations()[request.param]
+    if implementation is None:
+        need("tb_monitor._accumulator")  # skips locally, fails in CI
         pytest.skip("the C accelerator is built but disabled on this interpreter")
-    return _stat._CStat
+    return implementation
+
+
+@pytest.fixture
+def clock():
+    """Stat windows follow a manual clock for the test: they end on clock.advance()."""
+    with manual_clock() as manual:
+        yield manual
 
 
 class Events:
@@ -55,12 +60,6 @@ class Events:
                 if e.name == STAT_EVENT and any(k.startswith(name + ".") for k in e.data)
             ]
 
-    def wait_for(self, name: str, count: int = 1) -> list[dict]:
-        deadline = time.monotonic() + WAIT_SECONDS
-        while len(self.of(name)) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return self.of(name)
-
 
 @pytest.fixture
 def events():
@@ -73,8 +72,8 @@ def events():
 
 def test_stat_derives_from_the_fastest_available_accumulator():
     """Stat is built on the C accumulator when it is available and allowed, else on Python's."""
-    c_usable = _stat._C_ACCUMULATOR is not None and not _stat._PURE_PYTHON
-    expected = _stat._C_ACCUMULATOR if c_usable else _stat._PyAccumulator
+    c_usable = _stat.C_ACCUMULATOR is not None and not _stat._PURE_PYTHON
+    expected = _stat.C_ACCUMULATOR if c_usable else _stat.PyAccumulator
     with Stat("impl", [Aggregation.MEAN], HOUR) as stat:
         assert type(stat) is Stat
         assert isinstance(stat, expected)
@@ -312,25 +311,28 @@ def test_many_threads_lose_no_sample(stat_cls, events):
     ]
 
 
-def test_a_window_ends_on_time_without_another_add(stat_cls, events):
+def test_a_window_ends_on_time_without_another_add(stat_cls, events, clock):
     """A 1-second window is logged by the timer even though no add follows."""
     stat = stat_cls("ontime", [Aggregation.COUNT, Aggregation.VALUE], timedelta(seconds=1))
     stat.add(3)
-    assert events.wait_for("ontime") == [{"ontime.count": 1.0, "ontime.value": 3.0}]
+    clock.advance(0.5)
+    assert events.of("ontime") == []
+    clock.advance(0.5)
+    assert events.of("ontime") == [{"ontime.count": 1.0, "ontime.value": 3.0}]
     assert stat.count == 0
     assert stat.get() == {Aggregation.COUNT: 1.0, Aggregation.VALUE: 3.0}
     stat.close()
 
 
-def test_a_capped_window_reopens_at_its_wall_clock_end(stat_cls, events):
+def test_a_capped_window_reopens_at_its_wall_clock_end(stat_cls, events, clock):
     """After max_samples, adds count again once the window's wall-clock end has passed."""
     stat = stat_cls("reopen", [Aggregation.COUNT], timedelta(seconds=1), max_samples=1)
     stat.add(1)
-    deadline = time.monotonic() + WAIT_SECONDS
-    while len(events.of("reopen")) < 2 and time.monotonic() < deadline:
-        stat.add(1)
-        time.sleep(0.05)
-    assert events.of("reopen")[:2] == [{"reopen.count": 1.0}] * 2
+    stat.add(1)  # discarded: the window is capped until its end
+    clock.advance(1)
+    stat.add(1)
+    clock.advance(1)
+    assert events.of("reopen") == [{"reopen.count": 1.0}] * 2
     stat.close()
 
 
@@ -358,7 +360,7 @@ def test_closed_stats_do_not_pile_up_in_the_timer(stat_cls):
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls, events):
+def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls, events, clock):
     """In a child, the first add restarts the timer; the parent's pending samples stay the parent's."""
     stat = stat_cls("forked", [Aggregation.COUNT, Aggregation.SUM], timedelta(seconds=1))
     stat.add(100)
@@ -371,7 +373,8 @@ def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls,
             events.all.clear()  # what the parent collected before the fork
             stat.add(5)
             timers = [t for t in threading.enumerate() if t.name == _stat.TIMER_THREAD_NAME]
-            logged = events.wait_for("forked")
+            clock.advance(1)
+            logged = events.of("forked")
             os.write(write_end, repr((len(timers), logged)).encode())
             status = 0
         finally:
@@ -382,7 +385,8 @@ def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls,
     _, status = os.waitpid(pid, 0)
     assert os.WEXITSTATUS(status) == 0
     assert report == repr((1, [{"forked.count": 1.0, "forked.sum": 5.0}]))
-    assert events.wait_for("forked")[0] == {"forked.count": 1.0, "forked.sum": 100.0}
+    clock.advance(1)
+    assert events.of("forked") == [{"forked.count": 1.0, "forked.sum": 100.0}]
     stat.close()
 
 
@@ -391,7 +395,7 @@ def test_pure_python_env_var_forces_the_fallback():
     code = (
         "from datetime import timedelta; import tb_monitor as t; from tb_monitor import _stat; "
         "s = t.Stat('x', [t.Aggregation.MEAN], timedelta(hours=1)); "
-        "print(type(s).__name__, isinstance(s, _stat._PyAccumulator))"
+        "print(type(s).__name__, isinstance(s, _stat.PyAccumulator))"
     )
     env = {**os.environ, "TB_MONITOR_PURE_PYTHON": "1"}
     out = subprocess.run(
@@ -404,12 +408,12 @@ def test_pure_python_env_var_forces_the_fallback():
 def test_stats_work_without_the_c_extension():
     """When the C accelerator cannot be imported, Stat falls back to pure Python and works."""
     code = (
-        "import sys; sys.modules['tb_monitor._speedups'] = None\n"  # makes its import fail
+        "import sys; sys.modules['tb_monitor._accumulator'] = None\n"  # makes its import fail
         "from datetime import timedelta; import tb_monitor as t\n"
         "t.register_event_handler(lambda e: print(e.data))\n"
         "with t.Stat('x', [t.Aggregation.SUM], timedelta(hours=1)) as s:\n"
         "    s.add(2); s.add(3)\n"
-        "print(type(s).__name__, isinstance(s, t._stat._PyAccumulator))\n"
+        "print(type(s).__name__, isinstance(s, t._stat.PyAccumulator))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

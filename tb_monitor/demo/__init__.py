@@ -1,6 +1,6 @@
-"""``tb-monitor demo``: a real two-node elastic job with a restart, then TensorBoard on its logdir.
+"""The demo: a real two-node elastic job with a restart, then TensorBoard on its logdir.
 
-    tb-monitor demo [--logdir DIR] [--port N] [--no-serve]
+    tb-monitor demo [--logdir DIR] [--port N] [--no-serve]      (``tb_monitor.cli.demo``)
 
 Two ``tb-monitor run`` agents (separate processes, rendezvous on 127.0.0.1) start two CPU workers
 each running :mod:`tb_monitor.demo.train`; one worker fails on the first attempt, so the group
@@ -15,21 +15,29 @@ on one host is flaky when the rendezvous TCP store is shared (pytorch/pytorch#13
 
 from __future__ import annotations
 
-import argparse
 import os
 import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from tb_monitor import contract, export, readers
+from tb_monitor import contract, export
+from tb_monitor.logdir import readers
 
-__all__ = ["JOB_ARGS", "RUN_ID", "Progress", "agent_command", "main", "progress", "serve"]
-
+__all__ = [
+    "JOB_ARGS",
+    "NODES",
+    "RUN_ID",
+    "WORKERS",
+    "Progress",
+    "agent_command",
+    "progress",
+    "run_job",
+    "serve",
+]
 _PROG = "tb-monitor demo"
 #: Run id of the demo job: its runs are ``demo/agent-...`` and ``demo/rank-<N>``.
 RUN_ID = "demo"
@@ -39,47 +47,6 @@ NODES, WORKERS = 2, 2
 JOB_ARGS = ("--steps", "40", "--step-seconds", "0.05", "--fail-step", "10")
 _STEPS = int(JOB_ARGS[1])
 _STEP_TAG = contract.metric_tag("demo", "step")
-
-
-def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=_PROG, description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--logdir",
-        default=None,
-        help="where the job writes (default: runs/demo-<date>-<time>, a new directory)",
-    )
-    parser.add_argument("--port", type=int, default=6006, help="TensorBoard's port (default 6006)")
-    parser.add_argument(
-        "--no-serve", action="store_true", help="write the logdir and exit, without TensorBoard"
-    )
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the demo job, then serve TensorBoard until Ctrl-C; returns the exit code."""
-    args = _parse(argv)
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        print(
-            f"{_PROG} runs a real PyTorch job and needs torch: pip install 'tb-monitor[torch]'",
-            file=sys.stderr,
-        )
-        return 2
-    logdir = os.path.abspath(args.logdir or time.strftime("runs/demo-%Y%m%d-%H%M%S"))
-    print(f"{_PROG}: {NODES} agents x {WORKERS} CPU workers, one failure and a restart")
-    print(f"logdir: {logdir}")
-    try:
-        code = _run_job(logdir)
-    except KeyboardInterrupt:
-        print("\ninterrupted", file=sys.stderr)
-        return 130
-    if code != 0:
-        return code
-    if args.no_serve:
-        print(f"done; view it with: tensorboard --logdir {logdir}")
-        return 0
-    return serve(logdir, args.port)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -120,7 +87,8 @@ def agent_command(logdir: str, rdzv_port: int) -> list[str]:
     ]
 
 
-def _run_job(logdir: str) -> int:
+def run_job(logdir: str) -> int:
+    """Run the job into ``logdir`` with a live progress line; the agents' exit code."""
     logs = os.path.join(logdir, "demo-logs")
     os.makedirs(logs, exist_ok=True)
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
@@ -179,7 +147,7 @@ def progress(logdir: str) -> Progress:
     """Read the job's progress back from ``logdir`` (tolerates files being written)."""
     if not os.path.isdir(logdir):
         return Progress()
-    rows = export.decode(readers.iter_timeline(logdir))
+    rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
     marks = export.spans(rows)
     workers = [s for s in marks if s.lane.kind == contract.WORKER and s.end is not None]
     attempt = max((s.number for s in workers if s.number is not None), default=None)
@@ -217,7 +185,7 @@ def _watch(logdir: str, agents: list[subprocess.Popen[bytes]]) -> None:
 
 def _print_summary(logdir: str) -> None:
     try:
-        from tb_monitor.notebook import restart_summary
+        from tb_monitor.analysis import restart_summary
 
         summary = restart_summary(logdir)
     except ImportError:  # pandas is optional: the job ran, the summary is a nicety

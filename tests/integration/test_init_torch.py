@@ -9,7 +9,7 @@ import textwrap
 import pytest
 from conftest import need
 
-from tb_monitor import readers
+from tb_monitor.logdir import readers
 
 pytestmark = pytest.mark.torch
 

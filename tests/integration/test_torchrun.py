@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 from conftest import need
 
-from tb_monitor import contract, readers
+from tb_monitor import contract
+from tb_monitor.logdir import readers
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 

@@ -19,7 +19,7 @@ import pytest
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
 from tb_monitor import contract
-from tb_monitor.synthetic import SyntheticJob, generate_job
+from tb_monitor.testing import SyntheticJob, generate_job
 
 STARTUP_TIMEOUT_S = 90.0
 #: Flags for Debian's chromium in CI: headless, no sandbox, no network of its own.

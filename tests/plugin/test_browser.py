@@ -18,7 +18,7 @@ from plugin_helpers import (
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
-from tb_monitor.tensorboard.writer import AsyncWriter
+from tb_monitor.sinks.writer import AsyncWriter
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

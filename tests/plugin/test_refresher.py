@@ -11,10 +11,11 @@ from tensorboard import context as tb_context
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from tb_plugin import payload as payload_module
-from tb_plugin.payload import Query, TimelineStore
+from tb_plugin import store as store_module
 from tb_plugin.plugin import TimelinePlugin
+from tb_plugin.query import Query, timeline_payload
 from tb_plugin.refresher import Refresher
+from tb_plugin.store import TimelineStore
 
 
 class GatedProvider:
@@ -48,14 +49,18 @@ def job(tmp_path_factory):
 @pytest.fixture
 def gated(job, monkeypatch):
     """A provider over the job whose second read waits; records read in chunks of 100."""
-    monkeypatch.setattr(payload_module, "CHUNK_RECORDS", 100)
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 100)
     provider = GatedProvider(local_provider(job.logdir))
     yield provider
     provider.gate.set()  # never leave a refresh thread waiting
 
 
+def _query(store: TimelineStore) -> dict:
+    return timeline_payload(store.snapshot(), Query())
+
+
 def _total(store: TimelineStore) -> int:
-    return store.query(Query())["total"]
+    return _query(store)["total"]
 
 
 def test_warm_up_decodes_every_record_without_a_request(job):
@@ -69,29 +74,19 @@ def test_warm_up_decodes_every_record_without_a_request(job):
         refresher.stop(timeout=30)
 
 
-def test_settled_only_refresh_waits_for_a_second_listing(job):
-    """A settled-only refresh reads a series only once its max_step held still between listings."""
-    store = TimelineStore(local_provider(job.logdir))
-    ctx = tb_context.RequestContext()
-    store.refresh(ctx, force=True, settled_only=True)
-    assert _total(store) == 0
-    store.refresh(ctx, force=True, settled_only=True)
-    assert _total(store) == job.total_events
-
-
 def test_a_request_during_a_long_decode_gets_partial_data_and_progress(job, gated):
     """While the first decode is stuck, a request answers with the records read so far."""
     store = TimelineStore(gated)
     refresher = Refresher(store, poll_s=60).start()
     try:
         assert refresher.request(tb_context.RequestContext(), wait_s=0.2) is False
-        data = wait_for(lambda: (d := store.query(Query()))["loading"] and d, what="loading")
+        data = wait_for(lambda: (d := _query(store))["loading"] and d, what="loading")
         assert 0 < data["total"] < job.total_events
         assert data["loading"]["expected"] >= job.total_events
         assert 0 < data["loading"]["done"] < data["loading"]["expected"]
         gated.gate.set()
         assert refresher.request(tb_context.RequestContext(), wait_s=60) is True
-        final = store.query(Query())
+        final = _query(store)
         assert final["total"] == job.total_events
         assert final["loading"] is None
     finally:

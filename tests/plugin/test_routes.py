@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import pathlib
+import posixpath
+import re
 import threading
 
 import numpy as np
@@ -14,13 +17,15 @@ from tensorboard.backend.event_processing import data_ingester
 from tensorboard.plugins.core import core_plugin
 from werkzeug.test import Client
 
-from tb_monitor import contract
+import tb_plugin
+from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
-from tb_monitor.tensorboard.writer import AsyncWriter
-from tb_plugin import payload as payload_module
+from tb_monitor.sinks.writer import AsyncWriter
+from tb_plugin import query as query_module
 from tb_plugin.plugin import TimelineLoader
 
 PREFIX = f"/data/plugin/{contract.PLUGIN_NAME}"
+STATIC_DIR = pathlib.Path(tb_plugin.__file__).parent / "static"
 NODES, WORKERS = 4, 2
 
 
@@ -100,6 +105,31 @@ def test_static_files_have_their_types(app, name, mimetype):
     assert len(response.get_data()) > 1000
 
 
+def test_every_module_the_frontend_imports_is_served(app):
+    """Each ES module import, panels/ included, resolves to a file the static route serves."""
+    pending, seen = ["index.js"], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        response = app.get(f"{PREFIX}/static/{name}")
+        assert response.status_code == 200, name
+        assert response.mimetype == "text/javascript"
+        folder = posixpath.dirname(name)
+        for target in re.findall(
+            r'^import .* from "(\.{1,2}/[^"]+)";$', response.get_data(as_text=True), re.M
+        ):
+            pending.append(posixpath.normpath(posixpath.join(folder, target)))
+    assert "panels/details.js" in seen
+
+
+def test_frontend_defines_no_state_colours():
+    """State colours reach the browser only in the payload: no colour literal in the JS files."""
+    for path in STATIC_DIR.rglob("*.js"):
+        assert not re.search(r"#[0-9a-fA-F]{6}\b", path.read_text()), path
+
+
 @pytest.mark.parametrize(
     "path",
     [
@@ -109,7 +139,10 @@ def test_static_files_have_their_types(app, name, mimetype):
         "..%5cplugin.py",
         "..\\plugin.py",
         "static/../../plugin.py",
-        "./index.js/../../payload.py",
+        "./index.js/../../store.py",
+        "panels/../../plugin.py",
+        "panels/%2e%2e/index.js",
+        "panels/",
         "missing.js",
     ],
 )
@@ -120,6 +153,13 @@ def test_static_route_refuses_anything_but_its_files(app, path):
     body = response.get_data(as_text=True)
     assert "error" in json.loads(body)
     assert "import" not in body and "TimelinePlugin" not in body
+
+
+def test_payload_colours_are_the_timeline_models(app):
+    """Each state in the payload comes with its colour from tb_monitor.timeline.state_color."""
+    data = app.json(f"{PREFIX}/timeline")
+    assert data["states"][: len(timeline.STATES)] == [state.name for state in timeline.STATES]
+    assert data["colors"] == [timeline.state_color(state) for state in data["states"]]
 
 
 def test_timeline_holds_every_event(app, job):
@@ -201,7 +241,7 @@ def test_zoomed_window_holds_only_its_events(app):
 
 def test_too_many_events_are_bucketed(app, job, monkeypatch):
     """Above the detail limit a window comes as per-lane buckets that still count every event."""
-    monkeypatch.setattr(payload_module, "DETAIL_LIMIT", 50)
+    monkeypatch.setattr(query_module, "DETAIL_LIMIT", 50)
     data = app.json(f"{PREFIX}/timeline?width=400")
     assert data["mode"] == "buckets"
     buckets = data["buckets"]

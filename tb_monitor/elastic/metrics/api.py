@@ -27,6 +27,7 @@ __all__ = [
     "NullMetricHandler",
     "NullMetricsHandler",
     "configure",
+    "default_handler",
     "getStream",
     "get_elapsed_time_ms",
     "prof",
@@ -137,6 +138,11 @@ def configure(handler: MetricHandler, group: str | None = None) -> None:
         else:
             _metrics_map[group] = handler
         _streams.clear()
+
+
+def default_handler() -> MetricHandler:
+    """The handler of every group not configured by name (our addition: torch has no getter)."""
+    return _default_metrics_handler
 
 
 def getStream(group: str) -> MetricStream:

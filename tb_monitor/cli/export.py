@@ -1,0 +1,55 @@
+"""``tb-monitor export LOGDIR --format {chrome-trace,jsonl,csv} -o FILE`` (see ``tb_monitor.export``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from tb_monitor import export
+
+__all__ = ["main"]
+
+_PROG = "tb-monitor export"
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # one clear line instead of usage + error
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog=_PROG, description=export.__doc__.splitlines()[0])
+    parser.add_argument("logdir", help="TensorBoard logdir written by tb-monitor")
+    parser.add_argument("--format", required=True, choices=export.FORMATS, help="output format")
+    parser.add_argument("-o", "--output", required=True, help="output file ('-' for stdout)")
+    progress = parser.add_mutually_exclusive_group()
+    progress.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="always show progress",
+    )
+    progress.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="never show progress"
+    )
+    return parser
+
+
+def main(argv: Iterable[str] | None = None) -> int:
+    """``tb-monitor export``: 0 on success, 2 with one line on stderr for bad input."""
+    try:
+        args = _parser().parse_args(None if argv is None else list(argv))
+        count = export.WRITERS[args.format](args.logdir, args.output, progress=args.progress)
+    except (_UsageError, ValueError, OSError) as exc:
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 2
+    if args.output != "-":
+        print(f"wrote {count} {args.format} records to {args.output}", file=sys.stderr)
+    return 0

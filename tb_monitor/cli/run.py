@@ -1,0 +1,131 @@
+"""``tb-monitor run``: torchrun, with the job's whole life written to a TensorBoard logdir.
+
+    tb-monitor run --logdir DIR [any torchrun option] SCRIPT [ARGS]
+
+Everything but ``--logdir`` goes to torchrun's own parser and ``torch.distributed.run.main``
+untouched, so options, exit codes and signal handling are torchrun's. Before the agent starts,
+inside this process, we install:
+
+- our logging handler for torchelastic's ``dynamic_rendezvous`` destination (rendezvous events),
+  and for the destination the agent records worker/agent events to: ``tensorboard`` unless the user
+  chose one with ``--event-log-handler`` or ``PET_EVENT_LOG_HANDLER``. A chosen destination keeps
+  its handler and we capture next to it (see ``integrations.torch.capture_events``);
+- our metric handler as the default of ``torch.distributed.elastic.metrics``, so torchelastic's
+  metrics become scalars ``torchelastic/<name>``.
+
+(``tb_monitor.integrations.torchrun`` does the installing.) They write to the agent's own run, ``<run id>/agent-<host>-<pid>`` (``contract.agent_run_name``),
+and the logdir is exported as ``TB_MONITOR_LOGDIR`` so that ``tb_monitor.init()`` in the workers
+writes to ``<run id>/rank-<N>``. The run id is the one torchrun computes (``--rdzv-id``, or the
+random one of ``--standalone``): we read it from torchrun's launch config as torchrun builds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+from tb_monitor import contract
+from tb_monitor.logdir import fs
+
+__all__ = ["main"]
+
+_PROG = "tb-monitor run"
+_DEFAULT_DESTINATION = "tensorboard"  # also in integrations.torchrun
+_HELP = (
+    "TensorBoard logdir receiving the rendezvous, agent and worker events and torchelastic's "
+    "metrics; workers calling tb_monitor.init() write their own runs under it"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run torchrun with capture; returns 0 or raises exactly what torchrun's ``main`` raises."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    try:
+        import torch.distributed.run as torchrun
+    except ImportError as exc:
+        print(f"{_PROG}: needs PyTorch ({exc}): pip install 'tb-monitor[torch]'", file=sys.stderr)
+        return 2
+    try:
+        logdir, torchrun_argv, destination = _parse(args)
+    except SystemExit as exc:  # argparse's usage errors and --help, printed by torchrun's parser
+        return exc.code if isinstance(exc.code, int) else 2
+
+    from tb_monitor.integrations.torchrun import AgentCapture, launch_config_observed
+
+    os.environ[contract.LOGDIR_ENV] = logdir
+    capture = AgentCapture(logdir, destination)
+    try:
+        with launch_config_observed(torchrun, capture.start):
+            torchrun.main(torchrun_argv)
+    finally:
+        capture.close()
+    return 0
+
+
+def _parse(argv: list[str]) -> tuple[str, list[str], str]:
+    """Split our ``--logdir`` from torchrun's arguments; torchrun's parser judges the rest.
+
+    Returns the logdir, the arguments for ``torch.distributed.run.main`` and the events
+    destination the agent will use. Exits (``SystemExit``) with a usage error, as torchrun does.
+    """
+    from torch.distributed.elastic.events import handlers as event_handlers
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    parser.prog = _PROG
+    parser.add_argument("--logdir", required=True, help=_HELP)
+    # None tells "not on the command line" apart from torchrun's default "null".
+    parser.set_defaults(event_log_handler=None)
+    args = parser.parse_args(argv)
+
+    tail = [args.training_script, *args.training_script_args]
+    options = argv[: len(argv) - len(tail)]
+    torchrun_argv = [*_without_logdir(options), *tail]
+
+    destination = args.event_log_handler or os.environ.get("PET_EVENT_LOG_HANDLER")
+    if destination is None:
+        destination = _DEFAULT_DESTINATION
+        torchrun_argv[:0] = ["--event-log-handler", destination]
+    known = {*event_handlers._log_handlers, _DEFAULT_DESTINATION}
+    if destination not in known:
+        parser.error(
+            f"unknown --event-log-handler {destination!r}; torchelastic knows {sorted(known)}"
+        )
+    missing = _missing_script(args)
+    if missing:
+        parser.error(missing)
+    return _absolute(args.logdir), torchrun_argv, destination
+
+
+def _without_logdir(options: list[str]) -> list[str]:
+    """The options without ours: ``--logdir DIR``, ``--logdir=DIR`` (or an abbreviation)."""
+    out: list[str] = []
+    skip = False
+    for token in options:
+        name, has_value, _ = token.partition("=")
+        if skip:
+            skip = False
+        elif len(name) >= len("--logd") and "--logdir".startswith(name):  # as argparse matched it
+            skip = not has_value
+        else:
+            out.append(token)
+    return out
+
+
+def _missing_script(args: argparse.Namespace) -> str | None:
+    """A clear message when the training script cannot be found, before any agent starts."""
+    script = args.training_script
+    if args.module:
+        return None  # a module name, resolved by the worker's interpreter
+    if args.no_python and not args.run_path:
+        found = os.path.exists(script) or shutil.which(script) is not None
+    else:
+        found = os.path.isfile(script)
+    return None if found else f"training script not found: {script!r}"
+
+
+def _absolute(logdir: str) -> str:
+    # Workers may run in another directory; remote URIs (gs://, s3://) are already absolute.
+    return logdir if fs.is_remote(logdir) else os.path.abspath(logdir)

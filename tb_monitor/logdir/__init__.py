@@ -1,0 +1,8 @@
+"""The logdir: where records live and how they are read back.
+
+- ``fs``: local paths and object stores behind one small interface (the only module that
+  handles paths and schemes).
+- ``tfrecord``: TFRecord framing with its CRC, and torn-tail-tolerant reading.
+- ``readers``: runs, events, scalars and timeline records of a logdir (``read_scalars``,
+  ``read_events``).
+"""

@@ -1,0 +1,115 @@
+"""How each kind of record becomes a TensorBoard summary, built with TensorBoard's own protos.
+
+TensorBoard's data provider hands a plugin only summaries whose ``SummaryMetadata.data_class`` is
+set, a field tensorboardX's protos lack; so every summary here is made from ``tensorboard.compat``
+protos. The writer turns them into bytes; readers and the plugin recognise them by metadata.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from functools import cache
+
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import metadata as custom_scalars_metadata
+
+from tb_monitor import contract
+
+__all__ = [
+    "custom_scalars_summary",
+    "text_summary",
+    "timeline_metadata",
+    "timeline_summary",
+]
+
+
+@cache
+def timeline_metadata() -> summary_pb2.SummaryMetadata:
+    """Metadata of every timeline record: owned by the timeline plugin, a tensor data class."""
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(
+            plugin_name=contract.PLUGIN_NAME, content=contract.plugin_content()
+        ),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+@cache
+def _text_metadata() -> summary_pb2.SummaryMetadata:
+    return summary_pb2.SummaryMetadata(
+        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text", content=b""),
+        data_class=summary_pb2.DATA_CLASS_TENSOR,
+    )
+
+
+def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
+    raw = value.encode() if isinstance(value, str) else value
+    return tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_STRING,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        string_val=[raw],
+    )
+
+
+def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
+    """One timeline record: ``payload`` is the event's JSON exactly as torch serializes it."""
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=contract.timeline_tag(kind),
+                metadata=timeline_metadata(),
+                tensor=_string_tensor(payload),
+            )
+        ]
+    )
+
+
+def text_summary(tag: str, markdown: str) -> summary_pb2.Summary:
+    """A text-dashboard entry (TensorBoard renders it as Markdown)."""
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=tag, metadata=_text_metadata(), tensor=_string_tensor(markdown)
+            )
+        ]
+    )
+
+
+@cache
+def _custom_scalars_metadata() -> summary_pb2.SummaryMetadata:
+    metadata = custom_scalars_metadata.create_summary_metadata()
+    metadata.data_class = summary_pb2.DATA_CLASS_TENSOR
+    return metadata
+
+
+def custom_scalars_summary(groups: Iterable[str]) -> summary_pb2.Summary:
+    """A Custom Scalars layout: one category per metric group, charting all its metrics together.
+
+    The chart matches the group's tags by prefix, so a new metric in a known group needs no
+    new layout; the plugin shows the latest layout written to a run.
+    """
+    layout = layout_pb2.Layout(
+        category=[
+            layout_pb2.Category(
+                title=group,
+                chart=[
+                    layout_pb2.Chart(
+                        title=group,
+                        multiline=layout_pb2.MultilineChartContent(tag=[f"^{re.escape(group)}/"]),
+                    )
+                ],
+            )
+            for group in groups
+        ]
+    )
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=custom_scalars_metadata.CONFIG_SUMMARY_TAG,
+                metadata=_custom_scalars_metadata(),
+                tensor=_string_tensor(layout.SerializeToString()),
+            )
+        ]
+    )

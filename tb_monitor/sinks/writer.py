@@ -1,0 +1,464 @@
+"""The asynchronous event-file writer: the caller enqueues, one thread per process does the rest.
+
+``AsyncWriter.add_*`` validates its arguments and appends a small tuple to a deque: no lock, no
+syscall, no encoding. One daemon thread per process (shared by every writer) wakes every
+``flush_secs`` (or early, when a queue passes a threshold or a caller waits for room), encodes
+the records (``tb_monitor.sinks.encoding``: scalars by hand, in C when the optional extension is
+built; everything else with TensorBoard's protos), frames them with a C crc32c and hands them to
+storage (``tb_monitor.logdir.fs``) in one write per batch. So a process killed
+outright loses at most the last flush interval; ``flush()`` and ``close()`` also ``fsync``.
+
+Steps are allocated here, per tag, starting one above the largest step the run directory already
+holds, so a restarted process continues its curves instead of being dropped by TensorBoard's
+loaders (see ``docs/DESIGN.md``, "Steps"). Event file names are unique per process and writer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import operator
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from tb_monitor import _shutdown, contract
+from tb_monitor.logdir import fs, readers
+from tb_monitor.sinks import encoding, summaries
+from tb_monitor.sinks.service import service as _service
+
+__all__ = ["DROPPED_TAG", "AsyncWriter", "WriterClosedError"]
+
+#: Scalar tag under which a writer with ``when_full="drop"`` records how many records it dropped.
+DROPPED_TAG = "tb_monitor/dropped_records"
+
+_log = logging.getLogger(__name__)
+
+
+class WriterClosedError(ValueError):
+    """A record was added to a writer after ``close()``."""
+
+
+# Queue items are tuples whose first element says what they hold.
+_SCALAR, _SCALARS, _TEXT, _TIMELINE, _SUMMARY = range(5)
+_BATCH = 4096  # records per write() call
+
+_file_counter = itertools.count()
+_time = time.time
+
+
+# Argument checks, on the caller's thread so a mistake is reported where it is made.
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_tag(tag: object) -> str:
+    if type(tag) is not str and not isinstance(tag, str):
+        raise TypeError(f"tag must be a str, got {tag!r}")
+    return tag
+
+
+def _real(value: object, what: str) -> float:
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise TypeError(f"{what} must be a real number, got {value!r}") from None
+
+
+def _step(step: object) -> int:
+    try:
+        return operator.index(step)  # type: ignore[arg-type]
+    except TypeError:
+        raise TypeError(f"step must be an integer, got {step!r}") from None
+
+
+def _wall_time(wall_time: object) -> float:
+    if wall_time is None:
+        return _time()
+    if type(wall_time) is float:
+        return wall_time  # type: ignore[return-value]
+    return _real(wall_time, "wall_time")
+
+
+def _with_path(exc: OSError, message: str) -> OSError:
+    """The same kind of OSError, with a message that names what we were doing and where."""
+    if exc.errno is None:
+        return OSError(f"{message}: {exc}")
+    return type(exc)(exc.errno, f"{message}: {exc.strerror or exc}")
+
+
+# Remote files a forked child inherited: never written, flushed or closed by the child (their
+# buffers belong to the parent), so they are kept referenced here instead of being collected.
+_inherited_files: list[Any] = []
+
+
+class AsyncWriter:
+    """Writes TensorBoard event files off the caller's thread, with bounded memory.
+
+        >>> with AsyncWriter("runs/exp1") as writer:
+        ...     writer.add_scalar("loss", 0.25)
+
+    ``when_full="block"`` (the default) makes a caller wait for room when ``max_queue`` records
+    are pending, so nothing is lost; ``"drop"`` drops instead, and the count of dropped records
+    is written as the scalar ``tb_monitor/dropped_records``. A write error (a full disk) is
+    logged once and raised by ``flush()`` and ``close()``; the writer keeps consuming (and
+    dropping) so callers never block forever.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        flush_secs: float = 2.0,
+        max_queue: int = 65536,
+        when_full: Literal["block", "drop"] = "block",
+    ) -> None:
+        if not (isinstance(flush_secs, (int, float)) and 0 < flush_secs < math.inf):
+            raise ValueError(f"flush_secs must be a positive number of seconds, got {flush_secs!r}")
+        if isinstance(max_queue, bool) or not isinstance(max_queue, int) or max_queue < 1:
+            raise ValueError(f"max_queue must be a positive number of records, got {max_queue!r}")
+        if when_full not in ("block", "drop"):
+            raise ValueError(f"when_full must be 'block' or 'drop', got {when_full!r}")
+        self._run_dir = os.fspath(run_dir)
+        if not isinstance(self._run_dir, str):
+            raise TypeError(f"run_dir must be a str or path, got {run_dir!r}")
+        self.flush_secs = float(flush_secs)
+        self._max_queue = max_queue
+        self._wake_at = min(max(max_queue // 2, 1), _BATCH)
+        self._when_full = when_full
+
+        self._queue: deque[tuple] = deque()
+        self._closed = False
+        self._dropped = 0
+        self._dropped_written = 0
+        self._error: OSError | None = None
+        self._prefixes: dict[str, bytes] = {}
+        self._init_locks()
+        self._file: Any = None
+        self._path: str | None = None
+        try:
+            fs.makedirs(self._run_dir)
+            self._next_steps = _next_steps(self._run_dir)
+            self._open_file()
+        except OSError as exc:
+            raise _with_path(
+                exc, f"cannot write TensorBoard event files to {self._run_dir}"
+            ) from exc
+
+        _service.add(self)
+        _shutdown.at_exit(self.close, _shutdown.SINKS)
+        # A SIGTERM the process survives (the user's handler checkpoints, say) makes the
+        # records durable but closes nothing; see _shutdown.
+        _shutdown.on_flush(self.flush, _shutdown.SINKS)
+        _shutdown.install_sigterm_handler()
+
+    def _init_locks(self) -> None:
+        self._drain_lock = threading.RLock()  # reentrant: a SIGTERM handler may close mid-flush
+        self._room = threading.Condition(threading.Lock())
+        self._waiting = 0
+
+    # -- public API ------------------------------------------------------------------------------
+
+    @property
+    def run_dir(self) -> str:
+        """The directory this writer's event files go to (one TensorBoard run)."""
+        return self._run_dir
+
+    @property
+    def path(self) -> str | None:
+        """The event file currently written, or None before a forked child writes its first."""
+        return self._path
+
+    @property
+    def dropped(self) -> int:
+        """How many records were dropped: queue full with ``when_full="drop"``, or a write error."""
+        return self._dropped
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
+
+    def add_scalar(
+        self,
+        tag: str,
+        value: float,
+        wall_time: float | None = None,
+        step: int | None = None,
+    ) -> None:
+        """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
+        # The hot path of every metric: type checks inline, no call unless something is off.
+        if type(value) is not float and type(value) is not int:
+            value = _real(value, f"scalar {tag!r}")
+        if type(wall_time) is not float:
+            wall_time = _time() if wall_time is None else _wall_time(wall_time)
+        item = (
+            _SCALAR,
+            tag if type(tag) is str else _check_tag(tag),
+            value,
+            wall_time,
+            None if step is None else _step(step),
+        )
+        if self._closed or len(self._queue) >= self._wake_at:
+            self._put(item)
+        else:
+            self._queue.append(item)
+
+    def add_scalars(self, mapping: Mapping[str, float], wall_time: float | None = None) -> None:
+        """Record one scalar per item of ``mapping`` (a Stat window) with one enqueue."""
+        scalars = dict(mapping)  # a copy: the caller may reuse its dict
+        for tag, value in scalars.items():
+            if type(value) is not float and type(value) is not int:
+                scalars[_check_tag(tag)] = _real(value, f"scalar {tag!r}")
+            elif type(tag) is not str:
+                _check_tag(tag)
+        if type(wall_time) is not float:
+            wall_time = _time() if wall_time is None else _wall_time(wall_time)
+        self._put((_SCALARS, scalars, wall_time))
+
+    def add_text(self, tag: str, text: str, wall_time: float | None = None) -> None:
+        """Record a text-dashboard entry (rendered as Markdown by TensorBoard)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text for tag {tag!r} must be a str, got {text!r}")
+        self._put((_TEXT, _check_tag(tag), text, _wall_time(wall_time)))
+
+    def add_timeline(self, kind: str, payload_json: str, wall_time: float) -> None:
+        """Record a timeline record: ``payload_json`` is the event's JSON as torch serializes it."""
+        tag = contract.timeline_tag(kind)  # rejects an unknown kind here, on the caller's thread
+        if not isinstance(payload_json, (str, bytes)):
+            raise TypeError(f"timeline payload must be JSON text, got {payload_json!r}")
+        self._put((_TIMELINE, tag, payload_json, _wall_time(wall_time)))
+
+    def add_summary(
+        self, summary: Any, wall_time: float | None = None, step: int | None = None
+    ) -> None:
+        """Record a prebuilt ``Summary`` (TensorBoard's protos); steps follow its first tag."""
+        if not summary.value:
+            raise ValueError("summary has no value to record")
+        step = None if step is None else _step(step)
+        self._put((_SUMMARY, summary, None, _wall_time(wall_time), step))
+
+    def flush(self) -> None:
+        """Write everything accepted so far and fsync it; raise the error that stopped writing."""
+        with self._drain_lock:
+            self._drain()
+            self._sync()
+        self._raise_error()
+
+    def close(self) -> None:
+        """Flush, close the file and stop accepting records. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        _shutdown.cancel(self.close)
+        _shutdown.cancel(self.flush)
+        with self._room:
+            self._room.notify_all()  # callers waiting for room see the writer is closed
+        try:
+            with self._drain_lock:
+                self._drain()
+                self._sync()
+                self._close_file()
+        finally:
+            _service.remove(self)
+        self._raise_error()
+
+    def __enter__(self) -> AsyncWriter:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncWriter {self._run_dir!r} {state}, {len(self._queue)} queued>"
+
+    # -- the caller's side -------------------------------------------------------------------------
+
+    def _put(self, item: tuple) -> None:
+        if self._closed:
+            raise WriterClosedError(f"AsyncWriter for {self._run_dir} is closed")
+        queue = self._queue
+        if len(queue) >= self._wake_at:
+            if not _service.wake.is_set():
+                _service.wake.set()
+            if len(queue) >= self._max_queue and not self._make_room():
+                return
+        queue.append(item)
+
+    def _make_room(self) -> bool:
+        """Wait until the queue has room (``"block"``); False when the record must be dropped."""
+        if self._when_full == "block" and self._error is None and not _service.is_current():
+            with self._room:
+                self._waiting += 1
+                try:
+                    while len(self._queue) >= self._max_queue and not self._closed:
+                        if not _service.is_alive():
+                            break
+                        _service.wake.set()
+                        self._room.wait(0.05)
+                finally:
+                    self._waiting -= 1
+                if len(self._queue) < self._max_queue and not self._closed:
+                    return True
+        with self._room:
+            self._dropped += 1
+        return False
+
+    # -- the writer thread's side ------------------------------------------------------------------
+
+    def drain_now(self) -> None:
+        """Write what is queued (the writer service calls this on its thread)."""
+        with self._drain_lock:
+            self._drain()
+
+    def _drain(self) -> None:
+        """Encode and write every queued record. Runs with ``_drain_lock`` held."""
+        queue = self._queue
+        while queue:
+            count = min(len(queue), _BATCH)
+            self._write(self._encode(count), count)
+            if self._waiting:
+                with self._room:
+                    self._room.notify_all()
+        if self._dropped != self._dropped_written and self._error is None:
+            self._dropped_written = dropped = self._dropped
+            queue.append((_SCALAR, DROPPED_TAG, float(dropped), _time(), None))
+            self._write(self._encode(1), 1)
+
+    def _encode(self, count: int) -> bytearray:
+        """Take ``count`` queued records off the queue and encode them, in order, into one buffer.
+
+        Runs of plain scalars (the bulk) go to the C encoder when it is built; it hands back
+        every record it does not cover, which is encoded here in Python, one at a time.
+        """
+        popleft = self._queue.popleft
+        items = [popleft() for _ in range(count)]
+        prefixes, steps = self._prefixes, self._next_steps
+        out = bytearray()
+        index = 0
+        while index < count:
+            if encoding.encode_scalars is not None:
+                index = encoding.encode_scalars(items, index, prefixes, steps, out)
+                if index == count:
+                    break
+            item = items[index]
+            index += 1
+            try:
+                kind = item[0]
+                if kind == _SCALAR:
+                    encoding.append_scalars(
+                        out, ((item[1], item[2]),), item[3], item[4], prefixes, steps
+                    )
+                elif kind == _SCALARS:
+                    encoding.append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
+                else:
+                    out += self._summary_record(item)
+            except Exception:  # arguments were checked by the caller: this is a bug
+                _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
+        return out
+
+    def _summary_record(self, item: tuple) -> bytes:
+        """A text, timeline or prebuilt summary record, built with TensorBoard's protos."""
+        kind, tag_or_summary, payload, wall_time, *step = item
+        if kind == _TEXT:
+            tag, summary = tag_or_summary, summaries.text_summary(tag_or_summary, payload)
+        elif kind == _TIMELINE:
+            tag = tag_or_summary
+            summary = summaries.timeline_summary(contract.kind_of_tag(tag), payload)
+        else:
+            summary, tag = tag_or_summary, tag_or_summary.value[0].tag
+        this_step = self._next_steps.get(tag, 0) if not step or step[0] is None else step[0]
+        self._next_steps[tag] = this_step + 1
+        return encoding.summary_record(wall_time, this_step, summary)
+
+    def _write(self, data: bytearray, count: int) -> None:
+        """Write the encoded ``data`` of ``count`` queued records (counted as dropped on error)."""
+        if not data:
+            return
+        if self._error is not None:
+            self._dropped += count
+            return
+        try:
+            if self._file is None:
+                self._open_file()
+            view = memoryview(data)
+            while view:
+                written = self._file.write(view)
+                if written is None:  # remote files write everything or raise
+                    break
+                view = view[written:]
+        except OSError as exc:
+            self._dropped += count
+            self._error = _with_path(exc, f"writing {self._path or self._run_dir} failed")
+            _log.error("tb_monitor: %s; dropping this writer's records from now on", self._error)
+
+    def _sync(self) -> None:
+        if self._file is None or self._error is not None:
+            return
+        try:
+            if fs.is_remote(self._path or ""):
+                self._file.flush()
+            else:
+                os.fsync(self._file.fileno())
+        except OSError as exc:
+            self._error = _with_path(exc, f"flushing {self._path} failed")
+            _log.error("tb_monitor: %s", self._error)
+
+    def _open_file(self) -> None:
+        """Create this writer's own event file (never an existing one) and mark its version."""
+        host = socket.gethostname().replace("/", "_") or "localhost"
+        while True:
+            # Zero-padded so that name order is creation order: TensorBoard reads a run's files
+            # in name order, and a later file must come after the steps it continues.
+            name = (
+                f"events.out.tfevents.{int(_time())}.{host}.{os.getpid():07d}."
+                f"{next(_file_counter):06d}.tbm"
+            )
+            path = fs.join(self._run_dir, name)
+            try:
+                self._file = fs.open_file(path, "xb")
+                break
+            except FileExistsError:
+                continue
+        self._path = path
+        self._file.write(encoding.version_record(_time()))
+
+    def _close_file(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()
+            except OSError as exc:
+                if self._error is None:
+                    self._error = _with_path(exc, f"closing {self._path} failed")
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def after_fork_in_child(self) -> None:
+        """Forget the parent's pending records and file; the child writes a file of its own."""
+        self._init_locks()
+        self._queue.clear()
+        file, self._file = self._file, None
+        if file is not None and fs.is_remote(self._path or ""):
+            _inherited_files.append(file)  # may buffer the parent's bytes: never flush them
+        elif file is not None:
+            file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
+        self._path = None
+
+
+def _next_steps(run_dir: str) -> dict[str, int]:
+    """For each tag the run directory already holds, one above its largest step."""
+    steps: dict[str, int] = {}
+    for event in readers.iter_run_events(run_dir):
+        step = event.step + 1
+        for value in event.summary.value:
+            if steps.get(value.tag, 0) < step:
+                steps[value.tag] = step
+    return steps

@@ -1,0 +1,250 @@
+"""What answers the frontend: a validated window and filters, and the compact payload for it.
+
+A browser cannot draw a million marks a frame, nor parse a million JSON objects, so a query
+filters a :class:`~tb_plugin.store.Snapshot`'s columns with numpy and returns either every event
+in the visible window or, when too many, per-lane time buckets (level of detail), as base64
+typed arrays the browser maps straight onto ``Float64Array``/``Uint32Array``. States come with
+their colours from :func:`tb_monitor.timeline.state_color`, so the frontend defines none.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tb_monitor import contract, timeline
+from tb_plugin.store import Columns, Snapshot
+
+__all__ = [
+    "BUCKET_PX",
+    "DETAIL_LIMIT",
+    "Query",
+    "QueryError",
+    "UnknownRunError",
+    "timeline_payload",
+]
+
+#: Most events sent one by one for a window; above it, the window is bucketed per lane.
+DETAIL_LIMIT = 150_000
+#: Width, in pixels, of one level-of-detail bucket.
+BUCKET_PX = 2
+#: A bucket holding states outside timeline.STATES ranks as RUNNING: the alarming ones still show.
+_UNKNOWN_SEVERITY = [state.name for state in timeline.STATES].index("RUNNING")
+
+
+class QueryError(ValueError):
+    """A request parameter the timeline cannot honour; the message names it."""
+
+
+class UnknownRunError(QueryError):
+    """A run filter naming a run that holds no timeline records."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """A window of the timeline with its filters, as validated from a request."""
+
+    start: float | None = None
+    end: float | None = None
+    width: int = 1000
+    run: str | None = None
+    run_id: str | None = None
+    kind: str | None = None
+    state: str | None = None
+    text: str | None = None
+
+    @classmethod
+    def from_args(cls, args: Mapping[str, str]) -> Query:
+        """Validate request arguments; raise :class:`QueryError` naming the bad one."""
+        start = _float_arg(args, "start")
+        end = _float_arg(args, "end")
+        if start is not None and end is not None and not start < end:
+            raise QueryError(f"start {start!r} must be before end {end!r}")
+        if start is not None and end is not None and not math.isfinite(end - start):
+            raise QueryError(f"the window from {start!r} to {end!r} is too wide")
+        width = args.get("width", "1000")
+        if not width.isdecimal() or not 1 <= int(width) <= 20000:
+            raise QueryError(f"width must be an integer from 1 to 20000, got {width!r:.80}")
+        kind = args.get("kind") or None
+        if kind is not None and kind not in contract.KINDS:
+            raise QueryError(f"kind must be one of {contract.KINDS}, got {kind!r:.80}")
+        state = args.get("state") or None
+        if state is not None and not re.fullmatch(r"[A-Za-z_]{1,64}", state):
+            raise QueryError(f"state must be a state name, got {state!r:.80}")
+        text = args.get("q") or None
+        if text is not None and len(text) > 500:
+            raise QueryError(f"q must be at most 500 characters, got {len(text)}")
+        return cls(
+            start=start,
+            end=end,
+            width=int(width),
+            run=args.get("run") or None,
+            run_id=args.get("run_id") or None,
+            kind=kind,
+            state=state,
+            text=text,
+        )
+
+
+def _float_arg(args: Mapping[str, str], name: str) -> float | None:
+    raw = args.get(name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise QueryError(f"{name} must be a number, got {raw!r:.80}") from None
+    if not math.isfinite(value):
+        raise QueryError(f"{name} must be finite, got {raw!r:.80}")
+    return value
+
+
+def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
+    """The window ``q`` asks for, as the JSON-ready columnar payload the frontend draws."""
+    if q.run is not None and q.run not in snap.runs and snap.loading is None:
+        # While loading, the run may simply not be decoded yet: it matches nothing so far.
+        raise UnknownRunError(f"unknown run {q.run!r:.200}")
+    cols, lanes, states = snap.columns, snap.lanes, snap.states
+    mask = _filter(cols, q, states, snap.texts, snap.runs, lanes)
+    shown = np.flatnonzero(mask)
+    lane_ids = np.unique(cols.lane[shown])
+    lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
+    position = np.full(len(lanes), -1, dtype=np.int64)
+    position[lane_ids] = np.arange(len(lane_ids))
+    times = cols.t[shown]
+    extent = (float(times.min()), float(times.max())) if len(shown) else None
+    start, end = _window(q, extent)
+    in_window = shown[(times >= start) & (times <= end)]
+    payload: dict[str, Any] = {
+        "generation": snap.generation,
+        "total": int(len(shown)),
+        "extent": extent,
+        "window": [start, end],
+        "lanes": [
+            {
+                "label": lanes[i].label,
+                "group": lanes[i].group,
+                "kind": lanes[i].kind,
+                "run": snap.lane_runs[i],
+            }
+            for i in lane_ids.tolist()
+        ],
+        "states": states,
+        "colors": [timeline.state_color(state) for state in states],
+        "labels": snap.labels,
+        "kinds": list(contract.KINDS),
+        "facets": {
+            "runs": sorted(snap.runs),
+            "run_ids": sorted({lane.group for lane in lanes}),
+            "states": sorted({states[s] for s in np.unique(cols.state).tolist()} - {""}),
+        },
+        "in_window": int(len(in_window)),
+        "loading": snap.loading,
+    }
+    if len(in_window) <= DETAIL_LIMIT:
+        payload["mode"] = "events"
+        payload["events"] = _events(cols, in_window, position, snap.names, snap.msgs)
+    else:
+        payload["mode"] = "buckets"
+        payload["buckets"] = _buckets(cols, in_window, position, start, end, q.width)
+    payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
+    return payload
+
+
+def _filter(cols: Columns, q: Query, states, texts, runs, lanes) -> np.ndarray:
+    mask = np.ones(len(cols.t), dtype=bool)
+    if q.run is not None:
+        mask &= cols.run == (runs.index(q.run) if q.run in runs else -1)
+    if q.kind is not None:
+        mask &= cols.kind == contract.KINDS.index(q.kind)
+    if q.state is not None:
+        wanted = [i for i, s in enumerate(states) if s.upper() == q.state.upper()]
+        mask &= np.isin(cols.state, wanted)
+    if q.run_id is not None:
+        wanted = [i for i, lane in enumerate(lanes) if lane.group == q.run_id]
+        mask &= np.isin(cols.lane, wanted)
+    if q.text is not None:
+        needle = q.text.lower()
+        hits = [i for i, text in enumerate(texts) if needle in text]
+        lane_hits = [i for i, lane in enumerate(lanes) if needle in lane.label.lower()]
+        mask &= np.isin(cols.text, hits) | np.isin(cols.lane, lane_hits)
+    return mask
+
+
+def _window(q: Query, extent: tuple[float, float] | None) -> tuple[float, float]:
+    if extent is None:
+        lo, hi = 0.0, 1.0
+    else:
+        lo, hi = extent
+        pad = max((hi - lo) * 0.02, 0.5)
+        lo, hi = lo - pad, hi + pad
+    start = q.start if q.start is not None else lo
+    end = q.end if q.end is not None else hi
+    if not start < end:
+        end = start + 1.0
+    return start, end
+
+
+def _b64(values: np.ndarray, dtype: str) -> str:
+    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode("ascii")
+
+
+def _events(cols: Columns, rows: np.ndarray, position, names, msgs) -> dict[str, Any]:
+    used_names, name_idx = np.unique(cols.name[rows], return_inverse=True)
+    used_msgs, msg_idx = np.unique(cols.msg[rows], return_inverse=True)
+    return {
+        "count": int(len(rows)),
+        "t": _b64(cols.t[rows], "<f8"),
+        "lane": _b64(position[cols.lane[rows]], "<u4"),
+        "state": _b64(cols.state[rows], "<u2"),
+        "id": _b64(cols.ids[rows], "<u4"),
+        "name": _b64(name_idx, "<u4"),
+        "msg": _b64(msg_idx, "<u4"),
+        "names": [names[i] for i in used_names.tolist()],
+        "msgs": [msgs[i][:300] for i in used_msgs.tolist()],
+    }
+
+
+def _buckets(cols: Columns, rows, position, start: float, end: float, width: int) -> dict:
+    bins = max(1, width // BUCKET_PX)
+    span = end - start
+    b = np.minimum(((cols.t[rows] - start) / span * bins).astype(np.int64), bins - 1)
+    key = position[cols.lane[rows]] * bins + b
+    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    worst = np.zeros(len(uniq), dtype=np.int64)
+    np.maximum.at(worst, inverse, _severity_of(cols.state[rows]))
+    return {
+        "count": int(len(uniq)),
+        "bins": bins,
+        "bin_width": span / bins,
+        "lane": _b64(uniq // bins, "<u4"),
+        "bin": _b64(uniq % bins, "<u4"),
+        "n": _b64(counts, "<u4"),
+        "state": _b64(worst, "<u2"),
+    }
+
+
+def _severity_of(state: np.ndarray) -> np.ndarray:
+    # The store interns timeline.STATES first, so a known state's id is its severity (and the
+    # payload's states and colours line up with it).
+    return np.where(state < len(timeline.STATES), state, _UNKNOWN_SEVERITY)
+
+
+def _intervals_payload(iv: dict[str, np.ndarray], position, start: float, end: float) -> dict:
+    pos = position[iv["lane"]] if len(iv["lane"]) else np.zeros(0, dtype=np.int64)
+    keep = (pos >= 0) & (iv["t1"] >= start) & (iv["t0"] <= end)
+    return {
+        "count": int(keep.sum()),
+        "lane": _b64(pos[keep], "<u4"),
+        "t0": _b64(iv["t0"][keep], "<f8"),
+        "t1": _b64(iv["t1"][keep], "<f8"),
+        "state": _b64(iv["state"][keep], "<u2"),
+        "label": _b64(iv["label"][keep], "<u4"),
+        "open": _b64(iv["open"][keep], "<u2"),
+    }

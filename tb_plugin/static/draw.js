@@ -1,0 +1,266 @@
+// Canvas drawing of one frame: lane backgrounds and time grid, intervals, events or
+// level-of-detail buckets, the selection, and the time axis. Colours are the payload's
+// (`data.colors[state]`) and the stylesheet's (`tl.colors`); nothing here fetches or decides.
+
+import { lowerBound } from "./api.js";
+import { formatDuration, formatTime } from "./format.js";
+
+export const ROW_H = 20;
+export const GROUP_H = 24;
+export const AXIS_H = 30;
+const ALPHA_LEVELS = 16; // shades of a level-of-detail bucket (by its event count)
+const OPEN_DASH = [3, 2]; // the outline of an interval still in progress
+const SOLID = [];
+
+const TICK_STEPS = [
+  0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
+  900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
+];
+
+function tickStep(span, width) {
+  const target = span / Math.max(1, width / 110);
+  return TICK_STEPS.find((s) => s >= target) || TICK_STEPS[TICK_STEPS.length - 1];
+}
+
+function batchOf(batches, key) {
+  let p = batches.get(key);
+  if (!p) batches.set(key, (p = []));
+  return p;
+}
+
+// The per-colour coordinate lists of a frame: kept between frames so that a frame allocates
+// nothing once they have grown.
+const batchMap = new Map();
+
+function emptyBatches() {
+  for (const p of batchMap.values()) p.length = 0;
+  return batchMap;
+}
+
+function visibleRows(tl) {
+  const top = tl.scroll.scrollTop;
+  const out = [];
+  for (let i = 0; i < tl.rows.length; i++) {
+    const r = tl.rows[i];
+    if (r.y + r.h < top) continue;
+    if (r.y > top + tl.height) break;
+    out.push(r);
+  }
+  return out;
+}
+
+export function drawPlot(tl) {
+  const ctx = tl.canvas.getContext("2d");
+  const dpr = window.devicePixelRatio || 1;
+  const c = tl.colors;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.fillStyle = c.bg;
+  ctx.fillRect(0, 0, tl.width, tl.height);
+  if (!tl.data) return;
+  const top = tl.scroll.scrollTop;
+  const rows = visibleRows(tl);
+  // Row backgrounds and the time grid.
+  for (const r of rows) {
+    const y = r.y - top;
+    if (r.group) {
+      ctx.fillStyle = c["header-bg"];
+      ctx.fillRect(0, y, tl.width, r.h);
+    } else if (tl.hover && tl.hover.row === r) {
+      ctx.fillStyle = c.band;
+      ctx.fillRect(0, y, tl.width, r.h);
+    }
+  }
+  const span = tl.view.end - tl.view.start;
+  const step = tickStep(span, tl.width);
+  ctx.strokeStyle = c.line;
+  ctx.lineWidth = 1;
+  ctx.beginPath();
+  for (let t = Math.ceil(tl.view.start / step) * step; t <= tl.view.end; t += step) {
+    const x = Math.round(tl.x(t)) + 0.5;
+    ctx.moveTo(x, 0);
+    ctx.lineTo(x, tl.height);
+  }
+  ctx.stroke();
+  const laneRows = rows.filter((r) => !r.group);
+  drawIntervals(tl, ctx, laneRows, top);
+  if (tl.data.events) drawEvents(tl, ctx, laneRows, top);
+  else drawBuckets(tl, ctx, laneRows, top);
+}
+
+function drawIntervals(tl, ctx, rows, top) {
+  const iv = tl.data.intervals;
+  if (!iv.count) return;
+  const colors = tl.data.colors;
+  ctx.font = "11px Roboto, Arial, sans-serif";
+  ctx.textBaseline = "middle";
+  ctx.lineWidth = 1;
+  const h = ROW_H - 6;
+  for (const r of rows) {
+    const y = r.y - top + 3;
+    for (let k = iv.laneStart[r.lane]; k < iv.laneStart[r.lane + 1]; k++) {
+      const i = iv.order[k];
+      if (iv.t1[i] < tl.view.start || iv.t0[i] > tl.view.end) continue;
+      const x0 = Math.max(-1, tl.x(iv.t0[i]));
+      const x1 = Math.min(tl.width + 1, tl.x(iv.t1[i]));
+      const w = Math.max(1, x1 - x0);
+      const color = colors[iv.state[i]];
+      ctx.globalAlpha = 0.28;
+      ctx.fillStyle = color;
+      ctx.fillRect(x0, y, w, h);
+      ctx.globalAlpha = 1;
+      ctx.strokeStyle = color;
+      if (iv.open[i]) ctx.setLineDash(OPEN_DASH);
+      ctx.strokeRect(Math.round(x0) + 0.5, y + 0.5, Math.max(1, Math.round(w) - 1), h - 1);
+      if (iv.open[i]) ctx.setLineDash(SOLID);
+      if (w > 70) {
+        const text = tl.data.labels[iv.label[i]];
+        ctx.fillStyle = tl.colors.fg;
+        ctx.globalAlpha = 0.75;
+        ctx.fillText(text, Math.max(x0, 0) + 5, y + h / 2 + 0.5, w - 10);
+        ctx.globalAlpha = 1;
+      }
+    }
+  }
+}
+
+function drawEvents(tl, ctx, rows, top) {
+  const e = tl.data.events;
+  const colors = tl.data.colors;
+  const start = tl.data.laneStart;
+  const scale = tl.width / (tl.view.end - tl.view.start);
+  const v0 = tl.view.start;
+  // One path per state colour: far fewer canvas state changes than one fill per mark.
+  const paths = emptyBatches();
+  const markW = scale * 0.05 > 3 ? 4 : 2;
+  for (const r of rows) {
+    const lo = lowerBound(e.t, v0 - 3 / scale, start[r.lane], start[r.lane + 1]);
+    const hi = lowerBound(e.t, tl.view.end + 3 / scale, lo, start[r.lane + 1]);
+    const y = r.y - top + 4;
+    let lastX = -10;
+    let lastState = -1;
+    for (let i = lo; i < hi; i++) {
+      const x = Math.round((e.t[i] - v0) * scale);
+      const s = e.state[i];
+      if (x === lastX && s === lastState) continue; // same pixel, same colour: already drawn
+      lastX = x;
+      lastState = s;
+      batchOf(paths, s).push(x, y);
+    }
+  }
+  const h = ROW_H - 8;
+  for (const [s, p] of paths) {
+    if (!p.length) continue;
+    ctx.fillStyle = colors[s];
+    ctx.beginPath();
+    for (let k = 0; k < p.length; k += 2) ctx.rect(p[k] - markW / 2, p[k + 1], markW, h);
+    ctx.fill();
+  }
+  drawSelection(tl, ctx, rows, top);
+}
+
+function drawSelection(tl, ctx, rows, top) {
+  if (tl.selected === null || !tl.data.events) return;
+  const e = tl.data.events;
+  const i = e.id.indexOf(tl.selected);
+  if (i < 0) return;
+  const r = tl.rows[tl.rowOfLane[e.lane[i]]];
+  if (!rows.includes(r)) return;
+  const x = tl.x(e.t[i]);
+  ctx.strokeStyle = tl.colors.accent;
+  ctx.lineWidth = 2;
+  ctx.strokeRect(x - 4, r.y - top + 2, 8, ROW_H - 4);
+  ctx.lineWidth = 1;
+}
+
+// Level of detail in few canvas calls: neighbouring buckets of one colour and shade become one
+// rect, buckets narrower than a pixel share their pixel column (the most severe state, their
+// summed count), and each colour and shade is one path. Only the bins in view are visited.
+function drawBuckets(tl, ctx, rows, top) {
+  const b = tl.data.buckets;
+  const colors = tl.data.colors;
+  const start = tl.data.laneStart;
+  const scale = tl.width / (tl.view.end - tl.view.start);
+  const binW = b.binWidth * scale;
+  const origin = (tl.data.window[0] - tl.view.start) * scale; // x of bin 0
+  const firstBin = Math.floor(-origin / binW) - 1;
+  const lastBin = Math.ceil((tl.width - origin) / binW);
+  const subPixel = binW < 1;
+  const darkest = ALPHA_LEVELS - 1;
+  const shade = darkest / b.logMax;
+  const batches = emptyBatches();
+  const h = ROW_H - 6;
+  for (const r of rows) {
+    const y = r.y - top + 3;
+    const hi = start[r.lane + 1];
+    let i = lowerBound(b.bin, firstBin, start[r.lane], hi);
+    let runKey = -1;
+    let runX0 = 0;
+    let runX1 = 0;
+    while (i < hi && b.bin[i] <= lastBin) {
+      let x0 = origin + b.bin[i] * binW;
+      let x1 = x0 + Math.max(1, binW);
+      let state = b.state[i];
+      let n = b.n[i];
+      i++;
+      if (subPixel) {
+        x0 = Math.floor(x0);
+        x1 = x0 + 1;
+        for (; i < hi && Math.floor(origin + b.bin[i] * binW) === x0; i++) {
+          if (b.state[i] > state) state = b.state[i];
+          n += b.n[i];
+        }
+      }
+      const key = state * ALPHA_LEVELS + Math.min(darkest, Math.round(Math.log(n + 1) * shade));
+      if (key === runKey && x0 <= runX1 + 0.01) {
+        runX1 = x1;
+        continue;
+      }
+      if (runKey >= 0) batchOf(batches, runKey).push(runX0, y, runX1 - runX0);
+      runKey = key;
+      runX0 = x0;
+      runX1 = x1;
+    }
+    if (runKey >= 0) batchOf(batches, runKey).push(runX0, y, runX1 - runX0);
+  }
+  for (const [key, p] of batches) {
+    if (!p.length) continue;
+    ctx.globalAlpha = 0.35 + (0.65 * (key % ALPHA_LEVELS)) / darkest;
+    ctx.fillStyle = colors[Math.floor(key / ALPHA_LEVELS)];
+    ctx.beginPath();
+    for (let k = 0; k < p.length; k += 3) ctx.rect(p[k], p[k + 1], p[k + 2], h);
+    ctx.fill();
+  }
+  ctx.globalAlpha = 1;
+}
+
+export function drawAxis(tl) {
+  const ctx = tl.axisCanvas.getContext("2d");
+  const dpr = window.devicePixelRatio || 1;
+  const c = tl.colors;
+  ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
+  ctx.fillStyle = c.bg;
+  ctx.fillRect(0, 0, tl.width, AXIS_H);
+  const span = tl.view.end - tl.view.start;
+  const step = tickStep(span, tl.width);
+  const ms = step < 1;
+  ctx.font = "11px Roboto, Arial, sans-serif";
+  ctx.textBaseline = "alphabetic";
+  ctx.fillStyle = c.muted;
+  ctx.strokeStyle = c.muted;
+  ctx.beginPath();
+  let lastDay = null;
+  // Align ticks to the local clock (a 1-hour step lands on the hour in the user's zone).
+  const offset = new Date(tl.view.start * 1000).getTimezoneOffset() * -60;
+  const first = Math.ceil((tl.view.start + offset) / step) * step - offset;
+  for (let t = first; t <= tl.view.end; t += step) {
+    const x = Math.round(tl.x(t)) + 0.5;
+    ctx.moveTo(x, AXIS_H - 6);
+    ctx.lineTo(x, AXIS_H);
+    const day = new Date(t * 1000).toDateString();
+    const label = formatTime(t, day !== lastDay && (lastDay !== null || step >= 3600), ms);
+    lastDay = day;
+    ctx.fillText(label, x + 3, AXIS_H - 10);
+  }
+  ctx.stroke();
+  tl.axisCorner.textContent = `${formatTime(tl.view.start, true)}\nspan ${formatDuration(span)}`;
+}

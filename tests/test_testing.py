@@ -1,0 +1,78 @@
+"""tb_monitor.testing: capture what the APIs record, and drive Stat windows with a manual clock."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+import tb_monitor
+from tb_monitor import Aggregation, Stat, contract
+from tb_monitor.elastic import events
+from tb_monitor.elastic.metrics import put_metric
+from tb_monitor.testing import capture, manual_clock
+
+
+def test_capture_reads_back_metrics_as_scalars():
+    """A metric put inside capture() is seen as the scalar TensorBoard would show."""
+    with capture() as captured:
+        put_metric("loss", 3, "train")
+        assert [(p.tag, p.value) for p in captured.scalars()] == [("train/loss", 3.0)]
+    assert [p.step for p in captured.scalars("train/loss")] == [0]
+
+
+def test_capture_reads_back_stat_windows_ended_by_the_clock():
+    """Stat windows ended inside capture() are scalars <stat>.<agg>, one step per window."""
+    with manual_clock() as clock, capture() as captured:
+        stat = Stat("lat", [Aggregation.MEAN, Aggregation.COUNT], timedelta(seconds=10))
+        stat.add(1.0)
+        stat.add(3.0)
+        clock.advance(10)
+        stat.add(5.0)
+        clock.advance(10)
+        stat.close()
+    points = {(p.tag, p.step): p.value for p in captured.scalars()}
+    assert points == {
+        ("lat.mean", 0): 2.0,
+        ("lat.count", 0): 2.0,
+        ("lat.mean", 1): 5.0,
+        ("lat.count", 1): 1.0,
+    }
+
+
+def test_capture_reads_back_elastic_events_as_timeline_rows():
+    """A torchelastic event recorded to the tensorboard destination is a timeline row."""
+    with capture() as captured:
+        events.record(events.Event("job.started", events.EventSource.AGENT), "tensorboard")
+    [row] = captured.events(contract.AGENT)
+    assert row["name"] == "job.started"
+    assert captured.texts()[0][1] == "events/agent"
+
+
+def test_capture_restores_what_was_configured_before():
+    """After capture(), no tb_monitor monitor stays active."""
+    with capture():
+        pass
+    assert tb_monitor.monitor._active is None
+
+
+def test_manual_clock_ends_a_window_only_when_advanced_past_it():
+    """A window ends at its wall-clock boundary of the manual clock, not before."""
+    seen = []
+    handle = tb_monitor.register_event_handler(lambda e: seen.append(e.data))
+    try:
+        with manual_clock() as clock:
+            stat = Stat("tick", [Aggregation.SUM], timedelta(seconds=60))
+            stat.add(2)
+            assert clock.advance(59.9) == 0
+            assert clock.advance(0.1) == 1
+            stat.close()
+    finally:
+        tb_monitor.unregister_event_handler(handle)
+    assert seen == [{"tick.sum": 2.0}]
+
+
+def test_manual_clock_refuses_to_go_back():
+    """Advancing by a negative time is a ValueError naming the value."""
+    with manual_clock() as clock, pytest.raises(ValueError, match="-1"):
+        clock.advance(-1)
