@@ -39,7 +39,7 @@ from typing import Any
 
 from tb_monitor import _stat, contract
 from tb_monitor.elastic.events.api import Event, EventMetadataValue, RdzvEvent
-from tb_monitor.logdir import readers
+from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks.writer import AsyncWriter
 
 __all__ = [
@@ -609,7 +609,7 @@ def generate_job(
     for run, recs in records.by_run.items():
         recs.sort(key=lambda r: r.wall_time)
         result.end = max(result.end, recs[-1].wall_time)
-        with AsyncWriter(os.path.join(logdir, run)) as writer:
+        with AsyncWriter(fs.join(os.fspath(logdir), run)) as writer:
             for rec in recs:
                 writer.add_timeline(rec.kind, rec.payload, rec.wall_time)
                 key = (run, rec.kind)

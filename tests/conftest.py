@@ -12,6 +12,9 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 
+#: Real S3 and GCS servers on 127.0.0.1 (fixtures s3_server, s3_bucket, gcs_server, gcs_bucket).
+pytest_plugins = ["object_store"]
+
 
 def need(module: str) -> ModuleType:
     """Import an optional dependency; skip without it, but fail in CI where it must be present."""

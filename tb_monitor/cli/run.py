@@ -54,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from tb_monitor.integrations.torchrun import AgentCapture, launch_config_observed
 
+    try:
+        fs.check_logdir(logdir)  # a bad logdir fails here, before any worker starts
+    except (fs.LogdirError, OSError) as exc:
+        print(f"{_PROG}: {exc}", file=sys.stderr)
+        return 2
     os.environ[contract.LOGDIR_ENV] = logdir
     capture = AgentCapture(logdir, destination)
     try:

@@ -1,19 +1,38 @@
 """Where a logdir's bytes live: the one module that joins paths, checks schemes and lists runs.
 
-Local paths go to the operating system directly. A path with a scheme (``gs://``, ``s3://``)
-goes to a remote filesystem. Writers, readers, exports and the plugin all reach storage through
-the functions here, so a new backend is a change to this module alone.
+Local paths go to the operating system directly. A URL (``s3://``, ``gs://``, any scheme fsspec
+knows) goes to an object store through fsspec (``s3fs``, ``gcsfs``: the ``remote`` extra), where a
+writer's event file becomes deltas and segments (``tb_monitor.logdir.objects``). Writers, readers,
+exports and the plugin all reach storage through the functions here, so a new backend is a change
+to this module alone.
+
+Credentials and endpoints come the standard way and never from us: the AWS variables and config
+files (``AWS_ENDPOINT_URL`` included), ``STORAGE_EMULATOR_HOST`` and the Google credentials for GCS,
+fsspec's own configuration (``FSSPEC_S3_*`` variables, ``~/.config/fsspec``), and TensorBoard's
+``S3_ENDPOINT``, honoured so that one setting serves both the writer and ``tensorboard --logdir``.
+
+Knobs of the object-store writer (environment, so torchrun's workers inherit them):
+``TB_MONITOR_UPLOAD_SECS`` (5: seconds between uploads, so data is visible within seconds),
+``TB_MONITOR_SEGMENT_DELTAS`` (12: uploads per segment object, one object a minute),
+``TB_MONITOR_UPLOAD_BUFFER_MB`` (64: unsent bytes kept while the store is unreachable).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import posixpath
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, Any
+
+from tb_monitor.logdir import objects
 
 __all__ = [
     "EVENT_FILE_MARK",
+    "FLUSH_TIMEOUT_S",
+    "LogdirError",
+    "check_logdir",
+    "create_event_file",
     "event_files",
     "is_event_file",
     "is_remote",
@@ -27,6 +46,12 @@ __all__ = [
 
 #: What TensorBoard looks for in a file name to treat it as an event file.
 EVENT_FILE_MARK = "tfevents"
+#: How long a flush or close waits for an object store before giving up (and warning).
+FLUSH_TIMEOUT_S = 30.0
+
+
+class LogdirError(ValueError):
+    """A logdir that cannot be used: the message names it and says what to do."""
 
 
 def is_remote(path: str) -> bool:
@@ -46,51 +71,173 @@ def join(base: str, *parts: str) -> str:
     return os.path.join(base, *parts)
 
 
-def _gfile():
-    from tensorboard.compat.tensorflow_stub.io import gfile
+@functools.lru_cache(maxsize=16)
+def _remote(scheme: str) -> Any:
+    """The fsspec filesystem serving ``scheme``, configured from the environment."""
+    try:
+        import fsspec
+    except ImportError:
+        raise LogdirError(
+            f"{scheme}:// logdirs need fsspec: pip install 'tb-monitor[remote]'"
+        ) from None
+    try:
+        cls = fsspec.get_filesystem_class(scheme)
+    except ValueError:
+        raise LogdirError(
+            f"unknown storage scheme {scheme!r}; use a local path, s3:// or gs://"
+        ) from None
+    except ImportError as exc:
+        raise LogdirError(
+            f"{scheme}:// logdirs need a client library ({exc}): pip install 'tb-monitor[remote]'"
+        ) from None
+    return cls(**_options(scheme))
 
-    return gfile
+
+def _options(scheme: str) -> dict[str, Any]:
+    """Storage options beyond fsspec's own configuration: TensorBoard's S3 settings, timeouts."""
+    options: dict[str, Any] = {"skip_instance_cache": True}
+    if scheme in ("s3", "s3a"):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        endpoint = endpoint or os.environ.get("S3_ENDPOINT")  # TensorBoard's name
+        if endpoint:
+            if "://" not in endpoint:
+                https = os.environ.get("S3_USE_HTTPS", "1") not in ("0", "false")
+                endpoint = f"{'https' if https else 'http'}://{endpoint}"
+            options["endpoint_url"] = endpoint
+        # A store that does not answer fails an attempt in seconds; the uploader retries.
+        options["config_kwargs"] = {
+            "connect_timeout": 5,
+            "read_timeout": 20,
+            "retries": {"max_attempts": 2},
+        }
+    return options
 
 
-def open_file(path: str, mode: str) -> IO[bytes]:
-    """Open an event file: ``"rb"`` to read, ``"xb"`` to create (never clobbering) and write.
+def _split(url: str) -> tuple[Any, str]:
+    scheme, _, path = url.partition("://")
+    try:
+        return _remote(scheme), path.rstrip("/")
+    except LogdirError as exc:
+        raise LogdirError(f"logdir {url!r}: {exc}") from None
+
+
+def _url(scheme: str, path: str) -> str:
+    return f"{scheme}://{path}"
+
+
+def open_file(path: str, mode: str = "rb") -> IO[bytes]:
+    """Open an event file to read (``"rb"``), or create one locally (``"xb"``, never clobbering).
 
     Local files are opened unbuffered for writing: the writer batches itself, and a forked child
     must never flush a parent's buffered bytes into the parent's file.
     """
     if is_remote(path):
-        return _gfile().GFile(path, mode.replace("x", "w"))
+        if mode != "rb":
+            raise ValueError(f"objects are written with create_event_file, not opened {mode!r}")
+        filesystem, key = _split(path)
+        return filesystem.open(key, "rb")
     return open(path, mode, buffering=0 if "x" in mode else -1)
 
 
+def create_event_file(path: str, header: bytes) -> Any:
+    """A new event file at ``path`` starting with ``header``, open for ``write``/``flush``/``close``.
+
+    Locally a file (``FileExistsError`` if the name is taken); on an object store an
+    ``objects.ObjectStream`` uploading from its own thread.
+    """
+    if not is_remote(path):
+        file = open_file(path, "xb")
+        file.write(header)
+        return file
+    scheme = path.partition("://")[0]
+    filesystem, key = _split(path)
+
+    def put(name: str, data: bytes) -> None:
+        filesystem.pipe_file(name, data)
+
+    def delete(names: list[str]) -> None:
+        filesystem.rm(names)
+
+    return objects.ObjectStream(
+        key,
+        header,
+        put,
+        delete,
+        upload_secs=float(os.environ.get("TB_MONITOR_UPLOAD_SECS", 5.0)),
+        deltas_per_segment=int(os.environ.get("TB_MONITOR_SEGMENT_DELTAS", 12)),
+        max_buffer_bytes=int(float(os.environ.get("TB_MONITOR_UPLOAD_BUFFER_MB", 64)) * (1 << 20)),
+        name=_url(scheme, key),
+    )
+
+
 def makedirs(path: str) -> None:
-    """Create ``path`` and its parents if they do not exist."""
-    if is_remote(path):
-        gfile = _gfile()
-        if not gfile.exists(path):
-            gfile.makedirs(path)
-    else:
+    """Create ``path`` and its parents if they do not exist (object stores need none)."""
+    if not is_remote(path):
         os.makedirs(path, exist_ok=True)
+
+
+def check_logdir(path: str) -> None:
+    """Fail now, naming ``path``, when a logdir cannot be written: before training starts.
+
+    Locally, the directory is created. On an object store the bucket must exist and be
+    reachable with the credentials at hand.
+    """
+    if not is_remote(path):
+        makedirs(path)
+        return
+    filesystem, key = _split(path)
+    bucket = key.split("/", 1)[0]
+    if not bucket:
+        raise LogdirError(f"logdir {path!r} names no bucket")
+    try:
+        exists = filesystem.exists(bucket)
+    except PermissionError as exc:
+        raise LogdirError(
+            f"logdir {path!r}: access to bucket {bucket!r} denied ({exc}); check the credentials"
+        ) from None
+    except Exception as exc:
+        raise LogdirError(
+            f"logdir {path!r}: cannot reach the object store ({type(exc).__name__}: {exc}); "
+            "check the endpoint (AWS_ENDPOINT_URL / S3_ENDPOINT / STORAGE_EMULATOR_HOST) and "
+            "the credentials"
+        ) from None
+    if not exists:
+        raise LogdirError(
+            f"logdir {path!r}: bucket {bucket!r} does not exist (or these credentials cannot "
+            "see it); create it first"
+        )
 
 
 def isdir(path: str) -> bool:
     """Whether ``path`` is an existing directory (a prefix holding objects, remotely)."""
     if is_remote(path):
-        return _gfile().isdir(path)
+        filesystem, key = _split(path)
+        filesystem.invalidate_cache()
+        return filesystem.isdir(key)
     return os.path.isdir(path)
 
 
 def event_files(run_dir: str) -> list[str]:
-    """Event files directly in ``run_dir`` (one run), sorted by name as TensorBoard reads them."""
+    """Event files directly in ``run_dir`` (one run), sorted by name as TensorBoard reads them.
+
+    On an object store, the deltas of the open segments are included, in write order, and
+    deltas already sealed into a segment are left out (see ``objects``).
+    """
     if is_remote(run_dir):
-        gfile = _gfile()
-        names = gfile.listdir(run_dir) if gfile.isdir(run_dir) else []
-    else:
+        filesystem, key = _split(run_dir)
+        filesystem.invalidate_cache()
         try:
-            names = [e.name for e in os.scandir(run_dir) if e.is_file()]
+            entries = filesystem.ls(key, detail=True)
         except FileNotFoundError:
-            names = []
-    return [join(run_dir, name) for name in sorted(names) if is_event_file(name)]
+            entries = []
+        names = [posixpath.basename(e["name"]) for e in entries if e.get("type") == "file"]
+        live = objects.live_objects(n for n in names if is_event_file(n) or objects.is_delta(n))
+        return [join(run_dir, name) for name in live]
+    try:
+        names = sorted(e.name for e in os.scandir(run_dir) if e.is_file())
+    except FileNotFoundError:
+        names = []
+    return [join(run_dir, name) for name in names if is_event_file(name)]
 
 
 def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
@@ -100,16 +247,26 @@ def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
     """
     if is_remote(logdir):
         logdir = logdir.rstrip("/")
-        walk = _gfile().walk(logdir)
+        scheme = logdir.partition("://")[0]
+        filesystem, key = _split(logdir)
+        filesystem.invalidate_cache()
+        files = filesystem.find(key)
+        if not files and not filesystem.isdir(key):
+            raise FileNotFoundError(f"logdir {logdir!r} does not exist or holds no objects")
+        directories = {
+            posixpath.dirname(name)
+            for name in files
+            if is_event_file(posixpath.basename(name)) or objects.is_delta(posixpath.basename(name))
+        }
+        found = [(run_name(logdir, _url(scheme, d)), _url(scheme, d)) for d in directories]
     elif os.path.isdir(logdir):
-        walk = os.walk(logdir)
+        found = [
+            (run_name(logdir, directory), directory)
+            for directory, _, files in os.walk(logdir)
+            if any(is_event_file(name) for name in files)
+        ]
     else:
         raise FileNotFoundError(f"logdir {logdir!r} does not exist or is not a directory")
-    found = [
-        (run_name(logdir, directory), directory)
-        for directory, _, files in walk
-        if any(is_event_file(name) for name in files)
-    ]
     yield from sorted(found)
 
 

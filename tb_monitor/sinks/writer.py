@@ -140,8 +140,9 @@ class AsyncWriter:
         self._init_locks()
         self._file: Any = None
         self._path: str | None = None
+        self._remote = fs.is_remote(self._run_dir)
         try:
-            fs.makedirs(self._run_dir)
+            fs.check_logdir(self._run_dir)
             self._next_steps = _next_steps(self._run_dir)
             self._open_file()
         except OSError as exc:
@@ -175,8 +176,10 @@ class AsyncWriter:
 
     @property
     def dropped(self) -> int:
-        """How many records were dropped: queue full with ``when_full="drop"``, or a write error."""
-        return self._dropped
+        """How many records were dropped: queue full with ``when_full="drop"``, a write error, or
+        an object store unreachable for longer than the upload buffer holds."""
+        file = self._file
+        return self._dropped + (file.dropped if self._remote and file is not None else 0)
 
     @property
     def closed(self) -> bool:
@@ -325,8 +328,9 @@ class AsyncWriter:
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
-        if self._dropped != self._dropped_written and self._error is None:
-            self._dropped_written = dropped = self._dropped
+        dropped = self.dropped
+        if dropped != self._dropped_written and self._error is None:
+            self._dropped_written = dropped
             queue.append((_SCALAR, DROPPED_TAG, float(dropped), _time(), None))
             self._write(self._encode(1), 1)
 
@@ -386,12 +390,12 @@ class AsyncWriter:
         try:
             if self._file is None:
                 self._open_file()
+            if self._remote:
+                self._file.write(data, count)  # buffered; uploaded on the stream's own thread
+                return
             view = memoryview(data)
             while view:
-                written = self._file.write(view)
-                if written is None:  # remote files write everything or raise
-                    break
-                view = view[written:]
+                view = view[self._file.write(view) :]
         except OSError as exc:
             self._dropped += count
             self._error = _with_path(exc, f"writing {self._path or self._run_dir} failed")
@@ -401,10 +405,15 @@ class AsyncWriter:
         if self._file is None or self._error is not None:
             return
         try:
-            if fs.is_remote(self._path or ""):
-                self._file.flush()
-            else:
+            if not self._remote:
                 os.fsync(self._file.fileno())
+            elif not self._file.flush(fs.FLUSH_TIMEOUT_S):
+                _log.warning(
+                    "tb_monitor: %s: %d bytes not uploaded yet after %.0f s; still trying",
+                    self._file.name,
+                    self._file.pending_bytes,
+                    fs.FLUSH_TIMEOUT_S,
+                )
         except OSError as exc:
             self._error = _with_path(exc, f"flushing {self._path} failed")
             _log.error("tb_monitor: %s", self._error)
@@ -421,16 +430,23 @@ class AsyncWriter:
             )
             path = fs.join(self._run_dir, name)
             try:
-                self._file = fs.open_file(path, "xb")
+                self._file = fs.create_event_file(path, encoding.version_record(_time()))
                 break
             except FileExistsError:
                 continue
         self._path = path
-        self._file.write(encoding.version_record(_time()))
 
     def _close_file(self) -> None:
         file, self._file = self._file, None
-        if file is not None:
+        if file is not None and self._remote:
+            if not file.close(fs.FLUSH_TIMEOUT_S):
+                _log.warning(
+                    "tb_monitor: %s: gave up on %d bytes the object store did not take in %.0f s",
+                    file.name,
+                    file.pending_bytes,
+                    fs.FLUSH_TIMEOUT_S,
+                )
+        elif file is not None:
             try:
                 file.close()
             except OSError as exc:
@@ -446,8 +462,8 @@ class AsyncWriter:
         self._init_locks()
         self._queue.clear()
         file, self._file = self._file, None
-        if file is not None and fs.is_remote(self._path or ""):
-            _inherited_files.append(file)  # may buffer the parent's bytes: never flush them
+        if file is not None and self._remote:
+            _inherited_files.append(file)  # holds the parent's bytes: never upload them
         elif file is not None:
             file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
         self._path = None

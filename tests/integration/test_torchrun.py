@@ -40,9 +40,9 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _timeline(logdir: Path) -> list[dict]:
+def _timeline(logdir: Path | str) -> list[dict]:
     """The timeline records under ``logdir`` so far (none before it exists)."""
-    if not logdir.exists():
+    if isinstance(logdir, Path) and not logdir.exists():
         return []
     return list(readers.decode_timeline(readers.iter_timeline(logdir)))
 
@@ -173,6 +173,18 @@ def _injected_failures(job: Job) -> list[dict]:
         for e in job.events_named("tb_monitor.worker.status.FAILED")
         if "injected failure" in (e["message"] or "")
     ]
+
+
+@pytest.fixture(scope="module")
+def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
+    """The job with one failure, its logdir in a bucket of a real S3 server."""
+    tmp = tmp_path_factory.mktemp("restarted-s3")
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in s3_server.env.items():
+            env.setenv(name, value)
+        logdir = f"s3://{s3_server.make_bucket()}/jobs/exp7"
+        args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
+        return _run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)
 
 
 # -- the job with one failure ----------------------------------------------------------------
@@ -387,3 +399,26 @@ def test_without_torch_says_what_to_install(tmp_path):
     )
     assert proc.returncode == 2
     assert "pip install 'tb-monitor[torch]'" in proc.stderr
+
+
+# -- the same job on an object store ---------------------------------------------------------
+
+
+def test_a_job_on_s3_reads_back_every_event_and_scalar(restarted_on_s3):
+    """With --logdir s3://..., both agents succeed and the bucket holds the whole story: both
+    agents' rendezvous rounds, every rank's starts in both attempts, the failure with its
+    traceback, every rank's end, and the workers' scalars."""
+    job = restarted_on_s3
+    assert job.returncodes == [0, 0], job.output
+    assert len(job.runs("agent-")) == 2
+    starts = Counter(e["rank"] for e in job.events_named("torchelastic.worker.status.START"))
+    assert starts == {0: 2, 1: 2, 2: 2, 3: 2}
+    (failure,) = _injected_failures(job)
+    assert "RuntimeError: injected failure" in failure["error_trace"]
+    worker_side = job.events_named("tb_monitor.worker.status.SUCCEEDED")
+    assert {e["rank"] for e in worker_side} == {0, 1, 2, 3}
+    remaining = job.scalar_values("agent-", "torchelastic/workers.default.remaining_restarts")
+    assert min(remaining) == MAX_RESTARTS - 1
+    assert {s.run for s in job.scalars if s.run.startswith(f"{job.run_id}/rank-")} == {
+        f"{job.run_id}/rank-{r}" for r in range(4)
+    }
