@@ -15,6 +15,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 __all__ = [
+    "COUNT",
+    "MAX",
+    "MEAN",
+    "MIN",
+    "STAT_EVENT",
+    "SUM",
+    "VALUE",
     "Aggregation",
     "Event",
     "EventHandlerHandle",
@@ -27,6 +34,8 @@ __all__ = [
     "read_scalars",
     "register_event_handler",
     "unregister_event_handler",
+    "_WaitCounter",
+    "_WaitCounterTracker",
 ]
 
 # Names resolve on first use, so `import tb_monitor` stays cheap (no TensorBoard protos, no
@@ -41,6 +50,9 @@ _LAZY = {
     "register_event_handler": "tb_monitor._event",
     "unregister_event_handler": "tb_monitor._event",
     "TensorboardEventHandler": "tb_monitor.sinks",
+    "STAT_EVENT": "tb_monitor.contract",
+    "_WaitCounter": "tb_monitor._wait_counter",
+    "_WaitCounterTracker": "tb_monitor._wait_counter",
     "init": "tb_monitor.monitor",
     "read_scalars": "tb_monitor.logdir.readers",
     "read_events": "tb_monitor.logdir.readers",
@@ -56,12 +68,22 @@ if TYPE_CHECKING:
         unregister_event_handler,
     )
     from tb_monitor._stat import Aggregation, Stat
+    from tb_monitor._wait_counter import _WaitCounter, _WaitCounterTracker
+    from tb_monitor.contract import STAT_EVENT
     from tb_monitor.logdir.readers import read_events, read_scalars
     from tb_monitor.monitor import init
     from tb_monitor.sinks import TensorboardEventHandler
 
 
+#: torch.monitor exports the aggregations at module level too.
+_AGGREGATION_NAMES = ("VALUE", "MEAN", "COUNT", "SUM", "MAX", "MIN")
+
+
 def __getattr__(name: str) -> Any:
+    if name in _AGGREGATION_NAMES:
+        value = getattr(importlib.import_module("tb_monitor._stat").Aggregation, name)
+        globals()[name] = value
+        return value
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'tb_monitor' has no attribute {name!r}")

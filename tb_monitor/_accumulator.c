@@ -17,7 +17,9 @@
 
 #ifndef Py_GIL_DISABLED
 
-enum { OPEN = 0, CAPPED = 1, CLOSED = 2, FORKED = 3 };
+/* DEFERRED: the window holds samples that are not numbers yet (tensors): every add goes to the
+ * Stat's _add_object, in order, until the window rolls (tb_monitor/_stat.py: _StatBody). */
+enum { OPEN = 0, CAPPED = 1, CLOSED = 2, FORKED = 3, DEFERRED = 4 };
 
 typedef struct {
     PyObject_HEAD
@@ -33,6 +35,7 @@ typedef struct {
 
 static PyObject *str_on_cap;
 static PyObject *str_revive;
+static PyObject *str_add_object;
 
 static int
 Accumulator_init(Accumulator *self, PyObject *args, PyObject *kwds)
@@ -91,9 +94,8 @@ conversion_error(Accumulator *self, PyObject *value)
     return -1;
 }
 
-/* The value as a double: floats, ints and bools directly, anything else through __float__ or
- * __index__ (numpy scalars, 0-d tensors). Non-numbers raise a TypeError naming the Stat; a
- * failed conversion (an int too large for a double, a numpy array) is re-raised naming it. */
+/* An int or float sample as a double; an int too large for a double is an error naming the
+ * Stat. Every other value went to the Stat's _add_object (tb_monitor/_stat.py: _as_float). */
 static int
 as_double(Accumulator *self, PyObject *value, double *out)
 {
@@ -101,29 +103,8 @@ as_double(Accumulator *self, PyObject *value, double *out)
         *out = PyFloat_AS_DOUBLE(value);
         return 0;
     }
-    if (PyLong_Check(value)) {
-        *out = PyLong_AsDouble(value);
-        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
-    }
-    PyNumberMethods *nb = Py_TYPE(value)->tp_as_number;
-    if (nb != NULL && nb->nb_float != NULL) {
-        *out = PyFloat_AsDouble(value);
-        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
-    }
-    if (nb != NULL && nb->nb_index != NULL) {
-        PyObject *index = PyNumber_Index(value);
-        if (index == NULL) {
-            return conversion_error(self, value);
-        }
-        *out = PyLong_AsDouble(index);
-        Py_DECREF(index);
-        return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
-    }
-    PyErr_Format(PyExc_TypeError,
-                 "Stat %R: add() takes a real number (int, float, bool or a numpy scalar), "
-                 "got %.200R of type %.100s",
-                 self->name, value, Py_TYPE(value)->tp_name);
-    return -1;
+    *out = PyLong_AsDouble(value);
+    return (*out == -1.0 && PyErr_Occurred()) ? conversion_error(self, value) : 0;
 }
 
 /* The current window as a snapshot tuple (or None when empty), and a fresh window.
@@ -164,6 +145,11 @@ static PyObject *
 Accumulator_add(Accumulator *self, PyObject *value)
 {
     double x;
+    /* Plain numbers stay here; anything else (a tensor, a numpy int, a Decimal) and every add of
+     * a deferred window go to the Stat's _add_object, which keeps tensors unread (no host sync). */
+    if (self->state == DEFERRED || !(PyFloat_Check(value) || PyLong_Check(value))) {
+        return PyObject_CallMethodOneArg((PyObject *)self, str_add_object, value);
+    }
     if (as_double(self, value, &x) < 0) {
         return NULL;
     }
@@ -174,6 +160,9 @@ Accumulator_add(Accumulator *self, PyObject *value)
         }
         if (self->state == CLOSED) {
             return closed_error(self);
+        }
+        if (self->state == DEFERRED) {
+            return PyObject_CallMethodOneArg((PyObject *)self, str_add_object, value);
         }
         PyObject *done = PyObject_CallMethodNoArgs((PyObject *)self, str_revive);
         if (done == NULL) {
@@ -219,8 +208,30 @@ Accumulator_add(Accumulator *self, PyObject *value)
 static PyObject *
 Accumulator_roll(Accumulator *self, PyObject *Py_UNUSED(ignored))
 {
-    if (self->state == CAPPED) {
+    if (self->state == CAPPED || self->state == DEFERRED) {
         self->state = OPEN;
+    }
+    return take_window(self);
+}
+
+/* Route the rest of this window's adds to _add_object (from OPEN, or a forked child's first
+ * add: the caller revives the timer); returns the state before. */
+static PyObject *
+Accumulator_defer(Accumulator *self, PyObject *Py_UNUSED(ignored))
+{
+    int before = self->state;
+    if (before == OPEN || before == FORKED) {
+        self->state = DEFERRED;
+    }
+    return PyLong_FromLong(before);
+}
+
+/* End the window now, discarding adds until it rolls: the snapshot of what it held. */
+static PyObject *
+Accumulator_cap(Accumulator *self, PyObject *Py_UNUSED(ignored))
+{
+    if (self->state == OPEN || self->state == DEFERRED) {
+        self->state = CAPPED;
     }
     return take_window(self);
 }
@@ -268,6 +279,10 @@ Accumulator_get_name(Accumulator *self, void *Py_UNUSED(closure))
 static PyMethodDef Accumulator_methods[] = {
     {"add", (PyCFunction)Accumulator_add, METH_O,
      "Add one sample to the current window (discarded once max_samples is reached)."},
+    {"_defer", (PyCFunction)Accumulator_defer, METH_NOARGS,
+     "Route this window's further adds to _add_object; returns the state before."},
+    {"_cap", (PyCFunction)Accumulator_cap, METH_NOARGS,
+     "End the window now (adds are discarded until it rolls); returns its snapshot."},
     {"_roll", (PyCFunction)Accumulator_roll, METH_NOARGS,
      "End the window: return its snapshot (or None when empty) and open the next one."},
     {"_close", (PyCFunction)Accumulator_close, METH_NOARGS,
@@ -319,7 +334,9 @@ PyInit__accumulator(void)
 #else
     str_on_cap = PyUnicode_InternFromString("_on_cap");
     str_revive = PyUnicode_InternFromString("_revive");
-    if (str_on_cap == NULL || str_revive == NULL || PyType_Ready(&AccumulatorType) < 0) {
+    str_add_object = PyUnicode_InternFromString("_add_object");
+    if (str_on_cap == NULL || str_revive == NULL || str_add_object == NULL ||
+        PyType_Ready(&AccumulatorType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -20,13 +20,14 @@ import sysconfig
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from enum import Enum
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tb_monitor import _shutdown
+from tb_monitor import _shutdown, _tensors
 from tb_monitor._event import Event, log_event
 from tb_monitor.contract import STAT_EVENT, stat_tag
 
@@ -53,7 +54,7 @@ _Snapshot = tuple[int, float, float, float, float]
 # The pure-Python accumulator: the same contract as _accumulator.Accumulator (see _accumulator.c).
 # ---------------------------------------------------------------------------------------------
 
-_OPEN, _CAPPED, _CLOSED, _FORKED = range(4)
+_OPEN, _CAPPED, _CLOSED, _FORKED, _DEFERRED = range(5)
 
 
 def _as_float(name: str, value: Any) -> float:
@@ -75,6 +76,28 @@ def _as_float(name: str, value: Any) -> float:
     )
 
 
+def _fold(snapshot: _Snapshot | None, values: list[float]) -> _Snapshot | None:
+    """``snapshot`` with ``values`` added in order, exactly as the accumulators add floats."""
+    if snapshot is None:
+        if not values:
+            return None
+        count, total, low, high, last = 0, 0.0, values[0], values[0], 0.0
+    else:
+        count, total, low, high, last = snapshot
+    for x in values:
+        if count:
+            if low == low and (x < low or x != x):
+                low = x
+            if high == high and (x > high or x != x):
+                high = x
+        else:
+            low = high = x
+        count += 1
+        total += x
+        last = x
+    return count, total, low, high, last
+
+
 def _closed_error(name: str) -> RuntimeError:
     return RuntimeError(f"Stat {name!r} is closed; it accepts no more samples")
 
@@ -93,9 +116,11 @@ class PyAccumulator:
         "_state",
         "_sum",
     )
-    # Stat's hooks: a window reached max_samples; the first add in a forked child.
+    # Stat's hooks: a window reached max_samples; the first add in a forked child; a value that
+    # is not a plain number, or any add of a deferred window.
     _on_cap: Any
     _revive: Any
+    _add_object: Any
 
     def __init__(self, name: str, max_samples: int) -> None:
         if max_samples < 1:
@@ -119,7 +144,12 @@ class PyAccumulator:
         return snapshot
 
     def add(self, value: Any) -> None:
-        x = value if type(value) is float else _as_float(self.name, value)
+        kind = type(value)
+        if self._state == _DEFERRED or (
+            kind is not float and kind is not int and not isinstance(value, (float, int))
+        ):
+            return self._add_object(value)  # see the C accumulator: tensors stay unread
+        x = value if kind is float else _as_float(self.name, value)
         with self._lock:
             if self._state != _OPEN:
                 snapshot = None
@@ -147,9 +177,11 @@ class PyAccumulator:
             self._on_cap(snapshot)
 
     def _add_not_open(self, x: float) -> None:
-        """add() when the window is capped, the Stat closed, or this is a forked child."""
+        """add() when the window is capped or deferred, the Stat closed, or a forked child's."""
         with self._lock:
             state = self._state
+        if state == _DEFERRED:
+            return self._add_object(x)
         if state == _CAPPED:
             return  # max_samples reached: discard until the window's end
         if state == _CLOSED:
@@ -178,8 +210,21 @@ class PyAccumulator:
 
     def _roll(self) -> _Snapshot | None:
         with self._lock:
-            if self._state == _CAPPED:
+            if self._state in (_CAPPED, _DEFERRED):
                 self._state = _OPEN
+            return self._take_window()
+
+    def _defer(self) -> int:
+        with self._lock:
+            before = self._state
+            if before in (_OPEN, _FORKED):
+                self._state = _DEFERRED
+            return before
+
+    def _cap(self) -> _Snapshot | None:
+        with self._lock:
+            if self._state in (_OPEN, _DEFERRED):
+                self._state = _CAPPED
             return self._take_window()
 
     def _close(self) -> _Snapshot | None:
@@ -234,6 +279,7 @@ class _Timer:
         self._thread: threading.Thread | None = None
         self._exit_hook_registered = False
         self._manual = False  # a test's clock drives the windows (run_due), not the thread
+        self._jobs: deque[Callable[[], None]] = deque()  # windows to log off the caller's thread
 
     def add(self, stat: Stat) -> None:
         with self._cond:
@@ -291,8 +337,27 @@ class _Timer:
             self._cond.notify_all()
         return previous
 
+    def submit(self, job: Callable[[], None]) -> None:
+        """Run ``job`` on the timer thread soon (a capped window whose tensors must be read)."""
+        with self._cond:
+            self._jobs.append(job)
+            self._start_locked()
+            self._cond.notify()
+
+    def _run_jobs(self) -> None:
+        while self._jobs:
+            try:
+                job = self._jobs.popleft()
+            except IndexError:
+                return
+            try:
+                job()
+            except Exception:
+                _log.exception("tb_monitor: logging a Stat window failed")
+
     def run_due(self) -> int:
         """End, on the caller's thread, every window due by the clock; how many ended."""
+        self._run_jobs()
         ended = 0
         while (stat := self._pop_due()) is not None:
             self._end(stat)
@@ -323,6 +388,8 @@ class _Timer:
         me = threading.current_thread()
         with self._cond:
             while self._thread is me:
+                if self._jobs and not self._manual:  # a manual clock's run_due runs them
+                    return None
                 if self._manual or not self._heap:
                     self._cond.wait(None if not self._heap else _MAX_WAIT)
                     continue
@@ -342,9 +409,13 @@ class _Timer:
             _log.exception("tb_monitor: ending a window of Stat %r failed", stat.name)
 
     def _run(self) -> None:
-        while (stat := self._next_due()) is not None:
-            self._end(stat)
+        me = threading.current_thread()
+        while self._thread is me:
+            stat = self._next_due()
+            if stat is not None:
+                self._end(stat)
             del stat  # hold no reference while waiting: the Stat may be collected meanwhile
+            self._run_jobs()
 
     def flush_all(self) -> None:
         """End every live Stat's window now (a survived SIGTERM, or a monitor closing)."""
@@ -360,6 +431,7 @@ class _Timer:
         # Let a window the thread is ending right now reach its handlers before the sinks close.
         if thread is not None and thread is not threading.current_thread():
             thread.join(_EXIT_JOIN_TIMEOUT)
+        self._run_jobs()
         for stat in self.stats():
             try:
                 stat._exit()
@@ -486,6 +558,9 @@ class _StatBody:
         self._max_samples = cap
         self._last_values = dict.fromkeys(aggs, 0.0)  # torch reports zeros before a window
         self._exited = False
+        # A window's samples from its first tensor on, in order (tensors unread, floats).
+        self._deferred: list[Any] = []
+        self._deferred_lock = threading.Lock()
         self._window_ns = window_ns  # set last: marks the Stat as fully built (see __del__)
         _timer.add(self)
 
@@ -504,6 +579,11 @@ class _StatBody:
         """Samples after which a window is logged at once (``sys.maxsize``: no cap)."""
         return self._max_samples
 
+    @property
+    def count(self) -> int:
+        """Samples in the current window (tensors not read back yet included)."""
+        return super().count + len(self._deferred)  # type: ignore[misc]
+
     def get(self) -> dict[Aggregation, float]:
         """Values of the last logged window, one per aggregation (VALUE included)."""
         return dict(self._last_values)
@@ -516,8 +596,11 @@ class _StatBody:
         """
         if self.closed:
             return  # also spares __del__ at interpreter teardown, after the exit hook closed it
-        snapshot = self._close()
+        with self._deferred_lock:
+            snapshot = self._close()
+            deferred, self._deferred = self._deferred, []
         _timer.remove(self)
+        snapshot = _fold(snapshot, _tensors.resolve(deferred)) if deferred else snapshot
         if snapshot is not None:
             self._log(snapshot)
 
@@ -553,15 +636,53 @@ class _StatBody:
         self._exited = True
 
     def _end_window(self) -> None:
-        snapshot = self._roll()
+        with self._deferred_lock:
+            snapshot = self._roll()
+            deferred, self._deferred = self._deferred, []
+        self._log_resolved(snapshot, deferred)
+
+    def _log_resolved(self, snapshot: _Snapshot | None, deferred: list[Any]) -> None:
+        """Log a window whose samples from ``deferred`` on are read back now (off-thread)."""
+        if deferred:
+            snapshot = _fold(snapshot, _tensors.resolve(deferred))
         if snapshot is not None:
             self._log(snapshot)
+
+    def _add_object(self, value: Any) -> None:
+        """``add`` of a tensor (kept unread until the window ends), of a value that is not a
+        plain number, or of anything while the window is deferred; called by the accumulator."""
+        if _tensors.is_tensor(value):
+            value = _tensors.checked(value, f"Stat {self.name!r}")
+        else:
+            value = value if type(value) is float else _as_float(self.name, value)
+            if not self._deferred:  # a plain window: the number takes the accumulator's path
+                return self.add(value)
+        with self._deferred_lock:
+            state = self._defer()  # type: ignore[attr-defined]  # OPEN or FORKED: now DEFERRED
+            if state == _CAPPED:
+                return  # max_samples reached: discarded until the window's end
+            if state == _CLOSED:
+                raise _closed_error(self.name)
+            self._deferred.append(value)
+            full = super().count + len(self._deferred) >= self._max_samples  # type: ignore[misc]
+            if full:
+                snapshot = self._cap()  # type: ignore[attr-defined]
+                deferred, self._deferred = self._deferred, []
+        if state == _FORKED:
+            self._revive()  # the first add in a forked child: restart the timer
+        if full:  # logged from the timer thread: reading the tensors back may wait on a device
+            _timer.submit(lambda: self._log_resolved(snapshot, deferred))
 
     def _on_cap(self, snapshot: _Snapshot) -> None:
         self._log(snapshot)
 
     def _revive(self) -> None:
         _timer.ensure_running()
+
+    def _reset_after_fork(self) -> None:
+        super()._reset_after_fork()  # type: ignore[misc]
+        self._deferred = []  # the parent's samples; the parent logs them
+        self._deferred_lock = threading.Lock()
 
     def _log(self, snapshot: _Snapshot) -> None:
         if self._exited:
@@ -589,6 +710,8 @@ class _StatBody:
 _STAT_SLOTS = (
     "__weakref__",
     "_aggregations",
+    "_deferred",
+    "_deferred_lock",
     "_exited",
     "_keys",
     "_last_values",
@@ -645,8 +768,10 @@ class Stat(_StatBody, _ACCUMULATOR):  # type: ignore[misc,valid-type]
     switch interval when other threads keep the GIL busy) counts in the window that just ended.
     Boundaries follow the wall clock (torch uses the monotonic clock), so a clock step moves them.
 
-    Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``);
-    other objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
+    Values: int, float, bool and numpy scalars (anything with ``__float__`` or ``__index__``),
+    and one-element torch tensors on any device, which are read back off the caller's thread
+    when the window ends, so a GPU value costs no host sync (``tb_monitor._tensors``); other
+    objects raise TypeError naming the Stat. NaN and inf are aggregated per IEEE 754: a NaN
     sample makes the window's sum, mean, min and max NaN (it is never hidden), inf behaves as
     infinity, and inf + -inf is NaN.
 

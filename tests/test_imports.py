@@ -147,6 +147,7 @@ def test_a_stat_and_an_event_load_only_the_monitor_surface():
         "tb_monitor._stat",
         "tb_monitor._event",
         "tb_monitor._shutdown",
+        "tb_monitor._tensors",
         "tb_monitor._accumulator",
         "tb_monitor.contract",
     }

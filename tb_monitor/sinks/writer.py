@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from tb_monitor import _shutdown, contract
+from tb_monitor import _shutdown, _tensors, contract
 from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import encoding, summaries
 from tb_monitor.sinks.service import service as _service
@@ -67,6 +67,13 @@ def _real(value: object, what: str) -> float:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         raise TypeError(f"{what} must be a real number, got {value!r}") from None
+
+
+def _scalar_value(value: object, what: str) -> Any:
+    """A scalar's value: a float, or a one-element tensor kept unread (``tb_monitor._tensors``)."""
+    if _tensors.is_tensor(value):
+        return _tensors.checked(value, what)
+    return _real(value, what)
 
 
 def _step(step: object) -> int:
@@ -141,6 +148,7 @@ class AsyncWriter:
         self._file: Any = None
         self._path: str | None = None
         self._remote = fs.is_remote(self._run_dir)
+        self._tensors_queued = False
         try:
             fs.check_logdir(self._run_dir)
             self._next_steps = _next_steps(self._run_dir)
@@ -196,7 +204,9 @@ class AsyncWriter:
         """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
         # The hot path of every metric: type checks inline, no call unless something is off.
         if type(value) is not float and type(value) is not int:
-            value = _real(value, f"scalar {tag!r}")
+            value = _scalar_value(value, f"scalar {tag!r}")
+            if type(value) is not float:
+                self._tensors_queued = True  # read back on the writer thread, before encoding
         if type(wall_time) is not float:
             wall_time = _time() if wall_time is None else _wall_time(wall_time)
         item = (
@@ -342,6 +352,10 @@ class AsyncWriter:
         """
         popleft = self._queue.popleft
         items = [popleft() for _ in range(count)]
+        if self._tensors_queued:
+            if not self._queue:
+                self._tensors_queued = False  # a tensor enqueued from now on sets it again
+            _resolve_tensors(items)
         prefixes, steps = self._prefixes, self._next_steps
         out = bytearray()
         index = 0
@@ -467,6 +481,20 @@ class AsyncWriter:
         elif file is not None:
             file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
         self._path = None
+
+
+def _resolve_tensors(items: list[tuple]) -> None:
+    """Replace the tensor values of scalar ``items`` by floats, one device copy per batch."""
+    found = [
+        i
+        for i, item in enumerate(items)
+        if item[0] == _SCALAR and type(item[2]) is not float and type(item[2]) is not int
+    ]
+    if not found:
+        return
+    values = _tensors.resolve([items[i][2] for i in found])
+    for i, value in zip(found, values, strict=True):
+        items[i] = (*items[i][:2], value, *items[i][3:])
 
 
 def _next_steps(run_dir: str) -> dict[str, int]:

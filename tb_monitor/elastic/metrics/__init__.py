@@ -15,5 +15,18 @@ configured by name; out of the box that default drops everything). Code written 
     def train(): ...
 """
 
+from tb_monitor.elastic.metrics import api
 from tb_monitor.elastic.metrics.api import *  # noqa: F403
-from tb_monitor.elastic.metrics.api import __all__ as __all__
+from tb_monitor.elastic.metrics.api import MetricsConfig
+
+__all__ = [*api.__all__, "initialize_metrics"]
+
+
+def initialize_metrics(cfg: MetricsConfig | None = None) -> None:
+    """torchelastic's hook for a metrics back end, given its ``MetricsConfig``.
+
+    A no-op, as in torch: route metrics with ``configure`` (or ``tb_monitor.init``). A ``cfg``
+    that is not a ``MetricsConfig`` (or None) is a TypeError naming it.
+    """
+    if cfg is not None and not isinstance(cfg, MetricsConfig):
+        raise TypeError(f"initialize_metrics takes a MetricsConfig or None, got {cfg!r}")
