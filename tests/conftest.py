@@ -48,3 +48,12 @@ def logdir(tmp_path):
     path = tmp_path / "logs"
     path.mkdir()
     return path
+
+
+@pytest.fixture(autouse=True)
+def _fresh_metrics_routes(monkeypatch):
+    """Each test starts with torchelastic metric groups routed as in a fresh process."""
+    from tb_monitor.elastic.metrics import api
+
+    monkeypatch.setattr(api, "_metrics_map", {})
+    monkeypatch.setattr(api, "_streams", {})

@@ -147,7 +147,12 @@ def create_event_file(path: str, header: bytes) -> Any:
     """
     if not is_remote(path):
         file = open_file(path, "xb")
-        file.write(header)
+        try:
+            file.write(header)
+        except OSError:  # a full disk: leave no empty file behind
+            file.close()
+            os.unlink(path)
+            raise
         return file
     scheme = path.partition("://")[0]
     filesystem, key = _split(path)

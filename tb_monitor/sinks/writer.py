@@ -8,6 +8,14 @@ built; everything else with TensorBoard's protos), frames them with a C crc32c a
 storage (``tb_monitor.logdir.fs``) in one write per batch. So a process killed
 outright loses at most the last flush interval; ``flush()`` and ``close()`` also ``fsync``.
 
+Faults never reach the caller (docs/DESIGN.md, "Faults"): a failed write (a full disk, a
+read-only or deleted directory) drops and counts that batch, logs one warning per outage naming
+the file and the error, and the next batch starts a new file, so writing resumes by itself and
+the count lands as ``tb_monitor/dropped_records``; a deleted event file is noticed before the
+next write and replaced. A stalled store makes a caller wait at most ``STALL_S`` for room, then
+drops are counted until the writer catches up; ``flush()`` and ``close()`` wait at most
+``CLOSE_TIMEOUT_S`` for a writer stuck in storage, so a process never hangs at exit.
+
 Steps are allocated here, per tag, starting one above the largest step the run directory already
 holds, so a restarted process continues its curves instead of being dropped by TensorBoard's
 loaders (see ``docs/DESIGN.md``, "Steps"). Event file names are unique per process and writer.
@@ -15,6 +23,7 @@ loaders (see ``docs/DESIGN.md``, "Steps"). Event file names are unique per proce
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -24,7 +33,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from tb_monitor import _shutdown, _tensors, contract
@@ -47,6 +56,12 @@ class WriterClosedError(ValueError):
 # Queue items are tuples whose first element says what they hold.
 _SCALAR, _SCALARS, _TEXT, _TIMELINE, _SUMMARY = range(5)
 _BATCH = 4096  # records per write() call
+
+#: Longest a caller waits for room in the queue before records are dropped (a stalled store).
+STALL_S = 1.0
+#: Longest ``flush()``/``close()`` wait for a writer thread stuck in storage.
+CLOSE_TIMEOUT_S = 10.0
+_MIN_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 30.0  # between write attempts while storage fails
 
 _file_counter = itertools.count()
 _time = time.time
@@ -110,10 +125,11 @@ class AsyncWriter:
         ...     writer.add_scalar("loss", 0.25)
 
     ``when_full="block"`` (the default) makes a caller wait for room when ``max_queue`` records
-    are pending, so nothing is lost; ``"drop"`` drops instead, and the count of dropped records
-    is written as the scalar ``tb_monitor/dropped_records``. A write error (a full disk) is
-    logged once and raised by ``flush()`` and ``close()``; the writer keeps consuming (and
-    dropping) so callers never block forever.
+    are pending (a burst), so nothing is lost, but never longer than ``STALL_S`` (a stalled
+    store): then records are dropped until the writer catches up. ``"drop"`` drops at once. The
+    count of dropped records is written as the scalar ``tb_monitor/dropped_records``. A write
+    error (a full disk) is logged once per outage and counted; writing resumes by itself, and
+    ``error`` tells the last one. Memory is bounded by ``max_queue`` records (~150 bytes each).
     """
 
     def __init__(
@@ -142,7 +158,11 @@ class AsyncWriter:
         self._closed = False
         self._dropped = 0
         self._dropped_written = 0
-        self._error: OSError | None = None
+        self._error: OSError | None = None  # the failure in progress, None when writing works
+        self._retry_at = 0.0
+        self._backoff = _MIN_BACKOFF_S
+        self._offset = 0  # end of the last whole record in the local file
+        self._stalled = False
         self._prefixes: dict[str, bytes] = {}
         self._init_locks()
         self._file: Any = None
@@ -188,6 +208,11 @@ class AsyncWriter:
         an object store unreachable for longer than the upload buffer holds."""
         file = self._file
         return self._dropped + (file.dropped if self._remote and file is not None else 0)
+
+    @property
+    def error(self) -> OSError | None:
+        """The storage error in progress (writing resumes by itself), or None."""
+        return self._error
 
     @property
     def closed(self) -> bool:
@@ -256,14 +281,12 @@ class AsyncWriter:
         self._put((_SUMMARY, summary, None, _wall_time(wall_time), step))
 
     def flush(self) -> None:
-        """Write everything accepted so far and fsync it; raise the error that stopped writing."""
-        with self._drain_lock:
-            self._drain()
-            self._sync()
-        self._raise_error()
+        """Write everything accepted so far and fsync it; never raises for storage faults, and
+        returns within ``CLOSE_TIMEOUT_S`` even if storage hangs."""
+        self._bounded("flush", self._drain, self._sync)
 
     def close(self) -> None:
-        """Flush, close the file and stop accepting records. Idempotent."""
+        """Flush, close the file and stop accepting records. Idempotent; bounded in time."""
         if self._closed:
             return
         self._closed = True
@@ -272,13 +295,35 @@ class AsyncWriter:
         with self._room:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
-            with self._drain_lock:
-                self._drain()
-                self._sync()
-                self._close_file()
+            self._bounded("close", self._drain, self._sync, self._close_file)
         finally:
             _service.remove(self)
-        self._raise_error()
+
+    def _bounded(self, what: str, *steps: Callable[[], None]) -> None:
+        """Run ``steps`` under the drain lock on a helper thread, waiting ``CLOSE_TIMEOUT_S`` at
+        most: a write that never returns (hung storage) must not hang the caller, or exit."""
+        done = threading.Event()
+
+        def run() -> None:
+            try:
+                with self._drain_lock:
+                    for step in steps:
+                        step()
+            except Exception:
+                _log.exception("tb_monitor: %s of %s failed", what, self._run_dir)
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"tb_monitor-{what}", daemon=True).start()
+        if not done.wait(CLOSE_TIMEOUT_S):
+            _log.warning(
+                "tb_monitor: %s of %s gave up after %.0f s: the writer is stuck in storage; "
+                "%d records still queued",
+                what,
+                self._path or self._run_dir,
+                CLOSE_TIMEOUT_S,
+                len(self._queue),
+            )
 
     def __enter__(self) -> AsyncWriter:
         return self
@@ -304,13 +349,16 @@ class AsyncWriter:
         queue.append(item)
 
     def _make_room(self) -> bool:
-        """Wait until the queue has room (``"block"``); False when the record must be dropped."""
-        if self._when_full == "block" and self._error is None and not _service.is_current():
+        """Wait until the queue has room (``"block"``, at most ``STALL_S``); False when the
+        record must be dropped."""
+        blocking = self._when_full == "block" and not self._stalled
+        if blocking and self._error is None and not _service.is_current():
+            deadline = time.monotonic() + STALL_S
             with self._room:
                 self._waiting += 1
                 try:
                     while len(self._queue) >= self._max_queue and not self._closed:
-                        if not _service.is_alive():
+                        if not _service.is_alive() or time.monotonic() >= deadline:
                             break
                         _service.wake.set()
                         self._room.wait(0.05)
@@ -318,6 +366,15 @@ class AsyncWriter:
                     self._waiting -= 1
                 if len(self._queue) < self._max_queue and not self._closed:
                     return True
+                if not self._closed and not self._stalled:
+                    self._stalled = True
+                    _log.warning(
+                        "tb_monitor: the writer of %s has not caught up for %.1f s (a stalled "
+                        "store?); dropping records until it does (counted in %s)",
+                        self._run_dir,
+                        STALL_S,
+                        DROPPED_TAG,
+                    )
         with self._room:
             self._dropped += 1
         return False
@@ -338,6 +395,7 @@ class AsyncWriter:
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
+        self._stalled = False  # caught up: callers may wait for room again
         dropped = self.dropped
         if dropped != self._dropped_written and self._error is None:
             self._dropped_written = dropped
@@ -398,10 +456,13 @@ class AsyncWriter:
         """Write the encoded ``data`` of ``count`` queued records (counted as dropped on error)."""
         if not data:
             return
-        if self._error is not None:
-            self._dropped += count
+        if self._error is not None and time.monotonic() < self._retry_at:
+            self._dropped += count  # still failing: retried with backoff, not every batch
             return
         try:
+            if self._file is not None and not self._remote and _deleted(self._file):
+                _log.warning("tb_monitor: %s was deleted; writing to a new file", self._path)
+                self._close_file()
             if self._file is None:
                 self._open_file()
             if self._remote:
@@ -410,10 +471,38 @@ class AsyncWriter:
             view = memoryview(data)
             while view:
                 view = view[self._file.write(view) :]
+            self._offset += len(data)
         except OSError as exc:
             self._dropped += count
-            self._error = _with_path(exc, f"writing {self._path or self._run_dir} failed")
-            _log.error("tb_monitor: %s; dropping this writer's records from now on", self._error)
+            self._failed(_with_path(exc, f"writing {self._path or self._run_dir} failed"))
+            return
+        if self._error is not None:
+            _log.warning("tb_monitor: writing %s works again", self._path)
+            self._error = None
+            self._backoff = _MIN_BACKOFF_S
+
+    def _failed(self, error: OSError) -> None:
+        """Warn once per outage, retry with backoff, and cut the file back to its last whole
+        record (or start a new file when that fails), so no torn record stays in the middle."""
+        if self._error is None:
+            _log.warning(
+                "tb_monitor: %s; dropping records (counted in %s) until writing works again",
+                error,
+                DROPPED_TAG,
+            )
+        self._error = error
+        self._retry_at = time.monotonic() + self._backoff
+        self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
+        file = self._file
+        if file is None or self._remote:
+            return
+        try:
+            os.ftruncate(file.fileno(), self._offset)
+            file.seek(self._offset)
+        except (OSError, ValueError):
+            self._file = None
+            with contextlib.suppress(OSError):
+                file.close()
 
     def _sync(self) -> None:
         if self._file is None or self._error is not None:
@@ -429,11 +518,11 @@ class AsyncWriter:
                     fs.FLUSH_TIMEOUT_S,
                 )
         except OSError as exc:
-            self._error = _with_path(exc, f"flushing {self._path} failed")
-            _log.error("tb_monitor: %s", self._error)
+            self._failed(_with_path(exc, f"flushing {self._path} failed"))
 
     def _open_file(self) -> None:
         """Create this writer's own event file (never an existing one) and mark its version."""
+        fs.makedirs(self._run_dir)  # again, if the run directory was deleted meanwhile
         host = socket.gethostname().replace("/", "_") or "localhost"
         while True:
             # Zero-padded so that name order is creation order: TensorBoard reads a run's files
@@ -443,12 +532,14 @@ class AsyncWriter:
                 f"{next(_file_counter):06d}.tbm"
             )
             path = fs.join(self._run_dir, name)
+            header = encoding.version_record(_time())
             try:
-                self._file = fs.create_event_file(path, encoding.version_record(_time()))
+                self._file = fs.create_event_file(path, header)
                 break
             except FileExistsError:
                 continue
         self._path = path
+        self._offset = len(header)
 
     def _close_file(self) -> None:
         file, self._file = self._file, None
@@ -464,12 +555,7 @@ class AsyncWriter:
             try:
                 file.close()
             except OSError as exc:
-                if self._error is None:
-                    self._error = _with_path(exc, f"closing {self._path} failed")
-
-    def _raise_error(self) -> None:
-        if self._error is not None:
-            raise self._error
+                self._failed(_with_path(exc, f"closing {self._path} failed"))
 
     def after_fork_in_child(self) -> None:
         """Forget the parent's pending records and file; the child writes a file of its own."""
@@ -481,6 +567,14 @@ class AsyncWriter:
         elif file is not None:
             file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
         self._path = None
+
+
+def _deleted(file: Any) -> bool:
+    """Whether an open local file no longer has a name (its file or directory was deleted)."""
+    try:
+        return os.fstat(file.fileno()).st_nlink == 0
+    except OSError:
+        return True
 
 
 def _resolve_tensors(items: list[tuple]) -> None:
