@@ -5,7 +5,10 @@
 - ``chrome-trace``: the Trace Event Format that Perfetto and ``chrome://tracing`` open. One process
   per node (job and host), one thread per lane (``tb_monitor.timeline.lane_of``): intervals (``timeline.spans``) as
   complete events (``"X"``), everything else as thread-scoped instant events (``"i"``), times in
-  microseconds since the epoch, every field of the event in ``args``.
+  microseconds since the epoch, every field of the event in ``args``. As on the Timeline tab
+  (``tb_monitor.analysis.restarts``), a failed attempt's root cause is named by its reason
+  (``attempt 0: ValueError: ...``) and the ranks that went down with it read
+  ``attempt 0: stopped by restart``.
 - ``jsonl``: one timeline event per line, ``{"run", "kind", "wall_time", "event"}`` where ``event``
   is the object torch serialized (``Event.serialize()`` / ``RdzvEvent.serialize()``), untouched:
   ``Event.deserialize(json.dumps(line["event"]))`` gives torch's event back.
@@ -23,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import IO, Any, TypeVar
 
+from tb_monitor.analysis.restarts import attempts, mark_restarts
 from tb_monitor.logdir import fs, readers
 from tb_monitor.progress import progress as _progress
 from tb_monitor.timeline import Lane, Span, spans
@@ -56,7 +60,9 @@ def to_chrome_trace(logdir: str | os.PathLike[str], *, progress: bool | None = N
     ``progress`` shows a bar on stderr (default: when stderr is a terminal or the logdir is large).
     """
     records = _collect(logdir, readers.iter_timeline, "timeline events", progress)
-    marks = spans(readers.decode_timeline(records))
+    rows = list(readers.decode_timeline(records))
+    marks = spans(rows)
+    marks = mark_restarts(marks, attempts(rows, marks))
     hosts: dict[Lane, str] = {}
     for span in marks:
         if not hosts.get(span.lane):

@@ -1,7 +1,11 @@
-"""An elastic job's life in a notebook: the timeline figure, and the restart summary.
+"""An elastic job's life in a notebook: the timeline figure, why it restarted, the restart summary.
 
     >>> tb_monitor.notebook.timeline("runs/demo")          # matplotlib figure, one row per lane
+    >>> tb_monitor.notebook.restarts("runs/demo")          # per attempt: root cause, collateral
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
+
+Each takes a logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame
+``tb_monitor.read_events`` returned.
 
 Lanes, intervals and state colours are the Timeline tab's (``tb_monitor.timeline``), so the
 figure, the trace export and TensorBoard agree; the summary is ``tb_monitor.analysis``'s.
@@ -15,14 +19,21 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.analysis.restarts import job_spans, restart_starts, restart_summary
-from tb_monitor.timeline import Lane, state_color
+from tb_monitor.analysis.restarts import (
+    attempts,
+    mark_restarts,
+    restart_starts,
+    restart_summary,
+    restarts,
+    timeline_rows,
+)
+from tb_monitor.timeline import Lane, lane_of, spans, state_color
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["restart_summary", "timeline"]
+__all__ = ["restart_summary", "restarts", "timeline"]
 
 
 def _need(module: str) -> Any:
@@ -37,16 +48,27 @@ def _need(module: str) -> Any:
         ) from exc
 
 
-def timeline(logdir: str | os.PathLike[str], ax: Axes | None = None) -> Figure:
-    """Draw the logdir's timeline: one row per lane, bars for intervals, ticks for points.
+def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Figure:
+    """Draw a job's timeline: one row per lane, bars for intervals, ticks for points.
 
-    Colours follow the state (``tb_monitor.timeline.state_color``); each restart is a dashed vertical line.
-    Draws into ``ax`` when given, else into a new figure sized to the number of lanes; returns
-    the figure. Raises ValueError naming the logdir when it holds no timeline events.
+    ``source``: a logdir (path or URL) or the DataFrame ``tb_monitor.read_events`` returned;
+    anything else is a TypeError naming it. Colours follow the state
+    (``tb_monitor.timeline.state_color``), ranks that went down with another's failure drawn as
+    STOPPED_BY_RESTART, each root cause marked with an ✕; each restart is a dashed vertical
+    line. Draws into ``ax`` when given, else into a new figure sized to the number of lanes;
+    returns the figure. Raises ValueError when it holds no timeline events.
     """
-    marks = job_spans(logdir)
-    if not marks:
-        raise ValueError(f"logdir {os.fspath(logdir)!r} holds no timeline events")
+    rows = timeline_rows(source, "timeline")
+    if not rows:
+        what = (
+            f"logdir {os.fspath(source)!r}"
+            if isinstance(source, (str, os.PathLike))
+            else "the DataFrame"
+        )
+        raise ValueError(f"{what} holds no timeline events")
+    marks = spans(rows)
+    found = attempts(rows, marks)
+    marks = mark_restarts(marks, found)
     plt = _need("matplotlib.pyplot")
     lanes = sorted({span.lane for span in marks}, key=Lane.sort_key)
     row = {lane: i for i, lane in enumerate(lanes)}
@@ -73,6 +95,29 @@ def timeline(logdir: str | os.PathLike[str], ax: Axes | None = None) -> Figure:
         label = None if state in seen else (state or "other")
         seen.add(state)
         ax.scatter(xs, ys, marker="|", s=120, color=state_color(state), label=label)
+
+    for attempt in found:
+        cause = attempt.root_cause
+        if cause is None or cause.record is None:
+            continue
+        y = row[lane_of(cause.record)]
+        ax.scatter(
+            [cause.time - t0],
+            [y],
+            marker="X",
+            s=90,
+            color=state_color("FAILED"),
+            edgecolors="black",
+            zorder=5,
+        )
+        ax.annotate(
+            f"root cause: {cause.reason}"[:90],
+            (cause.time - t0, y),
+            xytext=(8, -3),
+            textcoords="offset points",
+            fontsize=8,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0},
+        )
 
     for job, attempt, start in restart_starts(marks):
         ax.axvline(start - t0, color="#424242", linestyle="--", linewidth=1)

@@ -350,6 +350,7 @@ def _simulate(
     heartbeat_s: float,
     epochs: int,
     seed: int,
+    fail_last: bool = False,
 ) -> _Records:
     rng = random.Random(seed)
     nodes = [
@@ -366,7 +367,9 @@ def _simulate(
     out = _Records()
     t = start
     for attempt in range(attempts):
-        t = _attempt(job, nodes, attempt, attempts, t, out, rng, beats, heartbeat_s, epochs)
+        t = _attempt(
+            job, nodes, attempt, attempts, t, out, rng, beats, heartbeat_s, epochs, fail_last
+        )
     return out
 
 
@@ -386,6 +389,7 @@ def _attempt(
     beats: int,
     heartbeat_s: float,
     epochs: int,
+    fail_last: bool = False,
 ) -> float:
     """Simulate one rendezvous round and the training attempt after it; return its end time."""
     rid = job.run_id
@@ -464,7 +468,7 @@ def _attempt(
     duration = max(60.0, max(node_beats) * heartbeat_s)
     train0 = complete + 1.0
     end = train0 + duration
-    failing = None if last else nodes[(attempt * 7 + 3) % len(nodes)]
+    failing = None if last and not fail_last else nodes[(attempt * 7 + 3) % len(nodes)]
     fail_at = train0 + duration * 0.8 if failing else None
     stop = fail_at if failing else end
     for node in nodes:
@@ -543,7 +547,7 @@ def _attempt(
                 when + 0.01 * local,
             )
         if last:
-            finish = end + (8.5 if node.straggler else 0.5)
+            finish = (stop + 1.5) if failing else end + (8.5 if node.straggler else 0.5)
             out.add(
                 run,
                 contract.RENDEZVOUS,
@@ -556,10 +560,11 @@ def _attempt(
                 ),
                 finish,
             )
+            verdict = "FAILED" if failing else "SUCCEEDED"
             out.add(
                 run,
                 contract.AGENT,
-                _agent_event("SUCCEEDED", "AGENT", job, node, attempt),
+                _agent_event(verdict, "AGENT", job, node, attempt),
                 finish + 0.01,
             )
     return (stop if failing else end) + 2.0
@@ -578,6 +583,7 @@ def generate_job(
     epochs: int = 3,
     seed: int = 0,
     scalars: bool = False,
+    fail_last: bool = False,
 ) -> SyntheticJob:
     """Write a synthetic elastic job into ``logdir`` and describe what was written.
 
@@ -586,6 +592,7 @@ def generate_job(
     successful one; the last node is a straggler in every rendezvous and in training.
     ``scalars`` also writes rank 0's ``train/loss`` and ``train/samples_per_s`` per epoch (what a
     real job logs besides its events, and what TensorBoard's Scalars tab draws).
+    ``fail_last`` makes the final attempt fail as well: the job ends FAILED.
     """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes!r}")
@@ -604,6 +611,7 @@ def generate_job(
         heartbeat_s=heartbeat_s,
         epochs=epochs,
         seed=seed,
+        fail_last=fail_last,
     )
     result = SyntheticJob(logdir=os.fspath(logdir), run_id=run_id, start=start, end=start)
     for run, recs in records.by_run.items():

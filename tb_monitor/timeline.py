@@ -49,6 +49,9 @@ STATES = (
     State("SUCCEEDED", "#43a047"),
     State("STOPPED", "#8d6e63"),
     State("TERMINATED", "#ab47bc"),
+    # A rank that went down because another rank failed (tb_monitor.analysis.restarts): its
+    # agent terminated it, or it failed in a collective with the rank that was gone.
+    State("STOPPED_BY_RESTART", "#b0a8b9"),
     State("UNHEALTHY", "#fb8c00"),
     State("FAILED", "#e53935"),
 )

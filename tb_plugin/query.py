@@ -4,7 +4,9 @@ A browser cannot draw a million marks a frame, nor parse a million JSON objects,
 filters a :class:`~tb_plugin.store.Snapshot`'s columns with numpy and returns either every event
 in the visible window or, when too many, per-lane time buckets (level of detail), as base64
 typed arrays the browser maps straight onto ``Float64Array``/``Uint32Array``. States come with
-their colours from :func:`tb_monitor.timeline.state_color`, so the frontend defines none.
+their colours from :func:`tb_monitor.timeline.state_color`, so the frontend defines none. Every
+payload also carries the jobs' attempts with their root causes (``attempts``, from
+:mod:`tb_monitor.analysis.restarts`), so the tab, ``tb-monitor report`` and the notebook agree.
 """
 
 from __future__ import annotations
@@ -69,7 +71,8 @@ class Query:
         if start is not None and end is not None and not math.isfinite(end - start):
             raise QueryError(f"the window from {start!r} to {end!r} is too wide")
         width = args.get("width", "1000")
-        if not width.isdecimal() or not 1 <= int(width) <= 20000:
+        # ASCII digits, bounded before int(): a 5000-digit numeral would raise in int() itself.
+        if not re.fullmatch(r"[0-9]{1,5}", width) or not 1 <= int(width) <= 20000:
             raise QueryError(f"width must be an integer from 1 to 20000, got {width!r:.80}")
         kind = args.get("kind") or None
         if kind is not None and kind not in contract.KINDS:
@@ -154,7 +157,27 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         payload["mode"] = "buckets"
         payload["buckets"] = _buckets(cols, in_window, position, start, end, q.width)
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
+    payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
     return payload
+
+
+def _attempts_payload(attempts, position, q: Query, lanes) -> list[dict[str, Any]]:
+    """Every attempt of the jobs shown (``tb_monitor.analysis.restarts``), whatever the window.
+
+    A root cause's ``lane`` becomes its lane's position in this payload (-1: filtered out).
+    """
+    out = []
+    for attempt in attempts:
+        if q.run_id is not None and attempt["job"] != q.run_id:
+            continue
+        attempt = dict(attempt)
+        cause = attempt["root_cause"]
+        if cause is not None and "lane" in cause:
+            cause = attempt["root_cause"] = dict(cause)
+            lane = cause["lane"]
+            cause["lane"] = int(position[lane]) if 0 <= lane < len(lanes) else -1
+        out.append(attempt)
+    return out
 
 
 def _filter(cols: Columns, q: Query, states, texts, runs, lanes) -> np.ndarray:

@@ -6,6 +6,12 @@ payloads (keep-alive heartbeats) only once in all, reads only what a refresh fin
 so a query during a long first decode answers with what is there, and hands
 :mod:`tb_plugin.query` a :class:`Snapshot` of sorted numpy columns.
 
+A record under a timeline tag whose payload cannot be decoded (not JSON, not an object, not
+text) is skipped, never fatal: it is logged with its run, tag and step (the provider knows no
+file or offset) and counted in :meth:`TimelineStore.skipped` (the ``status`` route says how
+many). Damage in the files themselves is the data provider's to skip: what it hands over is
+kept whole.
+
 Lanes, intervals and the order of states are :mod:`tb_monitor.timeline`'s (``lane_of``,
 ``spans``, ``STATES``), so the tab, the Perfetto export and the notebook figure always agree.
 """
@@ -13,17 +19,25 @@ Lanes, intervals and the order of states are :mod:`tb_monitor.timeline`'s (``lan
 from __future__ import annotations
 
 import array
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
+from tb_monitor.analysis.restarts import (
+    STOPPED_BY_RESTART,
+    Attempt,
+    attempt_dict,
+    attempts,
+    mark_restarts,
+)
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -41,6 +55,9 @@ CHUNK_RECORDS = 50_000
 #: Distinct payloads whose decoding is remembered; past it the memory starts over.
 _MEMO_LIMIT = 100_000
 _MAX_STEPS = 2**31 - 1
+#: Skipped records remembered with their details (all of them are counted).
+_SKIPPED_DETAILS = 100
+_log = logging.getLogger(__name__)
 
 
 class UnknownEventError(LookupError):
@@ -111,6 +128,9 @@ class Snapshot:
     msgs: Sequence[str]
     texts: Sequence[str]  # per distinct record: its searchable text, lower case
     labels: list[str]  # interval labels
+    #: Per attempt, ``tb_monitor.analysis.restarts.attempt_dict`` (no traceback); a root cause
+    #: also names its event id (``event``) and its lane id (``lane``).
+    attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _column(values: array.array, dtype: type) -> np.ndarray:
@@ -182,13 +202,17 @@ class TimelineStore:
         self._labels = _Interner()
         for state in timeline.STATES:  # first, so a known state's id is its severity
             self._states(state.name)
-        # Records that may open or close an interval, for timeline.spans: every one but the
-        # keep-alive heartbeats, which are most of a long job's records and never do.
+        # Records that may open or close an interval, for timeline.spans, and that the restart
+        # analysis reads: every one but the keep-alive heartbeats, which are most of a long
+        # job's records and neither; each with its event id, ``_id``.
         self._span_rows: list[dict[str, Any]] = []
         # (run, kind, payload) -> its decoded columns: a node's heartbeats, most of a job's
         # records, are one identical rendezvous payload, decoded once.
         self._decoded: dict[tuple[str, str, Any], _Decoded] = {}
         self._columns: Columns | None = None
+        self._attempts: list[dict[str, Any]] = []
+        self._skipped_count = 0
+        self._skipped: list[dict[str, Any]] = []  # the first _SKIPPED_DETAILS of them
 
     # -- ingestion -------------------------------------------------------------------------
 
@@ -274,8 +298,9 @@ class TimelineStore:
             if decoded is None:
                 try:
                     row = contract.decode_record(kind, raw)
-                except (ValueError, TypeError, AttributeError):
+                except (ValueError, TypeError, AttributeError) as exc:
                     # A foreign or corrupt record under our tag: skip it rather than fail the view.
+                    self._skip(run, tag, datum.step, exc)
                     continue
                 row.update(run=run, kind=kind, wall_time=0.0)
                 decoded = self._decode(row)
@@ -286,6 +311,20 @@ class TimelineStore:
             added += 1
         self._last_step[(run, tag)] = max(last, series[-1].step)
         return added
+
+    def _skip(self, run: str, tag: str, step: int, exc: Exception) -> None:
+        self._skipped_count += 1
+        error = f"{type(exc).__name__}: {exc}"[:300]
+        if len(self._skipped) < _SKIPPED_DETAILS:
+            self._skipped.append({"run": run, "tag": tag, "step": int(step), "error": error})
+        _log.warning(
+            "run %r, tag %r, step %d: undecodable record skipped: %s", run, tag, step, error
+        )
+
+    def skipped(self) -> dict[str, Any]:
+        """Records skipped as undecodable: ``count``, and the first ones' run, tag, step, error."""
+        with self._lock:
+            return {"count": self._skipped_count, "records": list(self._skipped)}
 
     def _decode(self, row: dict[str, Any]) -> _Decoded:
         """Intern a decoded record's fields; keep it when it may open or close an interval."""
@@ -300,7 +339,9 @@ class TimelineStore:
         if lane_id == len(self._lane_runs):
             self._lane_runs.append(run)
         heartbeat = state == "RUNNING" and name.endswith("._keep_alive")
-        spans = kind == contract.WORKER or (kind == contract.RENDEZVOUS and not heartbeat)
+        spans = kind in (contract.WORKER, contract.AGENT) or (
+            kind == contract.RENDEZVOUS and not heartbeat
+        )
         parts = (name, message, state, row["hostname"] or "", row["error_trace"] or "", run)
         return _Decoded(
             lane=lane_id,
@@ -324,7 +365,7 @@ class TimelineStore:
         self._msg.append(d.msg)
         self._text.append(d.text)
         if d.row is not None:
-            self._span_rows.append({**d.row, "wall_time": wall_time})
+            self._span_rows.append({**d.row, "wall_time": wall_time, "_id": len(self._t) - 1})
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -345,6 +386,7 @@ class TimelineStore:
                 msgs=self._msgs.values,
                 texts=self._texts.values,
                 labels=list(self._labels.values),
+                attempts=self._attempts,
             )
 
     def _sorted_columns(self) -> Columns:
@@ -362,10 +404,21 @@ class TimelineStore:
         def column(values: array.array) -> np.ndarray:
             return _column(values, np.int64)[order]
 
+        marks = timeline.spans(self._span_rows)
+        found = attempts(self._span_rows, marks)
+        marks = mark_restarts(marks, found)
+        state = column(self._state)
+        # Collateral ranks' ending records are drawn as stopped by the restart, not as failures.
+        stopped = [row["_id"] for a in found for row in a.collateral_records]
+        if stopped:
+            position = np.empty(len(order), dtype=np.int64)
+            position[order] = np.arange(len(order))
+            state[position[np.asarray(stopped, dtype=np.int64)]] = self._states(STOPPED_BY_RESTART)
+        self._attempts = [self._attempt_payload(a) for a in found]
         self._columns = Columns(
             t=t[order],
             lane=lane[order],
-            state=column(self._state),
+            state=state,
             kind=column(self._kind),
             run=column(self._run),
             text=column(self._text),
@@ -373,13 +426,22 @@ class TimelineStore:
             msg=column(self._msg),
             ids=order.astype(np.int64),
             lane_rank=lane_rank,
-            intervals=self._intervals(float(t.max()) if len(t) else 0.0),
+            intervals=self._intervals(marks, float(t.max()) if len(t) else 0.0),
         )
         return self._columns
 
-    def _intervals(self, last_time: float) -> dict[str, np.ndarray]:
-        """Worker attempts and rendezvous rounds, exactly as tb_monitor.timeline.spans finds them."""
-        found = [span for span in timeline.spans(self._span_rows) if span.end is not None]
+    def _attempt_payload(self, attempt: Attempt) -> dict[str, Any]:
+        out = attempt_dict(attempt, traceback=False)
+        cause = attempt.root_cause
+        if cause is not None and cause.record is not None:
+            out["root_cause"]["event"] = int(cause.record["_id"])
+            out["root_cause"]["lane"] = self._lanes.ids[timeline.lane_of(cause.record)]
+        return out
+
+    def _intervals(self, marks: list[timeline.Span], last_time: float) -> dict[str, np.ndarray]:
+        """Worker attempts and rendezvous rounds, as tb_monitor.timeline.spans finds them, and
+        collateral ranks' attempts stopped by the restart (``tb_monitor.analysis.restarts.mark_restarts``)."""
+        found = [span for span in marks if span.end is not None]
         return {
             "lane": np.asarray([self._lanes.ids[s.lane] for s in found], dtype=np.int64),
             "t0": np.asarray([s.begin for s in found], dtype=np.float64),

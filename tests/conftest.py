@@ -12,8 +12,9 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 
-#: Real S3 and GCS servers on 127.0.0.1 (fixtures s3_server, s3_bucket, gcs_server, gcs_bucket).
-pytest_plugins = ["object_store"]
+#: Real S3 and GCS servers on 127.0.0.1 (fixtures s3_server, s3_bucket, gcs_server, gcs_bucket),
+#: and real torchrun jobs, one per scenario for the session (restarted, always_failing, ...).
+pytest_plugins = ["object_store", "torchrun_jobs"]
 
 
 def need(module: str) -> ModuleType:

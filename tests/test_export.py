@@ -52,7 +52,8 @@ def test_chrome_trace_names_one_process_per_node_and_one_thread_per_lane(logdir,
 
 
 def test_chrome_trace_draws_each_worker_attempt_as_a_complete_event(logdir, job):
-    """A worker attempt is one "X" event from its START to its end, in microseconds."""
+    """A worker attempt is one "X" event from its START to its end, in microseconds; the failed
+    one, the attempt's root cause, is named by its reason."""
     rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
     failed = next(r for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED")
     start = next(
@@ -66,13 +67,24 @@ def test_chrome_trace_draws_each_worker_attempt_as_a_complete_event(logdir, job)
     complete = [
         e
         for e in _trace(logdir)["traceEvents"]
-        if e["ph"] == "X" and e["name"] == "attempt 0: FAILED"
+        if e["ph"] == "X"
+        and e["name"] == "attempt 0: OutOfMemoryError: CUDA out of memory (rank 2)"
     ]
     assert len(complete) == 1
     (event,) = complete
     assert event["ts"] == round(start["wall_time"] * 1e6)
     assert event["dur"] == round((failed["wall_time"] - start["wall_time"]) * 1e6)
     assert event["args"]["end"]["error_trace"] == failed["error_trace"]
+
+
+def test_chrome_trace_names_the_collateral_ranks_stopped_by_restart(logdir, job):
+    """The ranks that went down with the failed one read "stopped by restart", as on the tab."""
+    names = {
+        e["tid"]: e["name"]
+        for e in _trace(logdir)["traceEvents"]
+        if e["ph"] == "X" and e["name"].startswith("attempt 0:")
+    }
+    assert sorted(names.values()).count("attempt 0: stopped by restart") == 3
 
 
 def test_chrome_trace_draws_rendezvous_rounds_and_points(logdir, job):

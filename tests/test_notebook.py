@@ -53,15 +53,42 @@ def test_timeline_draws_one_row_per_lane(logdir, job, plt):
 
 
 def test_timeline_colours_intervals_by_state_and_marks_the_restart(logdir, job, plt):
-    """Worker attempts are bars in their state's colour; the restart is a dashed line."""
+    """Worker attempts are bars in their state's colour, the ranks that went down with the failed
+    one STOPPED_BY_RESTART; the root cause is annotated; the restart is a dashed line."""
     figure = notebook.timeline(logdir)
     (ax,) = figure.axes
     legend = {text.get_text() for text in ax.get_legend().get_texts()}
-    assert {"FAILED", "TERMINATED", "SUCCEEDED"} <= legend
-    restarts = [text.get_text() for text in ax.texts]
-    assert restarts == ["restart 1"]
+    assert {"FAILED", "STOPPED_BY_RESTART", "SUCCEEDED"} <= legend
+    assert "TERMINATED" not in legend  # the agent's terminations are the restart's collateral
+    texts = [text.get_text() for text in ax.texts]
+    assert texts[-1] == "restart 1"
+    assert texts[:-1] == ["root cause: OutOfMemoryError: CUDA out of memory (rank 2)"]
     dashed = [line for line in ax.get_lines() if line.get_linestyle() == "--"]
     assert len(dashed) == 1
+
+
+def test_timeline_takes_a_read_events_frame(logdir, job, plt):
+    """notebook.timeline(read_events(logdir)) draws the same lanes as the logdir itself."""
+    need("pandas")
+    from tb_monitor import read_events
+
+    by_frame = notebook.timeline(read_events(logdir))
+    by_logdir = notebook.timeline(logdir)
+    labels = [[t.get_text() for t in f.axes[0].get_yticklabels()] for f in (by_frame, by_logdir)]
+    assert labels[0] == labels[1] and labels[0]
+
+
+def test_timeline_rejects_other_arguments_at_the_door(plt):
+    """Anything but a logdir or a DataFrame is a TypeError naming the value, not a reader error."""
+    with pytest.raises(TypeError, match=r"timeline\(\) takes a logdir .* not dict"):
+        notebook.timeline({"logdir": "runs"})
+
+
+def test_notebook_restarts_names_the_root_cause(logdir, job):
+    """notebook.restarts is the analysis: attempt 0's root cause and the ranks that went down."""
+    need("pandas")
+    first = notebook.restarts(logdir).iloc[0]
+    assert first["root_cause_rank"] == 2 and first["collateral_ranks"] == [0, 1, 3]
 
 
 def test_timeline_draws_into_a_given_axes(logdir, job, plt):

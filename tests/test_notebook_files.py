@@ -81,7 +81,8 @@ def test_quickstart_notebook_runs_and_plots(kernel, tmp_path):
 @pytest.mark.slow
 @pytest.mark.torch
 def test_elastic_timeline_notebook_runs_the_job_and_draws_it(kernel, tmp_path):
-    """02_elastic_timeline runs the demo job, shows its events, timeline and restart summary."""
+    """02_elastic_timeline runs the demo job, shows its events, timeline, restart summary and
+    why it restarted (the root cause and the ranks that went down with it)."""
     need("torch")
     need("pandas")
     need("matplotlib")
@@ -90,3 +91,6 @@ def test_elastic_timeline_notebook_runs_the_job_and_draws_it(kernel, tmp_path):
     assert _outputs(book, "image/png"), "no timeline figure was drawn"
     tables = [out["data"]["text/html"] for out in _outputs(book, "text/html")]
     assert any("rendezvous_s" in table and "failed_ranks" in table for table in tables)
+    assert any("root_cause_rank" in table and "collateral_ranks" in table for table in tables)
+    printed = "".join(out["text"] for out in _outputs(book, "stream"))
+    assert "attempt 0 failed because rank" in printed and "InjectedFailure" in printed

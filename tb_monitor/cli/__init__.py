@@ -1,4 +1,5 @@
-"""The ``tb-monitor`` command: ``run`` (torchrun with TensorBoard capture), ``demo``, ``export``.
+"""The ``tb-monitor`` command: ``run`` (torchrun with TensorBoard capture), ``demo``, ``export``,
+``report``.
 
 Each subcommand lives in its own module and owns its own arguments; this module only dispatches,
 so ``tb-monitor run`` can hand torchrun's options through untouched.
@@ -21,9 +22,10 @@ _COMMANDS = {
         "tb_monitor.cli.export",
         "export a logdir as a Chrome/Perfetto trace, JSON lines or CSV",
     ),
+    "report": ("tb_monitor.cli.report", "why a job restarted: attempts and root causes"),
 }
 
-_USAGE = "usage: tb-monitor {run,demo,export} [-h] ...\n\ncommands:\n" + "".join(
+_USAGE = "usage: tb-monitor {run,demo,export,report} [-h] ...\n\ncommands:\n" + "".join(
     f"  {name:<8}{summary}\n" for name, (_, summary) in _COMMANDS.items()
 )
 

@@ -5,26 +5,17 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 from tb_monitor import export
+from tb_monitor.cli.parsing import Parser, UsageError
 
 __all__ = ["main"]
 
 _PROG = "tb-monitor export"
 
 
-class _UsageError(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # one clear line instead of usage + error
-        raise _UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=_PROG, description=export.__doc__.splitlines()[0])
+    parser = Parser(prog=_PROG, description=export.__doc__.splitlines()[0])
     parser.add_argument("logdir", help="TensorBoard logdir written by tb-monitor")
     parser.add_argument("--format", required=True, choices=export.FORMATS, help="output format")
     parser.add_argument("-o", "--output", required=True, help="output file ('-' for stdout)")
@@ -47,7 +38,7 @@ def main(argv: Iterable[str] | None = None) -> int:
     try:
         args = _parser().parse_args(None if argv is None else list(argv))
         count = export.WRITERS[args.format](args.logdir, args.output, progress=args.progress)
-    except (_UsageError, ValueError, OSError) as exc:
+    except (UsageError, ValueError, OSError) as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
     if args.output != "-":

@@ -184,20 +184,21 @@ def _watch(logdir: str, agents: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _print_summary(logdir: str) -> None:
-    try:
-        from tb_monitor.analysis import restart_summary
+    """One line per attempt, and for a failed one why (``tb_monitor.analysis.restarts``)."""
+    from tb_monitor.analysis.restarts import attempts, timeline_rows
 
-        summary = restart_summary(logdir)
-    except ImportError:  # pandas is optional: the job ran, the summary is a nicety
-        return
-    for row in summary.itertuples():
-        ranks = ""
-        if row.failed_ranks:
-            ranks = f", failed ranks {row.failed_ranks} (first: rank {row.first_failed_rank})"
+    for attempt in attempts(timeline_rows(logdir)):
         print(
-            f"attempt {row.attempt}: {row.outcome} after {row.duration_s:.1f} s{ranks}; "
-            f"rendezvous {row.rendezvous_s:.1f} s"
+            f"attempt {attempt.attempt}: {attempt.outcome} after {attempt.duration_s:.1f} s; "
+            f"rendezvous {attempt.rendezvous_s:.1f} s"
         )
+        cause = attempt.root_cause
+        if cause is not None:
+            others = ", ".join(map(str, attempt.collateral_ranks)) or "none"
+            lost = f"; {attempt.time_lost_s:.1f} s lost" if attempt.time_lost_s is not None else ""
+            print(f"  root cause: rank {cause.rank}: {cause.reason}")
+            print(f"  stopped by restart: ranks {others}{lost}")
+    print(f"the whole story: tb-monitor report {logdir}")
 
 
 # ---------------------------------------------------------------------------------------------

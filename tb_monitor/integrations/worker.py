@@ -10,7 +10,25 @@ group right after.
 Events are torchelastic ``Event``s with source WORKER, named ``tb_monitor.worker.status.<STATE>``
 (RUNNING, FAILED, TERMINATED, SUCCEEDED), with torchelastic's metadata keys where they exist
 (``run_id``, ``global_rank``, ``local_rank``, ``group_rank``, ``role``, ``hostname``, ``state``,
-``raw_error``) plus ``restart_count``, ``pid`` and ``message``.
+``raw_error``, ``exit_code``) plus ``restart_count``, ``pid``, ``message`` and ``signal``.
+
+What a worker can and cannot know about its own end:
+
+- an uncaught exception: FAILED with its traceback (``sys.excepthook``, or the monitor closing in
+  a ``with``/``finally`` while it propagates);
+- ``sys.exit(n)``: Python runs no excepthook for ``SystemExit``, and an exit hook cannot read the
+  exit status, so ``sys.exit`` is wrapped while the hooks are installed: when the main thread's
+  last call had a non-zero (or message) code, the exit is recorded as FAILED with ``exit_code``
+  and the stack that called it; 0 or None as SUCCEEDED. (A program that catches that
+  ``SystemExit`` and then ends normally, without another ``sys.exit``, still reads as FAILED.)
+- SIGTERM (its agent stopping it): TERMINATED, ``signal`` SIGTERM; SIGINT arrives as
+  ``KeyboardInterrupt`` (FAILED);
+- what no process can record about itself: SIGKILL (the OOM killer, ``kill -9``), a crash in
+  native code (SIGSEGV, SIGABRT), ``os._exit(n)``, ``raise SystemExit(n)`` bypassing ``sys.exit``,
+  or ``sys.exit(n)`` after the monitor was closed. For those the agent's record is the truth:
+  ``tb-monitor run`` makes the agent record every failed attempt's workers
+  (``torchelastic.worker.status.FAILED`` with ``exit_code``, negative for a signal), which
+  ``tb_monitor.analysis.restarts`` reads as the root cause.
 """
 
 from __future__ import annotations
@@ -55,10 +73,9 @@ def _int_or_none(value: str | None) -> int | None:
 class WorkerHooks:
     """Records this worker's life through ``record`` (an ``Event`` sink), then ``flush``es it.
 
-    Use ``install``. The first outcome wins: an uncaught exception (FAILED), SIGTERM
-    (TERMINATED), ``close()`` or interpreter exit (SUCCEEDED). A ``sys.exit(n)`` outside a
-    ``with``/``finally`` closing the monitor cannot be told from a normal exit and is recorded as
-    SUCCEEDED; the agent's own events carry its exit code.
+    Use ``install``. The first outcome wins: an uncaught exception (FAILED), ``sys.exit(n)``
+    with a non-zero code (FAILED, ``exit_code`` n), SIGTERM (TERMINATED), ``close()`` or
+    interpreter exit (SUCCEEDED). See the module docstring for what only the agent can know.
     """
 
     def __init__(
@@ -81,12 +98,16 @@ class WorkerHooks:
         self._final_state: str | None = None
         self._previous_excepthook: Any = None
         self._previous_sigterm: Any = None
+        self._previous_exit: Any = None
+        self._exit_request: tuple[Any, str] | None = None  # sys.exit's code and the caller's stack
 
     def install(self) -> WorkerHooks:
-        """Record RUNNING now; hook uncaught exceptions, SIGTERM and interpreter exit."""
+        """Record RUNNING now; hook uncaught exceptions, sys.exit, SIGTERM and interpreter exit."""
         self._emit("RUNNING", message="worker process started")
         self._previous_excepthook = sys.excepthook
         sys.excepthook = self._excepthook
+        self._previous_exit = sys.exit
+        sys.exit = self._exit
         # tb_monitor's own SIGTERM handler flushes the writers; ours records first, then calls it.
         if _shutdown.install_sigterm_handler():
             previous = signal.getsignal(signal.SIGTERM)
@@ -106,11 +127,15 @@ class WorkerHooks:
         exc = sys.exc_info()[1]
         if exc is None or (isinstance(exc, SystemExit) and exc.code in (0, None)):
             self._finish("SUCCEEDED", message="worker closed its monitor")
+        elif isinstance(exc, SystemExit):
+            self._finish_exit(exc.code, "".join(traceback.format_tb(exc.__traceback__)))
         else:
             self._finish_failed(type(exc), exc, exc.__traceback__)
         _shutdown.cancel(self._on_exit)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._previous_excepthook
+        if sys.exit == self._exit:
+            sys.exit = self._previous_exit
         # Only the main thread may set a signal handler. Closed elsewhere, ours stays in place:
         # with the outcome recorded it only passes the signal on to the previous handler.
         if (
@@ -147,6 +172,24 @@ class WorkerHooks:
         trace = "".join(traceback.format_exception(exc_type, exc, tb))
         return self._finish("FAILED", message=f"{exc_type.__name__}: {exc}", raw_error=trace)
 
+    def _finish_exit(self, code: Any, stack: str) -> bool:
+        """``sys.exit(code)`` with a non-zero code: FAILED, with the exit code and the caller."""
+        exit_code = code if isinstance(code, int) and not isinstance(code, bool) else 1
+        trace = f"Traceback (most recent call last):\n{stack}SystemExit: {code}"
+        return self._finish(
+            "FAILED", message=f"SystemExit: {code}", raw_error=trace, exit_code=exit_code
+        )
+
+    def _exit(self, code: Any = None) -> None:
+        """``sys.exit``: remember the code and where it was called, then exit as it would."""
+        # In another thread, SystemExit ends only that thread. The latest call counts: a program
+        # that catches one SystemExit and exits later with another code ends with that one.
+        if threading.current_thread() is threading.main_thread():
+            failing = code not in (0, None)
+            stack = "".join(traceback.format_stack()[:-1]) if failing else ""
+            self._exit_request = (code, stack) if failing else None
+        self._previous_exit(code)
+
     def _excepthook(
         self, exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None
     ) -> None:
@@ -157,10 +200,14 @@ class WorkerHooks:
             self._previous_excepthook(exc_type, exc, tb)
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self._finish("TERMINATED", message=f"received {signal.Signals(signum).name}")
+        name = signal.Signals(signum).name
+        self._finish("TERMINATED", message=f"received {name}", signal=name)
         self._previous_sigterm(signum, frame)
 
     def _on_exit(self) -> None:
+        request = self._exit_request
+        if request is not None:  # the main thread's sys.exit(n) is ending the interpreter
+            self._finish_exit(*request)
         self._finish("SUCCEEDED", message="worker process exited")
 
 

@@ -1,6 +1,8 @@
 // Canvas drawing of one frame: lane backgrounds and time grid, intervals, events or
-// level-of-detail buckets, the selection, and the time axis. Colours are the payload's
-// (`data.colors[state]`) and the stylesheet's (`tl.colors`); nothing here fetches or decides.
+// level-of-detail buckets, the selection, each attempt's header (on its job's Workers heading:
+// outcome and duration), each root cause's mark and one-line reason on its lane, and the time
+// axis. Colours are the payload's (`data.colors[state]`) and the stylesheet's (`tl.colors`);
+// nothing here fetches or decides.
 
 import { lowerBound } from "./api.js";
 import { formatDuration, formatTime } from "./format.js";
@@ -85,6 +87,73 @@ export function drawPlot(tl) {
   drawIntervals(tl, ctx, laneRows, top);
   if (tl.data.events) drawEvents(tl, ctx, laneRows, top);
   else drawBuckets(tl, ctx, laneRows, top);
+  drawAttempts(tl, ctx, rows, top);
+}
+
+function colorOf(data, state) {
+  const i = data.states.indexOf(state);
+  return i >= 0 ? data.colors[i] : null;
+}
+
+// Each attempt's header on its job's Workers heading, and its root cause on the failed rank's
+// lane: a diamond at the time of the failure, then the one-line reason.
+function drawAttempts(tl, ctx, rows, top) {
+  const attempts = tl.data.attempts || [];
+  if (!attempts.length) return;
+  const c = tl.colors;
+  ctx.font = "11px Roboto, Arial, sans-serif";
+  ctx.textBaseline = "middle";
+  for (const r of rows) {
+    if (!r.group || r.kind !== "worker") continue;
+    const y = r.y - top;
+    for (const a of attempts) {
+      if (a.job !== r.job || a.end < tl.view.start || a.start > tl.view.end) continue;
+      const x0 = Math.max(0, tl.x(a.start));
+      const x1 = Math.min(tl.width, tl.x(a.end));
+      const color = colorOf(tl.data, a.outcome) || c.muted;
+      ctx.fillStyle = color;
+      ctx.fillRect(x0, y + r.h - 4, Math.max(2, x1 - x0), 3);
+      if (x1 - x0 > 40) {
+        ctx.fillStyle = c.fg;
+        const text = `attempt ${a.attempt} · ${a.outcome} · ${formatDuration(a.duration_s)}`;
+        ctx.fillText(text, x0 + 4, y + r.h / 2 - 1, x1 - x0 - 8);
+      }
+    }
+  }
+  const failed = colorOf(tl.data, "FAILED") || c.accent;
+  for (const a of attempts) {
+    const cause = a.root_cause;
+    if (!cause || cause.lane === undefined || cause.lane < 0) continue;
+    const r = tl.rows[tl.rowOfLane[cause.lane]];
+    if (!r || !rows.includes(r)) continue;
+    if (cause.time < tl.view.start - 1e-9 || cause.time > tl.view.end) continue;
+    const x = tl.x(cause.time);
+    const y = r.y - top + ROW_H / 2;
+    const s = ROW_H / 2 - 2;
+    ctx.beginPath();
+    ctx.moveTo(x, y - s);
+    ctx.lineTo(x + s, y);
+    ctx.lineTo(x, y + s);
+    ctx.lineTo(x - s, y);
+    ctx.closePath();
+    ctx.fillStyle = failed;
+    ctx.fill();
+    ctx.strokeStyle = c.fg;
+    ctx.lineWidth = 1.5;
+    ctx.stroke();
+    ctx.lineWidth = 1;
+    const room = tl.width - (x + s + 6) - 4;
+    if (room > 30) {
+      const text = `root cause: ${cause.reason}`;
+      const w = Math.min(room, ctx.measureText(text).width);
+      ctx.fillStyle = c.bg;
+      ctx.globalAlpha = 0.85;
+      ctx.fillRect(x + s + 4, y - 7, w + 4, 14);
+      ctx.globalAlpha = 1;
+      ctx.fillStyle = c.fg;
+      ctx.fillText(text, x + s + 6, y + 0.5, room);
+    }
+  }
 }
 
 function drawIntervals(tl, ctx, rows, top) {

@@ -8,13 +8,14 @@
 
 import { el } from "./dom.js";
 import { followTheme, listenToHost } from "./host.js";
+import { createAttempts } from "./panels/attempts.js";
 import { createDetails } from "./panels/details.js";
 import { createFilters } from "./panels/filters.js";
 import { createLegend } from "./panels/legend.js";
 import { Timeline } from "./timeline.js";
 
 // The panels around the plot, each placed in its slot in this order (see timeline.js).
-const PANELS = [createFilters, createLegend, createDetails];
+const PANELS = [createFilters, createLegend, createAttempts, createDetails];
 
 function addStylesheet() {
   return new Promise((resolve) => {

@@ -229,7 +229,7 @@ export class Timeline {
       if (key !== section) {
         section = key;
         const text = `${lane.group} · ${KIND_TITLES[lane.kind] || lane.kind}`;
-        this.rows.push({ y, h: GROUP_H, group: true });
+        this.rows.push({ y, h: GROUP_H, group: true, job: lane.group, kind: lane.kind });
         fragment.append(el("div", { class: "tl-group", role: "heading", "aria-level": "2", text }));
         y += GROUP_H;
       }

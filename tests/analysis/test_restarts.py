@@ -1,14 +1,23 @@
-"""tb_monitor.analysis.restarts: one row per attempt of a synthetic elastic job."""
+"""tb_monitor.analysis.restarts: why each attempt of a synthetic elastic job ended."""
 
 from __future__ import annotations
 
 import pytest
 from conftest import need
 
-from tb_monitor import contract
-from tb_monitor.analysis.restarts import SUMMARY_COLUMNS, restart_summary
+from tb_monitor import contract, read_events
+from tb_monitor.analysis import restarts
+from tb_monitor.analysis.restarts import (
+    RESTARTS_COLUMNS,
+    STOPPED_BY_RESTART,
+    SUMMARY_COLUMNS,
+    attempts,
+    mark_restarts,
+    restart_summary,
+)
 from tb_monitor.logdir import readers
 from tb_monitor.testing import generate_job
+from tb_monitor.timeline import STATES, spans, state_color
 
 
 @pytest.fixture
@@ -70,3 +79,255 @@ def test_restart_summary_of_a_logdir_without_workers_is_empty(logdir):
     need("pandas")
     summary = restart_summary(logdir)
     assert summary.empty and list(summary.columns) == list(SUMMARY_COLUMNS)
+
+
+# -- restarts(): why each attempt ended ---------------------------------------------------------
+
+
+def _failing_rows(rows):
+    return [r for r in rows if r["kind"] == contract.WORKER and r["state"] == "FAILED"]
+
+
+def test_restarts_has_the_documented_columns_one_row_per_attempt(logdir, job):
+    """restarts() gives RESTARTS_COLUMNS, one row per attempt, in order."""
+    need("pandas")
+    frame = restarts(logdir)
+    assert list(frame.columns) == list(RESTARTS_COLUMNS)
+    assert frame[["attempt", "outcome"]].values.tolist() == [[0, "FAILED"], [1, "SUCCEEDED"]]
+
+
+def test_restarts_root_cause_is_the_failed_rank_with_its_exception(logdir, rows):
+    """The root cause is the FAILED rank, with the error file's exception, message and trace."""
+    need("pandas")
+    (failure,) = _failing_rows(rows)
+    first = restarts(logdir).iloc[0]
+    assert first["root_cause_rank"] == failure["rank"]
+    assert first["exception"] == "OutOfMemoryError"
+    assert first["message"] == f"CUDA out of memory (rank {failure['rank']})"
+    assert first["reason"] == f"OutOfMemoryError: {first['message']}"
+    assert first["traceback"].startswith("Traceback (most recent call last)")
+    assert first["exit_code"] == 1 and need("pandas").isna(first["signal"])
+    assert first["failed_at"].timestamp() == pytest.approx(failure["wall_time"])
+
+
+def test_restarts_collateral_are_the_other_ranks(logdir, rows):
+    """Every other rank of the failed attempt (terminated by its agent) is collateral."""
+    need("pandas")
+    (failure,) = _failing_rows(rows)
+    first = restarts(logdir).iloc[0]
+    assert first["collateral_ranks"] == [r for r in range(4) if r != failure["rank"]]
+
+
+def test_restarts_time_lost_runs_to_the_next_attempt(logdir, rows):
+    """time_lost_s runs from the failure to the next attempt's first worker START."""
+    need("pandas")
+    (failure,) = _failing_rows(rows)
+    frame = restarts(logdir)
+    expected = frame["start"].iloc[1].timestamp() - failure["wall_time"]
+    assert frame["time_lost_s"].iloc[0] == pytest.approx(expected)
+
+
+def test_restarts_clean_attempt_has_no_root_cause(logdir, job):
+    """A successful attempt has no root cause, no collateral, no time lost."""
+    pandas = need("pandas")
+    last = restarts(logdir).iloc[-1]
+    assert pandas.isna(last["root_cause_rank"]) and pandas.isna(last["reason"])
+    assert last["collateral_ranks"] == [] and last["time_lost_s"] != last["time_lost_s"]
+
+
+def test_restarts_failed_last_attempt_loses_time_until_the_job_ends(tmp_path):
+    """When every attempt fails, each has a root cause; the last one's time lost ends with the job."""
+    need("pandas")
+    job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=1, fail_last=True)
+    frame = restarts(tmp_path / "logs")
+    assert frame["outcome"].tolist() == ["FAILED", "FAILED"]
+    assert frame["root_cause_rank"].notna().all()
+    last = frame.iloc[-1]
+    assert last["time_lost_s"] == pytest.approx(job.end - last["failed_at"].timestamp())
+
+
+def test_restarts_of_a_read_events_frame_equals_the_logdir(logdir, job):
+    """The DataFrame read_events returns gives the same rows as the logdir."""
+    need("pandas")
+    assert restarts(read_events(logdir)).equals(restarts(logdir))
+
+
+@pytest.mark.parametrize("value", [42, None, ["runs"], b"runs"])
+def test_restarts_rejects_other_sources_naming_them(value):
+    """Anything but a logdir or a DataFrame is a TypeError at the door, naming the value."""
+    with pytest.raises(TypeError, match=r"restarts\(\) takes a logdir .* not "):
+        restarts(value)
+
+
+def test_restarts_of_a_frame_without_the_columns_says_which(logdir):
+    """A DataFrame lacking read_events' columns is a ValueError naming them."""
+    pandas = need("pandas")
+    with pytest.raises(ValueError, match="wall_time"):
+        restarts(pandas.DataFrame({"run": ["x"], "kind": ["worker"]}))
+
+
+def test_restart_summary_takes_a_read_events_frame(logdir, job):
+    """restart_summary() of read_events' DataFrame equals restart_summary() of the logdir."""
+    need("pandas")
+    assert restart_summary(read_events(logdir)).equals(restart_summary(logdir))
+
+
+# -- hand-made records: SIGKILL, lost peers, membership -----------------------------------------
+
+
+def _rec(t, run, kind, name, state=None, **fields):
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(run=run, kind=kind, wall_time=t, name=name, state=state, run_id="job")
+    row["metadata"] = fields.pop("metadata", {})
+    row.update(fields)
+    return row
+
+
+def _joined(t, node, pid, number):
+    message = (
+        f"The node '{node}_{pid}_0' has joined round {number} of the rendezvous 'job' as rank 0"
+    )
+    run = f"job/agent-{node}-{pid}"
+    return _rec(
+        t,
+        run,
+        contract.RENDEZVOUS,
+        "h.next_rendezvous",
+        "RUNNING",
+        message=message,
+        hostname=node,
+        pid=pid,
+    )
+
+
+def _agent(t, node, pid, state, rank, exit_code=None, raw=None):
+    run = f"job/agent-{node}-{pid}"
+    md = {"exit_code": exit_code, "agent_restarts": 0}
+    return _rec(
+        t,
+        run,
+        contract.WORKER,
+        f"torchelastic.worker.status.{state}",
+        state,
+        rank=rank,
+        hostname=node,
+        error_trace=raw,
+        metadata=md,
+        source="WORKER",
+    )
+
+
+def _own(t, rank, state, message=None, trace=None):
+    return _rec(
+        t,
+        f"job/rank-{rank}",
+        contract.WORKER,
+        f"tb_monitor.worker.status.{state}",
+        state,
+        rank=rank,
+        hostname="x",
+        message=message,
+        error_trace=trace,
+        metadata={"restart_count": 0},
+        source="WORKER",
+    )
+
+
+GLOO = "RuntimeError: [pair.cc:553] Connection closed by peer [127.0.0.1]:1234"
+
+
+def _sigkill_job():
+    """Rank 1 SIGKILLed at ~5 s; ranks 2 and 3 record gloo errors before its agent notices;
+    node b leaves and node c joins the next round."""
+    rows = [_joined(0.5, "a", 10, 0), _joined(0.6, "b", 20, 0)]
+    rows += [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [_own(5.0, 2, "FAILED", GLOO, GLOO), _own(5.01, 3, "FAILED", GLOO, GLOO)]
+    rows += [_agent(5.2, "a", 10, "FAILED", 1, -9, '{"message": "<NONE>"}')]
+    rows += [_agent(5.2, "a", 10, "TERMINATED", 0)]
+    rows += [_agent(5.3, "b", 20, "FAILED", r, -15, '{"message": "<NONE>"}') for r in (2, 3)]
+    rows += [_joined(8.0, "a", 10, 1), _joined(8.1, "c", 30, 1)]
+    rows += [_agent(9.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(9.0, "c", 30, "START", r) for r in (2, 3)]
+    rows += [_agent(15.0, "a", 10, "SUCCEEDED", r) for r in (0, 1)]
+    rows += [_agent(15.0, "c", 30, "SUCCEEDED", r) for r in (2, 3)]
+    return rows
+
+
+def test_sigkilled_rank_is_the_root_cause_not_its_peers_connection_errors():
+    """A rank killed by SIGKILL (only its agent's record, exit code -9) is the root cause, though
+    its peers' connection errors were recorded first."""
+    first, second = attempts(_sigkill_job())
+    cause = first.root_cause
+    assert (cause.rank, cause.signal, cause.exit_code, cause.reason) == (
+        1,
+        "SIGKILL",
+        -9,
+        "killed by SIGKILL",
+    )
+    assert cause.source == "agent" and cause.time == 5.2
+    assert first.collateral_ranks == (0, 2, 3)
+    assert first.time_lost_s == pytest.approx(9.0 - 5.2)
+    assert second.root_cause is None and second.outcome == "SUCCEEDED"
+
+
+def test_membership_change_between_rounds():
+    """The second attempt's round lost node b and gained node c."""
+    first, second = attempts(_sigkill_job())
+    assert first.nodes == ("a (pid 10)", "b (pid 20)") and first.nodes_joined == ()
+    assert second.nodes_left == ("b (pid 20)",) and second.nodes_joined == ("c (pid 30)",)
+
+
+def test_earliest_real_exception_wins_over_later_ones():
+    """Of two ranks raising ordinary exceptions, the earlier one is the root cause."""
+    rows = [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_own(3.0, 1, "FAILED", "KeyError: 'shard'", "Traceback...\nKeyError: 'shard'")]
+    rows += [_own(3.5, 0, "FAILED", "ValueError: late", "Traceback...\nValueError: late")]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.exception) == (1, "KeyError")
+    assert only.root_cause.message == "'shard'" and only.collateral_ranks == (0,)
+
+
+def test_sys_exit_code_reads_as_the_reason():
+    """A worker's own sys.exit(3) record gives exception SystemExit and exit code 3."""
+    rows = [_agent(1.0, "a", 10, "START", 0)]
+    failed = _own(2.0, 0, "FAILED", "SystemExit: 3", "Traceback...\nSystemExit: 3")
+    failed["metadata"]["exit_code"] = 3
+    (only,) = attempts([*rows, failed])
+    assert (only.root_cause.exception, only.root_cause.exit_code) == ("SystemExit", 3)
+
+
+def test_mark_restarts_draws_collateral_as_stopped_by_restart():
+    """Collateral ranks' attempts take STOPPED_BY_RESTART; the root cause's is labelled with it."""
+    rows = _sigkill_job()
+    marks = spans(rows)
+    found = attempts(rows, marks)
+    drawn = mark_restarts(marks, found)
+    firsts = {
+        s.lane.label: s
+        for s in sorted(drawn, key=lambda s: -s.begin)
+        if s.lane.kind == contract.WORKER and s.end is not None and s.number == 0
+    }
+    assert {firsts[f"rank {r}"].state for r in (0, 2, 3)} == {STOPPED_BY_RESTART}
+    assert firsts["rank 1"].state == "FAILED"
+    assert firsts["rank 1"].label == "attempt 0: killed by SIGKILL"
+
+
+def test_stopped_by_restart_is_a_state_with_its_own_colour():
+    """STOPPED_BY_RESTART is in the one state vocabulary, with a colour no other state has."""
+    names = [s.name for s in STATES]
+    assert STOPPED_BY_RESTART in names
+    colors = [s.color for s in STATES]
+    assert colors.count(state_color(STOPPED_BY_RESTART)) == 1
+    assert names.index(STOPPED_BY_RESTART) < names.index("FAILED")  # less alarming
+
+
+def test_no_membership_change_without_rendezvous_records():
+    """Without rendezvous records the nodes come from the workers' hosts, and an unchanged set
+    reads as no change."""
+    rows = [_agent(1.0, "a", 10, "START", 0), _agent(2.0, "a", 10, "FAILED", 0, 1)]
+    restart = _agent(3.0, "a", 10, "START", 0)
+    restart["metadata"]["agent_restarts"] = 1
+    first, second = attempts([*rows, restart])
+    assert first.nodes == second.nodes == ("a",)
+    assert second.nodes_joined == second.nodes_left == ()

@@ -1,170 +1,36 @@
 """Acceptance: real torchrun jobs under ``tb-monitor run`` land whole in the logdir (issue 5).
 
-Two agents run as separate processes on 127.0.0.1 (``--nnodes 2 --nproc-per-node 2``, c10d
-rendezvous, gloo on CPU), as two machines would. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with
-torch 2.13 a two-agent restart on one host is flaky when the rendezvous TCP store is shared with
-the workers (torch issue 135712). ``LOGLEVEL=WARNING`` is set on purpose: torchelastic's event
-loggers take their level from it, and our capture must not lose anything to it.
+The jobs (two agents x two workers on 127.0.0.1, gloo on CPU) are ``tests/torchrun_jobs.py``'s,
+shared with the restart analysis tests: ``restarted`` (rank 2 raises a ValueError once),
+``always_failing`` (rank 1 raises on every attempt).
 """
 
 from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from conftest import need
-
-from tb_monitor import contract
-from tb_monitor.logdir import readers
+from torchrun_jobs import (
+    FAIL_RANK,
+    JOB_TIMEOUT,
+    MAX_RESTARTS,
+    OTHER_FAIL_RANK,
+    SCRIPT,
+    Job,
+    run_job_once,
+    tb_monitor_run,
+)
+from torchrun_jobs import timeline as _timeline
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
-SCRIPT = Path(__file__).parent / "scripts" / "train_elastic.py"
-FAIL_RANK = 1
-MAX_RESTARTS = 2
-JOB_TIMEOUT = 120  # seconds; a job takes ~15-20 s here
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _timeline(logdir: Path | str) -> list[dict]:
-    """The timeline records under ``logdir`` so far (none before it exists)."""
-    if isinstance(logdir, Path) and not logdir.exists():
-        return []
-    return list(readers.decode_timeline(readers.iter_timeline(logdir)))
-
-
-def _tb_monitor_run(*args: str) -> list[str]:
-    return [sys.executable, "-m", "tb_monitor.cli", "run", *args]
-
-
-@dataclass
-class Job:
-    """A finished two-agent job: exit codes, output, and its logdir read back."""
-
-    run_id: str
-    returncodes: list[int]
-    output: str
-    events: list[dict]
-    scalars: list[readers.Scalar]
-    started: float
-
-    def runs(self, prefix: str) -> set[str]:
-        return {e["run"] for e in self.events if e["run"].startswith(f"{self.run_id}/{prefix}")}
-
-    def events_named(self, name: str) -> list[dict]:
-        return [e for e in self.events if e["name"] == name]
-
-    def scalar_values(self, run_prefix: str, tag: str) -> list[float]:
-        return [
-            s.value
-            for s in self.scalars
-            if s.run.startswith(f"{self.run_id}/{run_prefix}") and s.tag == tag
-        ]
-
-
-def _lost_the_port(job: Job) -> bool:
-    """Whether the job failed because its rendezvous port was taken after _free_port chose it."""
-    output = job.output.lower()
-    failed = any(code != 0 for code in job.returncodes)
-    return failed and ("eaddrinuse" in output or "address already in use" in output)
-
-
-def _run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
-    """Run two agents of one job to the end and read the logdir back.
-
-    Another process may take the free port between choosing it and the agent binding it; such a
-    job is run once more on a new port (into a fresh logdir), and only then.
-    """
-    job = _run_job_once(logdir, *script_args, max_restarts=max_restarts)
-    if _lost_the_port(job):
-        job = _run_job_once(
-            logdir.with_name(f"{logdir.name}-retry"), *script_args, max_restarts=max_restarts
-        )
-    return job
-
-
-def _run_job_once(logdir: Path, *script_args: str, max_restarts: int) -> Job:
-    """Run two agents of one job to the end and read the logdir back."""
-    need("torch")
-    run_id = f"job-{uuid.uuid4().hex[:8]}"
-    endpoint = f"127.0.0.1:{_free_port()}"
-    command = _tb_monitor_run(
-        "--logdir",
-        str(logdir),
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={run_id}",
-        f"--max-restarts={max_restarts}",
-        str(SCRIPT),
-        *script_args,
-    )
-    env = {
-        **os.environ,
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "LOGLEVEL": "WARNING",
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop(contract.LOGDIR_ENV, None)
-    started = time.time()
-    agents = [
-        subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # so a hung job is killed with all its workers
-        )
-        for _ in range(2)
-    ]
-    outputs = []
-    try:
-        for agent in agents:
-            outputs.append(agent.communicate(timeout=JOB_TIMEOUT)[0])
-    finally:
-        for agent in agents:
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
-    return Job(
-        run_id=run_id,
-        returncodes=[agent.returncode for agent in agents],
-        output="\n".join(outputs),
-        events=_timeline(logdir),
-        scalars=list(readers.iter_scalars(logdir)),
-        started=started,
-    )
-
-
-@pytest.fixture(scope="module")
-def restarted(tmp_path_factory) -> Job:
-    """A job whose rank 1 raises on its first attempt only."""
-    tmp = tmp_path_factory.mktemp("restarted")
-    args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
-    return _run_job(tmp / "logs", *args, max_restarts=MAX_RESTARTS)
-
-
-@pytest.fixture(scope="module")
-def always_failing(tmp_path_factory) -> Job:
-    """A job whose rank 1 raises on every attempt."""
-    tmp = tmp_path_factory.mktemp("always")
-    return _run_job(tmp / "logs", "--fail-rank", str(FAIL_RANK), "--fail", "always", max_restarts=1)
+_tb_monitor_run = tb_monitor_run
 
 
 def _injected_failures(job: Job) -> list[dict]:
@@ -184,7 +50,8 @@ def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
             env.setenv(name, value)
         logdir = f"s3://{s3_server.make_bucket()}/jobs/exp7"
         args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
-        return _run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)
+        args += ("--fail-exc", "ValueError", "--fail-step", "3")
+        return run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)
 
 
 # -- the job with one failure ----------------------------------------------------------------
@@ -229,7 +96,24 @@ def test_failed_worker_exception_with_traceback(restarted):
     assert failure["rank"] == FAIL_RANK and failure["metadata"]["restart_count"] == 0
     assert failure["state"] == "FAILED"
     assert "Traceback (most recent call last)" in failure["error_trace"]
-    assert "RuntimeError: injected failure" in failure["error_trace"]
+    assert "ValueError: injected failure" in failure["error_trace"]
+
+
+def test_agent_records_the_failed_attempts_workers(restarted):
+    """The agent records every worker's end at a failure that leads to a restart (torch does not):
+    the failed rank with its exit code and error file, before the second attempt starts."""
+    failed = [
+        e
+        for e in restarted.events_named("torchelastic.worker.status.FAILED")
+        if e["source"] == "WORKER" and e["rank"] == FAIL_RANK
+    ]
+    assert len(failed) == 1, restarted.output
+    assert failed[0]["metadata"]["exit_code"] == 1
+    assert "ValueError: injected failure" in failed[0]["error_trace"]
+    second_start = max(
+        e["wall_time"] for e in restarted.events_named("torchelastic.worker.status.START")
+    )
+    assert failed[0]["wall_time"] < second_start
 
 
 def test_worker_succeeded_events(restarted):
@@ -284,7 +168,7 @@ def test_always_failing_job_shows_the_final_failure(always_failing):
     final = [
         e
         for e in always_failing.events_named("torchelastic.worker.status.FAILED")
-        if e["source"] == "WORKER" and e["rank"] == FAIL_RANK
+        if e["source"] == "WORKER" and e["rank"] == OTHER_FAIL_RANK
     ]
     assert final and "injected failure" in final[0]["error_trace"]
 
@@ -414,7 +298,7 @@ def test_a_job_on_s3_reads_back_every_event_and_scalar(restarted_on_s3):
     starts = Counter(e["rank"] for e in job.events_named("torchelastic.worker.status.START"))
     assert starts == {0: 2, 1: 2, 2: 2, 3: 2}
     (failure,) = _injected_failures(job)
-    assert "RuntimeError: injected failure" in failure["error_trace"]
+    assert "ValueError: injected failure" in failure["error_trace"]
     worker_side = job.events_named("tb_monitor.worker.status.SUCCEEDED")
     assert {e["rank"] for e in worker_side} == {0, 1, 2, 3}
     remaining = job.scalar_values("agent-", "torchelastic/workers.default.remaining_restarts")

@@ -131,3 +131,33 @@ def test_sigterm_records_terminated_and_dies_by_the_signal(tmp_path):
     proc, lines = run_worker(tmp_path, "sigterm")
     assert proc.returncode == -signal.SIGTERM
     assert states(lines) == ["RUNNING", "flush", "TERMINATED"]
+
+
+def test_sys_exit_with_a_non_zero_code_records_failed(tmp_path):
+    """sys.exit(3) is recorded as FAILED with exit code 3 and the stack that called it."""
+    proc, lines = run_worker(tmp_path, "sys-exit-3")
+    assert proc.returncode == 3, proc.stderr
+    assert states(lines) == ["RUNNING", "FAILED"]
+    failed = lines[1]["metadata"]
+    assert failed["message"] == "SystemExit: 3" and failed["exit_code"] == 3
+    assert "in main" in failed["raw_error"] and failed["raw_error"].endswith("SystemExit: 3")
+
+
+def test_sys_exit_zero_records_succeeded(tmp_path):
+    """sys.exit(0) is a clean end: SUCCEEDED."""
+    proc, lines = run_worker(tmp_path, "sys-exit-0")
+    assert proc.returncode == 0, proc.stderr
+    assert states(lines) == ["RUNNING", "SUCCEEDED"]
+
+
+def test_close_restores_sys_exit():
+    """close() puts back the sys.exit that was there before."""
+    before = sys.exit
+    worker.install(lambda e: None, lambda: None, environ=WORKER_ENV).close()
+    assert sys.exit is before
+
+
+def test_sigterm_names_the_signal(tmp_path):
+    """The TERMINATED record names the signal that ended the worker."""
+    _, lines = run_worker(tmp_path, "sigterm")
+    assert lines[-1]["metadata"]["signal"] == "SIGTERM"

@@ -1,5 +1,6 @@
 // The details panel beside the plot: every field of the selected event, read from the event
-// route, with a failed worker's error file shown as its message and Python traceback. Every
+// route, with a failed worker's error file shown as its message and Python traceback; when the
+// event is an attempt's root cause (the payload's `attempts`), a banner says so first. Every
 // value goes in as text (dom.js el), never as HTML.
 
 import { fetchEvent } from "../api.js";
@@ -51,7 +52,15 @@ export function createDetails(tl) {
     row("kind", info.kind);
     row("step", info.step);
     for (const key of FIELDS) row(key, f[key]);
-    const parts = [close, el("h2", { text: f.name || "(unnamed event)" }), dl];
+    const parts = [close, el("h2", { text: f.name || "(unnamed event)" })];
+    const attempts = (tl.data && tl.data.attempts) || [];
+    for (const a of attempts) {
+      if (a.root_cause && a.root_cause.event === id) {
+        const text = `Root cause of attempt ${a.attempt} (${a.job}): rank ${a.root_cause.rank} · ${a.root_cause.reason}`;
+        parts.push(el("p", { class: "tl-cause-banner", text }));
+      }
+    }
+    parts.push(dl);
     parts.push(el("h3", { text: "error_trace" }));
     const failure = errorFileData(f.error_trace);
     if (failure && failure.message) parts.push(el("p", { class: "tl-error-message", text: failure.message }));

@@ -3,6 +3,9 @@
 Every step: a gloo all_reduce on CPU, a Stat sample and a metric. One rank can be made to fail:
 ``--fail once --marker PATH`` raises on the first attempt only (the marker file remembers it,
 whatever rank numbers the restarted group hands out), ``--fail always`` on every attempt.
+``--fail-step`` (default: half-way), ``--fail-exc`` (the exception's type: RuntimeError,
+ValueError) and ``--fail-how`` (``raise``; ``sigkill``: the process is killed by SIGKILL and
+records nothing; ``exit``: ``sys.exit(3)``) choose how it fails.
 
     tb-monitor run --logdir DIR [torchrun options] train_elastic.py --fail-rank 1 --fail once ...
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import signal
+import sys
 import time
 
 import torch
@@ -41,6 +46,11 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail", choices=("never", "once", "always"), default="never")
     parser.add_argument("--marker", help="file remembering that --fail once has happened")
+    parser.add_argument("--fail-step", type=int, default=None)
+    parser.add_argument(
+        "--fail-exc", choices=("RuntimeError", "ValueError"), default="RuntimeError"
+    )
+    parser.add_argument("--fail-how", choices=("raise", "sigkill", "exit"), default="raise")
     args = parser.parse_args()
 
     monitor = tb_monitor.init()  # the launcher's logdir, this rank's run
@@ -51,7 +61,8 @@ def main() -> None:
         [tb_monitor.Aggregation.MEAN, tb_monitor.Aggregation.MAX],
         datetime.timedelta(seconds=1),
     )
-    fail_at = args.steps // 2 if _should_fail(args, rank) else None
+    step_to_fail = args.steps // 2 if args.fail_step is None else args.fail_step
+    fail_at = step_to_fail if _should_fail(args, rank) else None
     for step in range(args.steps):
         start = time.perf_counter()
         grad = torch.full((8,), float(rank + step))
@@ -59,7 +70,12 @@ def main() -> None:
         loss.add(float(grad.mean()) / (step + 1))
         metrics.put_metric("step_time_us", int((time.perf_counter() - start) * 1e6), "train")
         if step == fail_at:
-            raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+            if args.fail_how == "sigkill":  # as the OOM killer or `kill -9` would
+                os.kill(os.getpid(), signal.SIGKILL)
+            if args.fail_how == "exit":
+                sys.exit(3)
+            exc = {"RuntimeError": RuntimeError, "ValueError": ValueError}[args.fail_exc]
+            raise exc(f"injected failure on rank {rank} at step {step}")
         time.sleep(0.05)
     loss.close()
     dist.destroy_process_group()

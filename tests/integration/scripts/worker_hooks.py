@@ -1,6 +1,6 @@
 """A fake torchelastic worker exercising the worker hooks; events go to a JSON-lines file.
 
-usage: worker_hooks.py OUT {exit,raise,record,sigterm}
+usage: worker_hooks.py OUT {exit,raise,record,sigterm,sys-exit-3,sys-exit-0}
 Each event is one line of its JSON; each flush is the line ``"flush"``.
 """
 
@@ -33,6 +33,8 @@ _shutdown.at_exit(out.flush, _shutdown.SINKS)  # as a writer does: flushed last,
 def main():
     if mode in ("raise", "record"):
         raise RuntimeError("injected failure")
+    if mode.startswith("sys-exit-"):
+        sys.exit(int(mode.rsplit("-", 1)[1]))
     if mode == "sigterm":
         flush()
         os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,73 @@
+// "Why did it restart", under the toolbar: one line per attempt of each job shown, with its
+// outcome and duration, its root cause (a button selecting the failure's record, whose traceback
+// the details panel shows), the ranks that went down with it, the time lost and the membership
+// change. The analysis is the server's (tb_monitor.analysis.restarts, the payload's `attempts`);
+// every value goes in as text (dom.js el), never as HTML.
+
+import { el } from "../dom.js";
+import { formatDuration } from "../format.js";
+
+const ranks = (list) => (list.length === 1 ? `rank ${list[0]}` : `ranks ${list.join(", ")}`);
+
+function outcomeColor(data, outcome) {
+  const i = data.states.indexOf(outcome);
+  return i >= 0 ? data.colors[i] : null;
+}
+
+function line(tl, data, a, manyJobs) {
+  const outcome = el("span", { class: "tl-attempt-outcome", text: a.outcome });
+  const color = outcomeColor(data, a.outcome);
+  if (color) outcome.style.borderColor = color;
+  const head = el(
+    "span",
+    { class: "tl-attempt-head" },
+    `${manyJobs ? `${a.job} · ` : ""}Attempt ${a.attempt} `,
+    outcome,
+    ` ${formatDuration(a.duration_s)}`
+  );
+  const parts = [head];
+  const cause = a.root_cause;
+  if (cause) {
+    const button = el("button", {
+      type: "button",
+      class: "tl-root-cause",
+      title: "Show this failure's record and traceback",
+      text: `root cause: rank ${cause.rank}${cause.host ? ` (${cause.host})` : ""} · ${cause.reason}`,
+    });
+    button.dataset.event = String(cause.event);
+    button.addEventListener("click", () => {
+      if (cause.event !== undefined) tl.select(cause.event, true);
+    });
+    parts.push(button);
+    if (a.collateral_ranks.length) {
+      parts.push(el("span", { class: "tl-collateral", text: `stopped by restart: ${ranks(a.collateral_ranks)}` }));
+    }
+    if (a.time_lost_s !== null) parts.push(el("span", { class: "tl-lost", text: `${formatDuration(a.time_lost_s)} lost` }));
+  } else {
+    parts.push(el("span", { class: "tl-dim", text: a.outcome === "RUNNING" ? "running" : "no failure" }));
+  }
+  const change = [];
+  if (a.nodes_left.length) change.push(`left: ${a.nodes_left.join(", ")}`);
+  if (a.nodes_joined.length) change.push(`joined: ${a.nodes_joined.join(", ")}`);
+  if (change.length) parts.push(el("span", { class: "tl-membership", text: `nodes ${change.join("; ")}` }));
+  const item = el("li", { class: "tl-attempt" }, ...parts);
+  item.dataset.outcome = a.outcome;
+  return item;
+}
+
+export function createAttempts(tl) {
+  const list = el("ul", { class: "tl-attempts-list" });
+  const node = el("section", { class: "tl-attempts", "aria-label": "Attempts and root causes", hidden: "" }, list);
+
+  function update(data) {
+    const attempts = data.attempts || [];
+    const signature = JSON.stringify(attempts);
+    if (node.dataset.signature === signature) return;
+    node.dataset.signature = signature;
+    const manyJobs = new Set(attempts.map((a) => a.job)).size > 1;
+    list.replaceChildren(...attempts.map((a) => line(tl, data, a, manyJobs)));
+    node.hidden = attempts.length === 0;
+  }
+
+  return { slot: "header", node, update };
+}

@@ -1,0 +1,194 @@
+"""``tb-monitor report``: the terminal summary of why a job restarted, on synthetic jobs."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tb_monitor.cli import main as cli_main
+from tb_monitor.cli import report
+from tb_monitor.testing import generate_job
+
+
+def _run(*argv: str, **kwargs) -> tuple[int, str]:
+    out = io.StringIO()
+    code = report.main(list(argv), out=out, **kwargs)
+    return code, out.getvalue()
+
+
+@pytest.fixture
+def restarted(tmp_path):
+    """A synthetic 2x2 job: attempt 0 fails on one rank, attempt 1 succeeds."""
+    return generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=1)
+
+
+@pytest.fixture
+def failed(tmp_path):
+    """A synthetic 2x2 job whose every attempt fails."""
+    return generate_job(tmp_path / "failed", nodes=2, workers_per_node=2, fail_last=True)
+
+
+def test_report_names_the_root_cause_and_its_last_line(restarted):
+    """The text names the failed rank and its exception's last line, and the collateral ranks."""
+    code, text = _run(restarted.logdir)
+    assert code == report.EXIT_OK
+    assert "root cause      rank 2 on node-001" in text
+    assert "OutOfMemoryError: CUDA out of memory (rank 2)" in text
+    assert "went down with  ranks 0, 1, 3 (stopped by restart)" in text
+
+
+def test_report_summarises_the_job(restarted):
+    """The job line: last outcome, attempts, restarts, time lost, finished."""
+    _, text = _run(restarted.logdir)
+    (line,) = [line for line in text.splitlines() if line.startswith("job job:")]
+    assert line.startswith("job job: SUCCEEDED · 2 attempts, 1 restart · ")
+    assert "lost to restarts · finished" in line
+    assert text.rstrip().endswith("healthy: every job succeeded")
+
+
+def test_report_exits_1_when_the_last_attempt_failed(failed):
+    """A job whose last attempt failed: exit code 1, and the text says so."""
+    code, text = _run(failed.logdir)
+    assert code == report.EXIT_FAILED == 1
+    assert text.rstrip().endswith("FAILED: the last attempt failed (exit code 1)")
+    assert text.count("root cause      rank") == 2
+
+
+def test_report_json_follows_the_schema(restarted):
+    """--json: one document with the documented keys; the root cause with its traceback."""
+    code, text = _run(restarted.logdir, "--json")
+    doc = json.loads(text)
+    assert code == doc["exit_code"] == 0
+    assert set(doc) == {"schema", "logdir", "status", "exit_code", "jobs"}
+    assert (doc["schema"], doc["status"]) == (report.SCHEMA_VERSION, "succeeded")
+    (job,) = doc["jobs"]
+    assert set(job) == {
+        "job",
+        "status",
+        "finished",
+        "attempts_total",
+        "restarts",
+        "time_lost_s",
+        "attempts",
+    }
+    first = job["attempts"][0]
+    assert set(first) >= {"attempt", "outcome", "root_cause", "collateral_ranks", "time_lost_s"}
+    assert first["root_cause"]["rank"] == 2
+    assert first["root_cause"]["traceback"].startswith("Traceback")
+    assert job["attempts"][1]["root_cause"] is None
+
+
+def test_report_json_of_a_failed_job(failed):
+    """--json of a failed job: status failed, exit code 1."""
+    code, text = _run(failed.logdir, "--json")
+    assert code == 1 and json.loads(text)["status"] == "failed"
+
+
+def test_missing_logdir_is_exit_2(tmp_path, capsys):
+    """A logdir that does not exist: one line on stderr naming it, exit 2."""
+    code, text = _run(str(tmp_path / "nope"))
+    assert code == report.EXIT_USAGE == 2 and text == ""
+    assert "nope" in capsys.readouterr().err
+
+
+def test_bad_option_is_exit_2(capsys):
+    """An unknown option is a usage error: exit 2."""
+    code, _ = _run("logs", "--no-such-option")
+    assert code == 2 and "unrecognized arguments" in capsys.readouterr().err
+
+
+def test_empty_logdir_reports_nothing_and_exits_0(tmp_path):
+    """A logdir with no attempts yet: nothing to report, exit 0."""
+    (tmp_path / "empty").mkdir()
+    code, text = _run(str(tmp_path / "empty"))
+    assert code == 0 and "no elastic job attempts recorded yet" in text
+
+
+def test_follow_stops_when_the_job_has_ended(restarted):
+    """--follow on a finished job draws once and returns without waiting."""
+    waits: list[float] = []
+    code, text = _run(restarted.logdir, "--follow", sleep=waits.append)
+    assert code == 0 and waits == [] and text.count("job job:") == 1
+
+
+def test_follow_waits_for_the_logdir_and_redraws(tmp_path):
+    """--follow waits for a logdir that is not there yet, redrawing every --interval, and stops
+    once the job written meanwhile has ended; the exit code is the job's."""
+    logdir = tmp_path / "later"
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        if len(waits) == 2:  # the job appears during the second wait
+            generate_job(logdir, nodes=2, workers_per_node=2, fail_last=True)
+
+    code, text = _run(str(logdir), "--follow", "--interval", "0.5", sleep=sleep)
+    assert code == 1 and waits == [0.5, 0.5]
+    assert text.count("waiting for it to appear") == 2
+    assert text.count("--- ") == 2  # a separator before each redraw in a log
+    assert "FAILED: the last attempt failed" in text
+
+
+def test_follow_stops_after_max_refreshes(tmp_path):
+    """The refresh limit (for tests and scripts) ends following a job that never ends."""
+    waits: list[float] = []
+    code, text = _run(str(tmp_path / "never"), "--follow", sleep=waits.append, max_refreshes=3)
+    assert code == 0 and len(waits) == 2
+
+
+def test_follow_json_prints_one_document_per_refresh(tmp_path):
+    """--follow --json: one JSON document per line and refresh."""
+    code, text = _run(
+        str(tmp_path / "never"), "--follow", "--json", sleep=lambda s: None, max_refreshes=2
+    )
+    docs = [json.loads(line) for line in text.splitlines()]
+    assert [d["status"] for d in docs] == ["waiting", "waiting"]
+
+
+def test_ctrl_c_stops_following(tmp_path):
+    """Ctrl-C while following ends it with the exit code of what was shown."""
+
+    def interrupt(seconds: float) -> None:
+        raise KeyboardInterrupt
+
+    code, _ = _run(str(tmp_path / "never"), "--follow", sleep=interrupt)
+    assert code == 0
+
+
+def test_report_is_a_tb_monitor_command(restarted, capsys):
+    """``tb-monitor report`` dispatches to the report command and returns its exit code."""
+    assert cli_main(["report", restarted.logdir]) == 0
+    assert "root cause" in capsys.readouterr().out
+
+
+def test_report_runs_as_a_process(failed):
+    """The console entry point prints the report and exits 1 for the failed job."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "tb_monitor.cli", "report", failed.logdir],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1 and "root cause" in proc.stdout
+
+
+@pytest.mark.slow
+def test_report_reads_a_logdir_on_s3(s3_bucket):
+    """A logdir in a bucket of a real S3 server reports the same root cause as a local one."""
+    logdir = f"{s3_bucket}/jobs/exp7"
+    generate_job(logdir, nodes=2, workers_per_node=2, restarts=1)
+    code, text = _run(logdir, "--json")
+    doc = json.loads(text)
+    assert code == 0 and doc["logdir"] == logdir
+    assert doc["jobs"][0]["attempts"][0]["root_cause"]["rank"] == 2
+
+
+@pytest.mark.slow
+def test_report_of_a_missing_s3_logdir_is_exit_2(s3_bucket, capsys):
+    """A prefix holding nothing in the bucket is an unreadable logdir: exit 2, naming it."""
+    code, _ = _run(f"{s3_bucket}/nothing-here")
+    assert code == 2 and "nothing-here" in capsys.readouterr().err

@@ -1,0 +1,95 @@
+"""The Timeline's restart analysis: every payload carries the attempts and their root causes
+(``tb_monitor.analysis.restarts``, the same as ``tb-monitor report``), and collateral ranks are
+drawn as STOPPED_BY_RESTART."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from plugin_helpers import column, local_provider, small_job
+from tensorboard import context as tb_context
+
+from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict, attempts
+from tb_monitor.logdir import readers
+from tb_plugin.query import Query, timeline_payload
+from tb_plugin.store import TimelineStore
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A synthetic 4x2 job with one failed attempt and a restart."""
+    return small_job(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture(scope="module")
+def store(job):
+    store = TimelineStore(local_provider(job.logdir))
+    store.refresh(tb_context.RequestContext(), force=True)
+    return store
+
+
+@pytest.fixture(scope="module")
+def payload(store):
+    """The whole job's payload, unfiltered."""
+    return timeline_payload(store.snapshot(), Query())
+
+
+def test_payload_attempts_match_the_analysis_of_the_logdir(job, payload):
+    """The payload's attempts are restarts.attempt_dict of the logdir's attempts (no traceback)."""
+    rows = readers.decode_timeline(readers.iter_timeline(job.logdir))
+    expected = [attempt_dict(a, traceback=False) for a in attempts(rows)]
+    got = [
+        {
+            **a,
+            "root_cause": a["root_cause"]
+            and {k: v for k, v in a["root_cause"].items() if k not in ("event", "lane")},
+        }
+        for a in payload["attempts"]
+    ]
+    assert got == expected
+
+
+def test_root_cause_points_at_its_event_and_lane(store, payload):
+    """The root cause names its record's event id and the position of its lane in the payload."""
+    cause = payload["attempts"][0]["root_cause"]
+    assert payload["lanes"][cause["lane"]]["label"] == f"rank {cause['rank']}"
+    ids = column(payload, "events", "id", "<u4")
+    assert cause["event"] in ids.tolist()
+    event = store.event(tb_context.RequestContext(), cause["event"])
+    assert event["fields"]["state"] == "FAILED" and event["fields"]["rank"] == cause["rank"]
+
+
+def test_collateral_ranks_are_stopped_by_restart(payload):
+    """Collateral ranks' first attempts and their end records are STOPPED_BY_RESTART; the root
+    cause's attempt stays FAILED, labelled with its reason."""
+    first = payload["attempts"][0]
+    stopped = payload["states"].index(STOPPED_BY_RESTART)
+    iv_lane = column(payload, "intervals", "lane", "<u4")
+    iv_state = column(payload, "intervals", "state", "<u2")
+    iv_label = column(payload, "intervals", "label", "<u4")
+    iv_t0 = column(payload, "intervals", "t0", "<f8")
+    labels = [lane["label"] for lane in payload["lanes"]]
+    for rank in first["collateral_ranks"]:
+        lane = labels.index(f"rank {rank}")
+        mine = np.flatnonzero(iv_lane == lane)
+        assert iv_state[mine[np.argmin(iv_t0[mine])]] == stopped
+    cause_lane = labels.index(f"rank {first['root_cause']['rank']}")
+    mine = np.flatnonzero(iv_lane == cause_lane)
+    earliest = mine[np.argmin(iv_t0[mine])]
+    assert payload["states"][iv_state[earliest]] == "FAILED"
+    assert payload["labels"][iv_label[earliest]] == f"attempt 0: {first['root_cause']['reason']}"
+    assert STOPPED_BY_RESTART in payload["facets"]["states"]
+
+
+def test_failed_filter_shows_only_root_causes(store):
+    """Filtering on FAILED keeps the root cause's records, not the collateral ranks' ends."""
+    filtered = timeline_payload(store.snapshot(), Query(state="FAILED"))
+    assert {lane["label"] for lane in filtered["lanes"]} == {
+        f"rank {a['root_cause']['rank']}" for a in filtered["attempts"] if a["root_cause"]
+    }
+
+
+def test_attempts_follow_the_job_filter(store, job):
+    """A job filter naming another job leaves no attempts."""
+    assert timeline_payload(store.snapshot(), Query(run_id=job.run_id))["attempts"]
+    assert timeline_payload(store.snapshot(), Query(run_id="other"))["attempts"] == []

@@ -1,0 +1,195 @@
+"""Real two-agent torchrun jobs for the acceptance tests, one per scenario, shared by the session.
+
+A pytest plugin, loaded by ``pytest_plugins`` in tests/conftest.py, so the integration tests, the
+restart analysis tests and the browser tests reuse one job per scenario (each takes ~20 s).
+
+Two agents run as separate processes on 127.0.0.1 (``--nnodes 2 --nproc-per-node 2``, c10d
+rendezvous, gloo on CPU), as two machines would. ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with
+torch 2.13 a two-agent restart on one host is flaky when the rendezvous TCP store is shared with
+the workers (torch issue 135712). ``LOGLEVEL=WARNING`` is set on purpose: torchelastic's event
+loggers take their level from it, and our capture must not lose anything to it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tb_monitor import contract
+from tb_monitor.logdir import readers
+
+SCRIPT = Path(__file__).parent / "integration" / "scripts" / "train_elastic.py"
+#: The rank the restarted job's first attempt fails on (with a ValueError at step 3).
+FAIL_RANK = 2
+#: The rank the always-failing and the SIGKILLed jobs fail on.
+OTHER_FAIL_RANK = 1
+MAX_RESTARTS = 2
+JOB_TIMEOUT = 120  # seconds; a job takes ~15-20 s here
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def timeline(logdir: Path | str) -> list[dict]:
+    """The timeline records under ``logdir`` so far (none before it exists)."""
+    if isinstance(logdir, Path) and not logdir.exists():
+        return []
+    return list(readers.decode_timeline(readers.iter_timeline(logdir)))
+
+
+def tb_monitor_command(*args: str) -> list[str]:
+    """``tb-monitor ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "tb_monitor.cli", *args]
+
+
+def tb_monitor_run(*args: str) -> list[str]:
+    return tb_monitor_command("run", *args)
+
+
+@dataclass
+class Job:
+    """A finished two-agent job: exit codes, output, and its logdir read back."""
+
+    run_id: str
+    returncodes: list[int]
+    output: str
+    events: list[dict]
+    scalars: list[readers.Scalar]
+    started: float
+    logdir: str = field(default="")
+
+    def runs(self, prefix: str) -> set[str]:
+        return {e["run"] for e in self.events if e["run"].startswith(f"{self.run_id}/{prefix}")}
+
+    def events_named(self, name: str) -> list[dict]:
+        return [e for e in self.events if e["name"] == name]
+
+    def scalar_values(self, run_prefix: str, tag: str) -> list[float]:
+        return [
+            s.value
+            for s in self.scalars
+            if s.run.startswith(f"{self.run_id}/{run_prefix}") and s.tag == tag
+        ]
+
+
+def _lost_the_port(job: Job) -> bool:
+    """Whether the job failed because its rendezvous port was taken after free_port chose it."""
+    output = job.output.lower()
+    failed = any(code != 0 for code in job.returncodes)
+    return failed and ("eaddrinuse" in output or "address already in use" in output)
+
+
+def run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
+    """Run two agents of one job to the end and read the logdir back.
+
+    Another process may take the free port between choosing it and the agent binding it; such a
+    job is run once more on a new port (into a fresh logdir), and only then.
+    """
+    job = run_job_once(logdir, *script_args, max_restarts=max_restarts)
+    if _lost_the_port(job):
+        job = run_job_once(
+            logdir.with_name(f"{logdir.name}-retry"), *script_args, max_restarts=max_restarts
+        )
+    return job
+
+
+def run_job_once(logdir: Path | str, *script_args: str, max_restarts: int) -> Job:
+    """Run two agents of one job to the end and read the logdir back."""
+    from conftest import need
+
+    need("torch")
+    run_id = f"job-{uuid.uuid4().hex[:8]}"
+    endpoint = f"127.0.0.1:{free_port()}"
+    command = tb_monitor_run(
+        "--logdir",
+        str(logdir),
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={endpoint}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        str(SCRIPT),
+        *script_args,
+    )
+    env = {
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "LOGLEVEL": "WARNING",
+        "OMP_NUM_THREADS": "1",
+    }
+    env.pop(contract.LOGDIR_ENV, None)
+    started = time.time()
+    agents = [
+        subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # so a hung job is killed with all its workers
+        )
+        for _ in range(2)
+    ]
+    outputs = []
+    try:
+        for agent in agents:
+            outputs.append(agent.communicate(timeout=JOB_TIMEOUT)[0])
+    finally:
+        for agent in agents:
+            if agent.poll() is None:
+                os.killpg(agent.pid, signal.SIGKILL)
+                agent.wait()
+    return Job(
+        run_id=run_id,
+        returncodes=[agent.returncode for agent in agents],
+        output="\n".join(outputs),
+        events=timeline(logdir),
+        scalars=list(readers.iter_scalars(logdir)),
+        started=started,
+        logdir=str(logdir),
+    )
+
+
+@pytest.fixture(scope="session")
+def restarted(tmp_path_factory) -> Job:
+    """A job whose rank 2 raises a ValueError at step 3 of its first attempt only."""
+    tmp = tmp_path_factory.mktemp("restarted")
+    args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
+    args += ("--fail-exc", "ValueError", "--fail-step", "3")
+    return run_job(tmp / "logs", *args, max_restarts=MAX_RESTARTS)
+
+
+@pytest.fixture(scope="session")
+def always_failing(tmp_path_factory) -> Job:
+    """A job whose rank 1 raises a RuntimeError on every attempt (one restart allowed)."""
+    tmp = tmp_path_factory.mktemp("always")
+    args = ("--fail-rank", str(OTHER_FAIL_RANK), "--fail", "always")
+    return run_job(tmp / "logs", *args, max_restarts=1)
+
+
+@pytest.fixture(scope="session")
+def sigkilled(tmp_path_factory) -> Job:
+    """A job whose rank 1 is killed by SIGKILL on its first attempt (it records nothing itself)."""
+    tmp = tmp_path_factory.mktemp("sigkill")
+    args = ("--fail-rank", str(OTHER_FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
+    return run_job(tmp / "logs", *args, "--fail-how", "sigkill", max_restarts=MAX_RESTARTS)
+
+
+@pytest.fixture(scope="session")
+def healthy(tmp_path_factory) -> Job:
+    """A job where nothing fails."""
+    tmp = tmp_path_factory.mktemp("healthy")
+    return run_job(tmp / "logs", "--steps", "4", max_restarts=MAX_RESTARTS)
