@@ -33,6 +33,7 @@ __all__ = [
     "read_events",
     "read_scalars",
     "register_event_handler",
+    "step",
     "unregister_event_handler",
     "_WaitCounter",
     "_WaitCounterTracker",
@@ -51,6 +52,7 @@ _LAZY = {
     "unregister_event_handler": "tb_monitor._event",
     "TensorboardEventHandler": "tb_monitor.sinks",
     "STAT_EVENT": "tb_monitor.contract",
+    "step": "tb_monitor.integrations.rank_health",
     "_WaitCounter": "tb_monitor._wait_counter",
     "_WaitCounterTracker": "tb_monitor._wait_counter",
     "init": "tb_monitor.monitor",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
     from tb_monitor._stat import Aggregation, Stat
     from tb_monitor._wait_counter import _WaitCounter, _WaitCounterTracker
     from tb_monitor.contract import STAT_EVENT
+    from tb_monitor.integrations.rank_health import step
     from tb_monitor.logdir.readers import read_events, read_scalars
     from tb_monitor.monitor import init
     from tb_monitor.sinks import TensorboardEventHandler

@@ -178,6 +178,16 @@ class Monitor:
         )
         self._undo.append(bridge.close)
 
+    def _record_rank_health(self) -> None:
+        from datetime import timedelta
+
+        from tb_monitor.integrations.rank_health import RankHealth  # its install imports torch
+
+        window = float(os.environ.get("TB_MONITOR_RANK_WINDOW_S", 10.0))
+        heartbeat = float(os.environ.get("TB_MONITOR_HEARTBEAT_S", 5.0))
+        recorder = RankHealth(window=timedelta(seconds=window), heartbeat_s=heartbeat)
+        self._undo.append(recorder.install().close)
+
     def _hook_worker(self) -> None:
         hooks = worker.install(lambda event: events.record(event, "tensorboard"), self.flush)
         self._undo.append(hooks.close)
@@ -190,12 +200,15 @@ def init(
     max_queue: int = 65536,
     when_full: Literal["block", "drop"] = "block",
     torch: bool = False,
+    rank_health: bool | None = None,
 ) -> Monitor:
     """Write every tb_monitor API to TensorBoard under ``logdir`` (default ``$TB_MONITOR_LOGDIR``).
 
     ``flush_secs``, ``max_queue`` and ``when_full`` configure the ``AsyncWriter``. Fails with an
     error naming ``logdir`` when it cannot be created or written. ``torch=True`` wires the real
-    torch APIs too (it imports torch). A monitor still open from an earlier ``init`` is closed
+    torch APIs too (it imports torch), and records this rank's step and collective timing for
+    straggler and hang detection (``integrations.rank_health``; ``rank_health=False`` or
+    ``$TB_MONITOR_RANK_HEALTH=0`` turns that part off). A monitor still open from an earlier ``init`` is closed
     first (with a warning), so re-running a notebook cell records everything once.
     """
     global _active
@@ -232,6 +245,10 @@ def init(
             monitor._register_destination(name, logging_handler)
         if torch:
             monitor._bridge_torch(event_handler, metric_handler, logging_handler)
+            if rank_health is None:
+                rank_health = os.environ.get("TB_MONITOR_RANK_HEALTH", "1") not in ("0", "false")
+            if rank_health:
+                monitor._record_rank_health()
         if worker.in_worker():
             monitor._hook_worker()
     except BaseException:

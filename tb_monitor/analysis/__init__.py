@@ -2,7 +2,8 @@
 
 Shared by the notebooks, the plugin, the exports and the command line. Each analysis is one
 module: ``restarts`` (one row per attempt of an elastic job: why it ended, its root cause and
-the ranks that went down with it). pandas is imported only when an analysis runs (the ``pandas``
+the ranks that went down with it) and ``stragglers`` (slow ranks, and the rank a stalled job
+waits for, from per-rank step and collective timing). pandas is imported only when an analysis runs (the ``pandas``
 extra); the module's plain-Python core (``tb_monitor.analysis.restarts.attempts``) serves the
 Timeline plugin and ``tb-monitor report`` without it.
 
@@ -11,5 +12,6 @@ Each function takes a logdir (a path or an ``s3://`` / ``gs://`` URL) or the Dat
 """
 
 from tb_monitor.analysis.restarts import restart_summary, restarts
+from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
 
-__all__ = ["restart_summary", "restarts"]
+__all__ = ["rank_windows", "restart_summary", "restarts", "stalls", "stragglers"]

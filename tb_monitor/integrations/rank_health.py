@@ -1,0 +1,198 @@
+"""Per-rank step and collective timing, recorded as Stat windows: what straggler and hang
+detection read (``tb_monitor.analysis.stragglers``).
+
+In synchronous data-parallel training every rank's step *period* is the same: the fast ranks wait
+in the collective for the slow one. What tells ranks apart is how long each waits in collectives
+(the straggler waits least) and which rank has not entered the collective the others are in (a
+hang). So each rank records, as Stats (one window per ``window``; the training thread pays one
+``perf_counter`` and one ``Stat.add`` per step and per collective):
+
+- ``rank/step_s`` (COUNT, SUM, MIN, MAX): seconds between step boundaries. A boundary is an
+  optimizer's ``step()`` (torch's global optimizer step post-hook; with several optimizers the
+  first one seen marks steps, and gradient accumulation counts one step per ``step()``), or an
+  explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts);
+- ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
+  called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...; an ``async_op`` is timed
+  to its launch). DDP's gradient buckets are reduced in C++ and are not seen: their wait is part
+  of the step;
+- heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
+  reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
+  sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
+  seconds inside the current collective, 0 outside one), ``rank/since_step_s`` (VALUE: seconds
+  since the last step boundary).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from tb_monitor._stat import Aggregation, Stat
+
+__all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
+
+#: The torch.distributed functions timed as collectives.
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+)
+
+_current: RankHealth | None = None
+
+
+def current() -> RankHealth | None:
+    """The rank-health recorder installed by ``init(torch=True)``, if any."""
+    return _current
+
+
+def step() -> None:
+    """Mark a step boundary by hand (``tb_monitor.step()``), for loops without an optimizer.
+
+    Once called, optimizer steps no longer count as boundaries. Without ``init(torch=True)``
+    (or ``tb-monitor run``) it does nothing.
+    """
+    recorder = _current
+    if recorder is not None:
+        recorder.manual_step()
+
+
+class RankHealth:
+    """Installs the step hook and the collective wrappers into torch; ``close()`` undoes both."""
+
+    def __init__(
+        self,
+        *,
+        window: timedelta = timedelta(seconds=10),
+        heartbeat_s: float = 5.0,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        self._clock = clock
+        self._step_s = Stat(
+            "rank/step_s",
+            [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
+            window,
+        )
+        self._collective_s = Stat(
+            "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
+        )
+        self._beats = {
+            name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
+            for name in ("steps", "entered", "left", "in_collective_s", "since_step_s")
+        }
+        self._heartbeat_s = heartbeat_s
+        self._last_step = clock()
+        self._steps = 0
+        self._entered = 0
+        self._left = 0
+        self._in_since: float | None = None
+        self._manual = False
+        self._step_owner: int | None = None  # id of the optimizer whose steps count
+        self._undo: list[Callable[[], None]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- recording (the training thread) -------------------------------------------------------
+
+    def _boundary(self) -> None:
+        now = self._clock()
+        self._step_s.add(now - self._last_step)
+        self._last_step = now
+        self._steps += 1
+
+    def manual_step(self) -> None:
+        """An explicit step boundary; from now on only these count."""
+        self._manual = True
+        self._boundary()
+
+    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._manual:
+            return
+        owner = id(optimizer)
+        if self._step_owner is None:
+            self._step_owner = owner
+        if owner == self._step_owner:
+            self._boundary()
+
+    def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(function)
+        def collective(*args: Any, **kwargs: Any) -> Any:
+            self._entered += 1
+            start = self._in_since = self._clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                self._in_since = None
+                self._left = self._entered
+                self._collective_s.add(self._clock() - start)
+
+        collective.__tb_monitor_timed__ = function  # type: ignore[attr-defined]
+        return collective
+
+    # -- heartbeats (a daemon thread) -----------------------------------------------------------
+
+    def beat(self) -> None:
+        """Record one heartbeat now (the daemon thread calls this every ``heartbeat_s``)."""
+        now = self._clock()
+        since = self._in_since
+        self._beats["steps"].add(self._steps)
+        self._beats["entered"].add(self._entered)
+        self._beats["left"].add(self._left)
+        self._beats["in_collective_s"].add(0.0 if since is None else now - since)
+        self._beats["since_step_s"].add(now - self._last_step)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._heartbeat_s):
+            self.beat()
+
+    # -- install / close ------------------------------------------------------------------------
+
+    def install(self) -> RankHealth:
+        """Hook torch's optimizer steps and wrap its collectives; start the heartbeat."""
+        global _current
+        import torch.distributed as dist
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        handle = register_optimizer_step_post_hook(self._optimizer_stepped)
+        self._undo.append(handle.remove)
+        for name in COLLECTIVES:
+            original = getattr(dist, name, None)
+            if original is None or hasattr(original, "__tb_monitor_timed__"):
+                continue
+            setattr(dist, name, self._timed(original))
+            self._undo.append(functools.partial(_restore, dist, name, original))
+        self._thread = threading.Thread(target=self._run, name="tb_monitor-heartbeat", daemon=True)
+        self._thread.start()
+        _current = self
+        return self
+
+    def close(self) -> None:
+        """Undo what ``install`` did and end the Stats' windows."""
+        global _current
+        if _current is self:
+            _current = None
+        self._stop.set()
+        while self._undo:
+            self._undo.pop()()
+        self.beat()
+        for stat in (self._step_s, self._collective_s, *self._beats.values()):
+            stat.close()
+
+
+def _restore(module: Any, name: str, original: Any) -> None:
+    current_value = getattr(module, name, None)
+    if getattr(current_value, "__tb_monitor_timed__", None) is original:
+        setattr(module, name, original)

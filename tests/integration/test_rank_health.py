@@ -1,0 +1,128 @@
+"""Stragglers and hangs in real torchrun jobs (2 agents x 2 workers, gloo, an all_reduce a step),
+recorded with no tb_monitor call in the loop and found by tb_monitor.analysis.stragglers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import need
+from torchrun_jobs import free_port, tb_monitor_run
+
+from tb_monitor import contract
+from tb_monitor.analysis.stragglers import stalls, stragglers
+
+SCRIPT = Path(__file__).parent / "scripts" / "train_rank_health.py"
+WINDOW_S = 1.0
+
+
+def _start(logdir: Path, *script_args: str) -> list[subprocess.Popen]:
+    need("torch")
+    need("pandas")
+    command = tb_monitor_run(
+        "--logdir",
+        str(logdir),
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-id=rh-{uuid.uuid4().hex[:8]}",
+        "--max-restarts=0",
+        str(SCRIPT),
+        *script_args,
+    )
+    env = {
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "OMP_NUM_THREADS": "1",
+        "TB_MONITOR_RANK_WINDOW_S": str(WINDOW_S),
+        "TB_MONITOR_HEARTBEAT_S": "0.5",
+    }
+    env.pop(contract.LOGDIR_ENV, None)
+    return [
+        subprocess.Popen(
+            command,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        for _ in range(2)
+    ]
+
+
+def _stop(agents: list[subprocess.Popen]) -> None:
+    for agent in agents:
+        if agent.poll() is None:
+            os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+def _finish(agents: list[subprocess.Popen]) -> list[int]:
+    try:
+        return [agent.wait(120) for agent in agents]
+    finally:
+        _stop(agents)
+
+
+@pytest.fixture(scope="module")
+def straggling(tmp_path_factory) -> Path:
+    """A finished job whose rank 1 computes 1.5x longer than the others."""
+    logdir = tmp_path_factory.mktemp("straggling") / "logs"
+    codes = _finish(_start(logdir, "--steps", "120", "--slow-rank", "1", "--slow-factor", "1.5"))
+    assert codes == [0, 0]
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory) -> Path:
+    """A finished job where every rank computes alike (with the machine's own jitter)."""
+    logdir = tmp_path_factory.mktemp("healthy-rh") / "logs"
+    assert _finish(_start(logdir, "--steps", "120")) == [0, 0]
+    return logdir
+
+
+@pytest.mark.slow
+def test_the_slowed_rank_is_the_only_straggler(straggling):
+    """Rank 1, computing 1.5x longer, is flagged; no other rank is."""
+    scores = stragglers(straggling, window_s=WINDOW_S)
+    assert scores[scores.flagged]["rank"].tolist() == [1]
+
+
+@pytest.mark.slow
+def test_a_healthy_job_raises_no_alarm(healthy):
+    """Normal jitter flags no straggler and no stall."""
+    assert not stragglers(healthy, window_s=WINDOW_S)["flagged"].any()
+    assert stalls(healthy, floor_s=3, window_s=WINDOW_S).empty
+
+
+@pytest.mark.slow
+def test_the_hanging_rank_is_named_while_the_job_still_runs(tmp_path):
+    """Rank 3 sleeps before step 5's collective; within 30 s, with the job still running,
+    stalls() names rank 3 as the one the others wait for."""
+    logdir = tmp_path / "logs"
+    agents = _start(logdir, "--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
+    named = None
+    try:
+        deadline = time.monotonic() + 60  # startup (~10 s) + detection (<= 30 s)
+        hang_seen_at = None
+        while time.monotonic() < deadline and named is None:
+            time.sleep(1)
+            try:
+                found = stalls(logdir, floor_s=3, window_s=WINDOW_S)
+            except FileNotFoundError:
+                continue
+            if not found.empty and hang_seen_at is None:
+                hang_seen_at = time.monotonic()
+            waited = found[found.waited_for]["rank"].tolist() if not found.empty else []
+            if waited:
+                named = waited
+        assert all(agent.poll() is None for agent in agents)  # still running
+    finally:
+        _stop(agents)
+    assert named == [3]
