@@ -156,6 +156,7 @@ class AsyncWriter:
 
         self._queue: deque[tuple] = deque()
         self._closed = False
+        self._closing_done = threading.Event()
         self._dropped = 0
         self._dropped_written = 0
         self._error: OSError | None = None  # the failure in progress, None when writing works
@@ -286,23 +287,37 @@ class AsyncWriter:
         self._bounded("flush", self._drain, self._sync)
 
     def close(self) -> None:
-        """Flush, close the file and stop accepting records. Idempotent; bounded in time."""
+        """Flush, close the file and stop accepting records. Idempotent; bounded in time.
+
+        A close while another is in progress (a SIGTERM arriving while the training code
+        closes its monitor) waits for that one: the process must not die with records on
+        their way to storage.
+        """
         if self._closed:
+            self._closing_done.wait(CLOSE_TIMEOUT_S)
             return
         self._closed = True
-        _shutdown.cancel(self.close)
-        _shutdown.cancel(self.flush)
         with self._room:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
-            self._bounded("close", self._drain, self._sync, self._close_file)
+            # An object store's close uploads and seals what is left: no separate flush first.
+            steps = [self._drain, self._close_file]
+            if not self._remote:
+                steps.insert(1, self._sync)
+            self._bounded("close", *steps, done=self._closing_done)
         finally:
             _service.remove(self)
+            # Only now: a SIGTERM during the close runs the exit hooks, whose close waits.
+            _shutdown.cancel(self.close)
+            _shutdown.cancel(self.flush)
 
-    def _bounded(self, what: str, *steps: Callable[[], None]) -> None:
+    def _bounded(
+        self, what: str, *steps: Callable[[], None], done: threading.Event | None = None
+    ) -> None:
         """Run ``steps`` under the drain lock on a helper thread, waiting ``CLOSE_TIMEOUT_S`` at
-        most: a write that never returns (hung storage) must not hang the caller, or exit."""
-        done = threading.Event()
+        most: a write that never returns (hung storage) must not hang the caller, or exit.
+        ``done`` is set by the helper once the steps ran."""
+        done = threading.Event() if done is None else done
 
         def run() -> None:
             try:
@@ -315,13 +330,15 @@ class AsyncWriter:
                 done.set()
 
         threading.Thread(target=run, name=f"tb_monitor-{what}", daemon=True).start()
-        if not done.wait(CLOSE_TIMEOUT_S):
+        # An object store gets its own upload deadline (the stream warns when it passes).
+        timeout = fs.FLUSH_TIMEOUT_S + CLOSE_TIMEOUT_S if self._remote else CLOSE_TIMEOUT_S
+        if not done.wait(timeout):
             _log.warning(
                 "tb_monitor: %s of %s gave up after %.0f s: the writer is stuck in storage; "
                 "%d records still queued",
                 what,
                 self._path or self._run_dir,
-                CLOSE_TIMEOUT_S,
+                timeout,
                 len(self._queue),
             )
 

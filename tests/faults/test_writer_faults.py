@@ -293,3 +293,26 @@ def test_two_processes_sharing_a_run_directory_clobber_nothing(tmp_path):
     assert [p.wait(60) for p in procs] == [0, 0]
     assert len(os.listdir(run)) == 2
     assert sorted(_points(tmp_path)["x"]) == sorted([float(i) for i in range(5000)] * 2)
+
+
+def test_a_sigterm_during_close_waits_for_the_records_on_their_way(tmp_path):
+    """The race behind a lost final failure: SIGTERM arrives while the training code's close()
+    is still writing (the agent tearing the group down); the process dies only after the write,
+    so the record is on disk."""
+    script = """
+        import os, signal, sys, threading, time
+        from tb_monitor.sinks.writer import AsyncWriter
+        writer = AsyncWriter(sys.argv[1], flush_secs=3600)
+        real_write = writer._file.write
+        def slow_write(data):
+            time.sleep(1.0)  # storage takes a while; the SIGTERM comes meanwhile
+            return real_write(data)
+        writer._file.write = slow_write
+        writer.add_scalar("final_failure", 1.0)
+        threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        writer.close()
+        time.sleep(5)  # the SIGTERM ends the process before this
+    """
+    result = _run(script, str(tmp_path / "run"))
+    assert result.returncode == -15, result.stderr
+    assert _points(tmp_path)["final_failure"] == [1.0]
