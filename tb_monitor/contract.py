@@ -77,14 +77,26 @@ def plugin_content() -> bytes:
     return json.dumps({"version": CONTENT_VERSION}).encode()
 
 
+def _writable(tag: str, what: str, value: str) -> str:
+    """``tag``, or a ValueError naming ``value`` when it is no valid Unicode (a lone surrogate
+    cannot be written to an event file)."""
+    try:
+        tag.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {value!r} cannot be written: it is not valid Unicode (a lone surrogate)"
+        ) from None
+    return tag
+
+
 def stat_tag(stat_name: str, aggregation: str) -> str:
     """Scalar tag of one aggregation of a Stat window, named as torch.monitor names it."""
-    return f"{stat_name}.{aggregation.lower()}"
+    return _writable(f"{stat_name}.{aggregation.lower()}", "Stat name", stat_name)
 
 
 def metric_tag(group: str, name: str) -> str:
     """Scalar tag of a torchelastic metric: TensorBoard sections tags by the prefix."""
-    return f"{group}/{name}"
+    return _writable(f"{group}/{name}", "metric", f"{group}/{name}")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ Routes (under ``data/plugin/tb_monitor_timeline/``):
 - ``static/<path>``: the ES-module frontend and its stylesheet, from a fixed list of files.
 - ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.query.Query`).
 - ``event?id=<n>``: every field of one event, for the details panel.
-- ``status``: the data generation, so the frontend polls cheaply for new events.
+- ``status``: the data generation, so the frontend polls cheaply for new events, and how many
+  undecodable records were skipped (``skipped``).
 
 Records are decoded off the request threads (:mod:`tb_plugin.refresher`): the default experiment
 starts warming up as soon as TensorBoard loads the plugin, and a request never waits more than a
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from typing import Any
 
@@ -137,7 +139,8 @@ class TimelinePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_event(self, request: wrappers.Request) -> wrappers.Response:
         raw = request.args.get("id", "")
-        if not raw.isdecimal():
+        # ASCII digits, bounded before int(): a 5000-digit numeral would raise in int() itself.
+        if not re.fullmatch(r"[0-9]{1,18}", raw):
             return _error(request, f"id must be a non-negative integer, got {raw!r:.80}", 400)
         store = self._fresh_store(request)
         try:
@@ -148,7 +151,9 @@ class TimelinePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_status(self, request: wrappers.Request) -> wrappers.Response:
         store = self._fresh_store(request)
-        return _json(request, {"generation": store.generation, "loading": store.loading()})
+        skipped = store.skipped()["count"]
+        body = {"generation": store.generation, "loading": store.loading(), "skipped": skipped}
+        return _json(request, body)
 
 
 def _lift_sampling(samples_per_plugin: Any) -> dict[str, int]:

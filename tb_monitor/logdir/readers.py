@@ -8,6 +8,20 @@ Python loader spends most of its time checksumming in Python). A torn record at 
 
 A run is the directory holding the event files, relative to the logdir with ``/`` separators;
 event files directly in the logdir belong to the run ``"."``, as TensorBoard names it.
+
+Damage is skipped, never fatal, and every whole record before and after it is kept: a record
+whose checksums fail (see ``tfrecord``), a whole record that is not an ``Event`` (or is empty),
+and a timeline record whose payload is not a JSON object. Each skip logs a warning naming the
+file and byte offset. To count them, pass a :class:`DamageReport` to any reader and inspect it
+afterwards, or let :func:`damage` read a whole logdir for you::
+
+    report = readers.DamageReport()
+    frame = readers.read_scalars(logdir, report=report)
+    report.counts()  # {"data_crc": 1, "not_an_event": 2}: pieces skipped per reason
+    for piece in report:  # Damage(path, offset, size, reason, detail)
+        print(piece)
+
+    print(readers.damage(logdir))  # every reason, every file of the logdir
 """
 
 from __future__ import annotations
@@ -22,15 +36,19 @@ from tensorboard.compat.proto import event_pb2
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, tfrecord
+from tb_monitor.logdir.tfrecord import Damage, DamageReport
 
 if TYPE_CHECKING:
     import pandas
 
 __all__ = [
     "EVENT_COLUMNS",
+    "Damage",
+    "DamageReport",
     "SCALAR_COLUMNS",
     "Scalar",
     "TimelineRecord",
+    "damage",
     "decode_timeline",
     "iter_events",
     "iter_run_events",
@@ -73,27 +91,49 @@ def iter_runs(logdir: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
     return fs.run_dirs(os.fspath(logdir))
 
 
-def iter_run_events(run_dir: str | os.PathLike[str]) -> Iterator[event_pb2.Event]:
+def iter_run_events(
+    run_dir: str | os.PathLike[str], report: DamageReport | None = None
+) -> Iterator[event_pb2.Event]:
     """Every intact ``Event`` of one run directory, file by file in TensorBoard's order."""
+    for _, _, event in _iter_located_events(run_dir, report):
+        yield event
+
+
+def _iter_located_events(
+    run_dir: str | os.PathLike[str], report: DamageReport | None
+) -> Iterator[tuple[str, int, event_pb2.Event]]:
+    """``(file, byte offset, Event)`` of every intact event of one run directory."""
     for path in fs.event_files(os.fspath(run_dir)):
-        for offset, data in enumerate(tfrecord.iter_records(path)):
+        for offset, data in tfrecord.iter_records_at(path, report):
             try:
-                yield event_pb2.Event.FromString(data)
-            except DecodeError:
-                _log.warning("%s: record %d is not an Event; skipping it", path, offset)
+                if not data:
+                    raise DecodeError("an empty record")
+                event = event_pb2.Event.FromString(data)
+            except DecodeError as exc:
+                _log.warning(
+                    "%s: the record at byte %d is not an Event (%s); skipping it", path, offset, exc
+                )
+                if report is not None:
+                    report.add(path, offset, len(data) + 16, tfrecord.NOT_AN_EVENT, str(exc))
+                continue
+            yield path, offset, event
 
 
-def iter_events(logdir: str | os.PathLike[str]) -> Iterator[tuple[str, event_pb2.Event]]:
+def iter_events(
+    logdir: str | os.PathLike[str], report: DamageReport | None = None
+) -> Iterator[tuple[str, event_pb2.Event]]:
     """``(run, Event)`` for every event of every run under ``logdir``."""
     for run, directory in iter_runs(logdir):
-        for event in iter_run_events(directory):
+        for event in iter_run_events(directory, report):
             yield run, event
 
 
-def iter_scalars(logdir: str | os.PathLike[str]) -> Iterator[Scalar]:
+def iter_scalars(
+    logdir: str | os.PathLike[str], report: DamageReport | None = None
+) -> Iterator[Scalar]:
     """Every scalar point under ``logdir``: ``simple_value`` and scalar-plugin tensors."""
     scalar_tensor_tags: set[tuple[str, str]] = set()
-    for run, event in iter_events(logdir):
+    for run, event in iter_events(logdir, report):
         step, wall_time = event.step, event.wall_time
         for value in event.summary.value:
             which = value.WhichOneof("value")
@@ -114,27 +154,72 @@ def _tensor_scalar(tensor: Any) -> float:
     return float(tensor_util.make_ndarray(tensor).item())
 
 
-def iter_timeline(logdir: str | os.PathLike[str]) -> Iterator[TimelineRecord]:
-    """Every timeline record under ``logdir``, in file order (see ``tb_monitor.contract``)."""
-    for run, event in iter_events(logdir):
-        for value in event.summary.value:
-            kind = contract.kind_of_tag(value.tag)
-            if kind is None or not value.tensor.string_val:
-                continue
-            payload = value.tensor.string_val[0].decode("utf-8", "replace")
-            yield TimelineRecord(run, event.wall_time, event.step, kind, payload)
+def iter_timeline(
+    logdir: str | os.PathLike[str], report: DamageReport | None = None
+) -> Iterator[TimelineRecord]:
+    """Every timeline record under ``logdir``, in file order (see ``tb_monitor.contract``).
+
+    Given a ``report``, each payload is also checked to be a JSON object here, where its file and
+    offset are known: one that is not is counted (``bad_payload``) and left out. Without one,
+    payloads are not parsed here; ``decode_timeline`` leaves out the unreadable ones.
+    """
+    for run, directory in iter_runs(logdir):
+        for path, offset, event in _iter_located_events(directory, report):
+            for value in event.summary.value:
+                kind = contract.kind_of_tag(value.tag)
+                if kind is None or not value.tensor.string_val:
+                    continue
+                payload = value.tensor.string_val[0].decode("utf-8", "replace")
+                if report is not None:
+                    problem = _payload_problem(kind, payload)
+                    if problem is not None:
+                        _log.warning(
+                            "%s: the %s record at byte %d (run %r, step %d) is unreadable: %s; "
+                            "skipping it",
+                            path,
+                            kind,
+                            offset,
+                            run,
+                            event.step,
+                            problem,
+                        )
+                        size = event.ByteSize() + 16
+                        report.add(path, offset, size, tfrecord.BAD_PAYLOAD, problem)
+                        continue
+                yield TimelineRecord(run, event.wall_time, event.step, kind, payload)
 
 
-def decode_timeline(records: Iterable[TimelineRecord]) -> Iterator[dict[str, Any]]:
+def _payload_problem(kind: str, payload: str) -> str | None:
+    """Why a timeline payload cannot be decoded, or None when it can."""
+    try:
+        contract.decode_record(kind, payload)
+    except (ValueError, TypeError, AttributeError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return None
+
+
+def decode_timeline(
+    records: Iterable[TimelineRecord], report: DamageReport | None = None
+) -> Iterator[dict[str, Any]]:
     """Timeline records as flat rows: run, wall_time, kind, then ``contract.FIELDS``.
 
-    A record that is not a JSON object is logged and left out.
+    A record that is not a JSON object is logged (by run, kind and step), counted in ``report``
+    if given (``bad_payload``, its path being the run and its offset the step), and left out.
     """
     for record in records:
         try:
             fields = contract.decode_record(record.kind, record.payload)
-        except ValueError as exc:
-            _log.warning("run %r: unreadable %s record: %s", record.run, record.kind, exc)
+        except (ValueError, TypeError, AttributeError) as exc:
+            _log.warning(
+                "run %r: unreadable %s record at step %d: %s",
+                record.run,
+                record.kind,
+                record.step,
+                exc,
+            )
+            if report is not None:
+                size = len(record.payload.encode("utf-8", "replace"))
+                report.add(record.run, record.step, size, tfrecord.BAD_PAYLOAD, str(exc)[:300])
             continue
         yield {"run": record.run, "wall_time": record.wall_time, "kind": record.kind, **fields}
 
@@ -151,22 +236,41 @@ def need_pandas() -> Any:
     return pandas
 
 
-def read_scalars(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
-    """Every scalar under ``logdir``: columns run, tag, step, wall_time, value."""
+def read_scalars(
+    logdir: str | os.PathLike[str], *, report: DamageReport | None = None
+) -> pandas.DataFrame:
+    """Every scalar under ``logdir``: columns run, tag, step, wall_time, value.
+
+    What is skipped as damaged is counted in ``report``, if given (see the module docstring).
+    """
     pd = need_pandas()
-    frame = pd.DataFrame.from_records(list(iter_scalars(logdir)), columns=SCALAR_COLUMNS)
+    frame = pd.DataFrame.from_records(list(iter_scalars(logdir, report)), columns=SCALAR_COLUMNS)
     return frame.astype({"step": "int64", "wall_time": "float64", "value": "float64"})
 
 
-def read_events(logdir: str | os.PathLike[str]) -> pandas.DataFrame:
+def read_events(
+    logdir: str | os.PathLike[str], *, report: DamageReport | None = None
+) -> pandas.DataFrame:
     """Every timeline event under ``logdir``, sorted by wall time.
 
     Columns: run, wall_time, kind, then ``tb_monitor.contract.FIELDS`` (name, source, state,
     hostname, pid, rank, local_id, run_id, message, error_trace, metadata), decoded from torch's
-    JSON by ``contract.decode_record``.
+    JSON by ``contract.decode_record``. What is skipped as damaged is counted in ``report``, if
+    given (see the module docstring).
     """
     pd = need_pandas()
-    rows = list(decode_timeline(iter_timeline(logdir)))
+    rows = list(decode_timeline(iter_timeline(logdir, report), report))
     frame = pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)
     frame = frame.astype({"wall_time": "float64"})
     return frame.sort_values("wall_time", kind="stable", ignore_index=True)
+
+
+def damage(logdir: str | os.PathLike[str]) -> DamageReport:
+    """Read every record of ``logdir`` (and check every timeline payload); what was skipped.
+
+    An empty report (falsy, ``len(report) == 0``) means every byte of every event file was read.
+    """
+    report = DamageReport()
+    for _ in iter_timeline(logdir, report):
+        pass
+    return report

@@ -45,7 +45,8 @@ def _text_metadata() -> summary_pb2.SummaryMetadata:
 
 
 def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
-    raw = value.encode() if isinstance(value, str) else value
+    # A lone surrogate (from a str that came through JSON or a file name) is kept as its escape.
+    raw = value.encode("utf-8", "backslashreplace") if isinstance(value, str) else value
     return tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING,
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),

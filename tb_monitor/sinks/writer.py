@@ -62,6 +62,7 @@ STALL_S = 1.0
 #: Longest ``flush()``/``close()`` wait for a writer thread stuck in storage.
 CLOSE_TIMEOUT_S = 10.0
 _MIN_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 30.0  # between write attempts while storage fails
+_INT_LIMIT = 2**1023  # ints at or beyond it may not fit a float
 
 _file_counter = itertools.count()
 _time = time.time
@@ -78,10 +79,14 @@ def _check_tag(tag: object) -> str:
 
 
 def _real(value: object, what: str) -> float:
+    if isinstance(value, (str, bytes, bytearray)):  # float() would parse text
+        raise TypeError(f"{what} must be a real number, got {value!r:.200}")
     try:
         return float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise TypeError(f"{what} must be a real number, got {value!r}") from None
+        raise TypeError(f"{what} must be a real number, got {value!r:.200}") from None
+    except OverflowError:
+        raise OverflowError(f"{what}: {value!r:.50} is beyond a float's range") from None
 
 
 def _scalar_value(value: object, what: str) -> Any:
@@ -229,7 +234,9 @@ class AsyncWriter:
     ) -> None:
         """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
         # The hot path of every metric: type checks inline, no call unless something is off.
-        if type(value) is not float and type(value) is not int:
+        if type(value) is int and not -_INT_LIMIT < value < _INT_LIMIT:
+            value = _real(value, f"scalar {tag!r}")  # beyond a float's range: refused
+        elif type(value) is not float and type(value) is not int:
             value = _scalar_value(value, f"scalar {tag!r}")
             if type(value) is not float:
                 self._tensors_queued = True  # read back on the writer thread, before encoding
@@ -452,6 +459,7 @@ class AsyncWriter:
                 else:
                     out += self._summary_record(item)
             except Exception:  # arguments were checked by the caller: this is a bug
+                self._dropped += 1
                 _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
         return out
 

@@ -69,15 +69,16 @@ def test_corrupt_data_in_the_middle_skips_that_record(tmp_path, caplog):
     assert f"{path}: corrupt record data at byte {offset}" in caplog.text
 
 
-def test_corrupt_length_ends_the_file(tmp_path, caplog):
-    """A record whose length checksum fails ends that file with a warning naming file and offset."""
+def test_corrupt_length_resumes_at_the_next_record(tmp_path, caplog):
+    """A record whose length checksum fails is skipped with a warning naming file and offset, and
+    reading resumes at the next whole record (TensorBoard's loaders stop there)."""
     path = _write(tmp_path / "f.tfevents", [b"first", b"second", b"third"])
     raw = bytearray(path.read_bytes())
     offset = 12 + 5 + 4
     raw[offset : offset + 8] = struct.pack("<Q", 10**6)
     path.write_bytes(bytes(raw))
     with caplog.at_level(logging.WARNING):
-        assert list(tfrecord.iter_records(path)) == [b"first"]
+        assert list(tfrecord.iter_records(path)) == [b"first", b"third"]
     assert f"{path}: corrupt record length at byte {offset}" in caplog.text
 
 

@@ -354,9 +354,12 @@ def test_c_and_python_scalar_encoders_write_identical_bytes(tmp_path, monkeypatc
 
 
 def test_values_beyond_float32_are_written_as_infinities(logdir):
-    """A value too large for float32, a huge int included, lands as a signed infinity."""
+    """A value too large for float32, a huge int that fits a float included, lands as a signed
+    infinity; an int beyond a float's range is refused naming the tag."""
     with AsyncWriter(logdir) as writer:
-        for value in (1e39, -1e39, 10**300, -(10**400)):
+        for value in (1e39, -1e39, 10**300, -(10**300)):
             writer.add_scalar("big", value)
+        with pytest.raises(OverflowError, match="'big'"):
+            writer.add_scalar("big", 10**400)
     inf = float("inf")
     assert [v for _, v in _scalars(logdir)["big"]] == [inf, -inf, inf, -inf]
