@@ -336,7 +336,11 @@ class AsyncWriter:
             finally:
                 done.set()
 
-        threading.Thread(target=run, name=f"tb_monitor-{what}", daemon=True).start()
+        try:
+            threading.Thread(target=run, name=f"tb_monitor-{what}", daemon=True).start()
+        except RuntimeError:  # Python 3.12+ starts no thread during interpreter shutdown
+            run()
+            return
         # An object store gets its own upload deadline (the stream warns when it passes).
         timeout = fs.FLUSH_TIMEOUT_S + CLOSE_TIMEOUT_S if self._remote else CLOSE_TIMEOUT_S
         if not done.wait(timeout):
