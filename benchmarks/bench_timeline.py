@@ -18,7 +18,20 @@ plugin's share, from its iframe's start to the first complete frame, is printed 
    one zoom or pan frame, each printed against its target. The 1M job is served as
    level-of-detail buckets; a zoomed-in window is fetched as detail.
 
+3. The Ranks view's server side in process at the full 1,024 ranks x 24 h (no TensorBoard: the
+   grid scored and flagged, then the payload of the whole job and of a zoomed hour), then the
+   Ranks view (``tb_plugin.ranks``) on a synthetic 1,024-rank x 24-h logdir of 10-s rank
+   windows (``tb_monitor.testing.generate_rank_windows``, two slow ranks; ``--ranks``,
+   ``--ranks-hours`` choose a smaller one): how long until TensorBoard has loaded it and the
+   view has every window, the warm ``ranks`` route (the whole job bucketed to 1,000 px), the
+   first render of the Ranks view from navigation and from the plugin's iframe start (after
+   TensorBoard's shell), and one zoom or pan frame; the anchor is TensorBoard's Scalars tab with
+   every rank's run selected, on the same TensorBoard and logdir, in the same rounds. TensorBoard
+   keeps every window of each scalar series (``--samples_per_plugin scalars=N``), so that both
+   see them all.
+
     python benchmarks/bench_timeline.py [--rounds 5] [--skip-big] [--screenshot docs/timeline.png]
+                                        [--ranks 1024] [--ranks-hours 24] [--only-ranks]
 
 ``--screenshot`` also saves the tab on a realistic small job at 1280x800 (the README's picture).
 """
@@ -39,11 +52,14 @@ import time
 import urllib.parse
 import urllib.request
 
+import numpy as np
 from tensorboard import context as tb_context
 
 from tb_monitor import contract
-from tb_monitor.testing import generate_job
+from tb_monitor.analysis.stragglers import longest_over, relative_scores
+from tb_monitor.testing import generate_job, generate_rank_windows
 from tb_plugin.query import Query, timeline_payload
+from tb_plugin.ranks import RankQuery, RankSnapshot, ranks_payload
 from tb_plugin.store import TimelineStore
 
 # The browser flags the plugin's browser tests use (Debian chromium, no network of its own).
@@ -53,8 +69,11 @@ sys.path.insert(
 from plugin_helpers import CHROMIUM_ARGS, local_provider  # noqa: E402
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/timeline"
+RANKS_ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/ranks"
 CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 TARGET_ROUTE_S, TARGET_FIRST_RENDER_S, TARGET_FRAME_MS = 0.5, 1.5, 16.0
+#: The Ranks view's first render is counted from the plugin's iframe start (issue 13).
+TARGET_RANKS_RENDER_S = 1.0
 
 
 def _report(what: str, value: float, target: float, unit: str) -> None:
@@ -137,13 +156,13 @@ def compare_in_process(logdir: str, rounds: int) -> None:
 class TensorBoard:
     """`tensorboard --logdir` on a free 127.0.0.1 port, as a context manager."""
 
-    def __init__(self, logdir: str):
+    def __init__(self, logdir: str, *extra: str):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir]
-        cmd += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5"]
+        cmd += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5", *extra]
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def __enter__(self) -> TensorBoard:
@@ -185,11 +204,13 @@ def _wait_all_loaded(tb: TensorBoard, total: int) -> tuple[float, float]:
     raise RuntimeError("TensorBoard did not load every record in time")
 
 
-def _warm_route(tb: TensorBoard, query: str = "?width=1000", n: int = 5) -> float:
+def _warm_route(
+    tb: TensorBoard, query: str = "?width=1000", n: int = 5, route: str = ROUTE
+) -> float:
     times = []
     for _ in range(n):
         time.sleep(1.1)  # past the store's refresh interval: each request also lists the series
-        times.append(tb.get(ROUTE + query)[0])
+        times.append(tb.get(route + query)[0])
     return statistics.median(times)
 
 
@@ -356,14 +377,203 @@ def screenshot(browser, path: str) -> None:
     print(f"\nscreenshot saved to {path}")
 
 
+# ---------------------------------------------------------------------------------------------
+# 3. The Ranks view
+# ---------------------------------------------------------------------------------------------
+
+_RANK_FRAMES_JS = """() => {
+    const v = window.tbRanks, out = [];
+    const zoom = (f, at) => { const s = v.view.start, e = v.view.end, t = s + (e - s) * at;
+                              v.setView(t - (t - s) * f, t + (e - t) * f); };
+    const pan = (px) => { const dt = px / (v.w - 64) * (v.view.end - v.view.start);
+                          v.setView(v.view.start + dt, v.view.end + dt); };
+    const frame = (change) => { change(); const t = performance.now(); v.drawNow();
+                                out.push(performance.now() - t); };
+    for (let k = 0; k < 20; k++) frame(() => zoom(0.8, 0.4));
+    for (let k = 0; k < 20; k++) frame(() => pan(k % 2 ? -60 : 45));
+    for (let k = 0; k < 10; k++) frame(() => { v.scroll.scrollTop += 97; });
+    for (let k = 0; k < 20; k++) frame(() => zoom(1.25, 0.4));
+    return out;
+}"""
+
+
+def ranks_in_process(ranks: int, hours: float, rounds: int) -> None:
+    """The server's share at full size without TensorBoard: a ranks x windows grid (numpy) scored
+    (``tb_monitor.analysis.stragglers``' core: relative scores, flags) and bucketed per request."""
+    windows = int(round(hours * 360))
+    rng = np.random.default_rng(0)
+    compute = (0.1 * (1 + rng.uniform(-0.05, 0.05, (ranks, windows)))).astype(np.float32)
+    compute[7] *= 1.5
+    start = time.perf_counter()
+    relative = relative_scores(compute).astype(np.float32)
+    longest = longest_over(relative)
+    scored = time.perf_counter() - start
+    snap = RankSnapshot(
+        generation=1,
+        loading=None,
+        window_s=10.0,
+        ranks=list(range(ranks)),
+        runs=[f"job/rank-{r}" for r in range(ranks)],
+        slot0=174_100_000,
+        compute=compute,
+        relative=relative,
+        steps=np.ones(ranks, dtype=np.int64),
+    )
+    lo, hi = snap.extent
+    whole, zoomed = [], []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        ranks_payload(snap, RankQuery(width=1000))
+        whole.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        mid = (lo + hi) / 2
+        ranks_payload(snap, RankQuery(start=mid - 1800, end=mid + 1800, width=2000))
+        zoomed.append(time.perf_counter() - t)
+    print(f"\nRanks view in process: {ranks:,} ranks x {hours:g} h = {ranks * windows:,} cells")
+    print(
+        f"  scores and flags of every cell (first load)   {scored:9.3f} s  (flagged {int((longest >= 3).sum())})"
+    )
+    _report("payload, whole job at 1000 px (median)", statistics.median(whole), TARGET_ROUTE_S, "s")
+    _report(
+        "payload, 1 h zoomed at 2000 px (median)", statistics.median(zoomed), TARGET_ROUTE_S, "s"
+    )
+
+
+def _wait_ranks_loaded(tb: TensorBoard, ranks: int, windows: int) -> tuple[float, float]:
+    """Poll the ranks route until every rank and window is there; the first and longest requests."""
+    deadline = time.monotonic() + 3600
+    first = longest = None
+    while time.monotonic() < deadline:
+        elapsed, data = tb.get(RANKS_ROUTE + "?width=1000")
+        first = elapsed if first is None else first
+        longest = max(elapsed, longest or 0.0)
+        if data["recorded"] >= ranks * windows and not data["loading"]:
+            return first, longest
+        time.sleep(2.0)
+    raise RuntimeError("TensorBoard did not load every rank window in time")
+
+
+def ranks_figures(browser, url: str) -> tuple[float, float, list[float]]:
+    """The Ranks view opened directly (the view is remembered in localStorage): first render
+    from navigation and from the iframe's start (s), and frame times (ms)."""
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    page.add_init_script("try { localStorage.setItem('tb-monitor.view', 'ranks'); } catch {}")
+    try:
+        page.goto(f"{url}/#{contract.PLUGIN_NAME}")
+        frame = page.wait_for_selector("iframe[src*='plugin_entry.html']").content_frame()
+        frame.wait_for_function(
+            "() => window.tbRanks && window.tbRanks.stats.firstRender", timeout=300_000
+        )
+        drawn = frame.evaluate("window.tbRanks.stats.firstRender")
+        first = (drawn - page.evaluate("performance.timeOrigin")) / 1000.0
+        own = (drawn - frame.evaluate("performance.timeOrigin")) / 1000.0
+        return first, own, frame.evaluate(_RANK_FRAMES_JS)
+    finally:
+        page.close()
+
+
+def run_ranks(browser, ranks: int, hours: float, rounds: int) -> None:
+    windows = int(round(hours * 360))
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        # A small elastic job for the tab's timeline records, and the ranks' windows after it.
+        job = generate_job(tmp, nodes=4, workers_per_node=2, restarts=1)
+        generate_rank_windows(
+            tmp,
+            ranks,
+            hours,
+            slow_ranks=(7, ranks // 2 + 3),
+            start=job.start,
+            run_id=job.run_id,
+            processes=os.cpu_count() or 1,
+        )
+        print(
+            f"\nRanks view: {ranks:,} ranks x {hours:g} h of 10-s windows = {ranks * windows:,} cells"
+        )
+        print(
+            f"  generated in                                 {time.perf_counter() - start:9.1f} s"
+        )
+        keep = (
+            f"scalars={max(1000, windows + 10)}"  # every window (0, "all", breaks the Scalars tab)
+        )
+        with TensorBoard(tmp, "--samples_per_plugin", keep) as tb:
+            start = time.perf_counter()
+            first_request, longest = _wait_ranks_loaded(tb, ranks, windows)
+            print(
+                f"  loaded by TensorBoard, read by us after      {time.perf_counter() - start:9.1f} s"
+            )
+            print(f"  first ranks request (may answer 'loading')   {first_request:9.3f} s")
+            print(f"  longest ranks request while loading          {longest:9.3f} s")
+            _, data = tb.get(RANKS_ROUTE + "?width=1000")
+            flagged = [s["rank"] for s in data["stragglers"]]
+            print(
+                f"  payload: {len(data['ranks'])} ranks x {data['bins']} buckets of {data['bin_s']:g} s, "
+                f"{len(data['cells']) / 1e6:.2f} MB of cells; stragglers {flagged}"
+            )
+            _report(
+                "ranks route, warm (median of 5)",
+                _warm_route(tb, route=RANKS_ROUTE),
+                TARGET_ROUTE_S,
+                "s",
+            )
+            fragment = _scalars_hash(tb)
+            ours_s, share_s, anchor_s, frames = [], [], [], []
+            for r in range(rounds):
+                if r % 2:
+                    anchor_s.append(anchor_first_render(browser, tb.url, fragment))
+                first, own, round_frames = ranks_figures(browser, tb.url)
+                ours_s.append(first)
+                share_s.append(own)
+                frames += round_frames
+                if not r % 2:
+                    anchor_s.append(anchor_first_render(browser, tb.url, fragment))
+            med = statistics.median
+            print(f"  first render from navigation (median of {rounds})  {med(ours_s):9.3f} s")
+            _report(
+                "first render after TensorBoard's shell", med(share_s), TARGET_RANKS_RENDER_S, "s"
+            )
+            print(f"  anchor: Scalars tab, {ranks} runs, first render {med(anchor_s):9.3f} s")
+            print(
+                f"  ratio ours (from navigation) / anchor        {med(ours_s) / med(anchor_s):9.3f}"
+            )
+            frames.sort()
+            _report(
+                f"zoom/pan/scroll frame, median of {len(frames)}",
+                med(frames),
+                TARGET_FRAME_MS,
+                "ms",
+            )
+            _report(
+                "zoom/pan/scroll frame, 95th percentile",
+                frames[int(len(frames) * 0.95)],
+                TARGET_FRAME_MS,
+                "ms",
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-big", action="store_true", help="skip the 1M-event job")
     parser.add_argument("--screenshot", metavar="PNG", help="also save the README screenshot")
+    parser.add_argument("--ranks", type=int, default=1024, help="ranks of the Ranks view's job")
+    parser.add_argument(
+        "--ranks-hours", type=float, default=24.0, help="hours of 10-s windows (default 24)"
+    )
+    parser.add_argument("--only-ranks", action="store_true", help="run only the Ranks view part")
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
+
+    ranks_in_process(args.ranks, 24.0, args.rounds)  # always the issue's full size
+    if args.only_ranks:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                run_ranks(browser, args.ranks, args.ranks_hours, args.rounds)
+            finally:
+                browser.close()
+        return
 
     with tempfile.TemporaryDirectory() as tmp:
         job = generate_job(tmp, nodes=64, workers_per_node=4, events=100_000, restarts=2)
@@ -376,6 +586,7 @@ def main() -> None:
             run_job(browser, "100k job", 64, 100_000, 4, lod=False, rounds=args.rounds)
             if not args.skip_big:
                 run_job(browser, "1M job", 512, 1_000_000, 4, lod=True, rounds=args.rounds)
+            run_ranks(browser, args.ranks, args.ranks_hours, args.rounds)
             if args.screenshot:
                 screenshot(browser, args.screenshot)
         finally:

@@ -3,6 +3,7 @@
     >>> tb_monitor.notebook.timeline("runs/demo")          # matplotlib figure, one row per lane
     >>> tb_monitor.notebook.restarts("runs/demo")          # per attempt: root cause, collateral
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
+    >>> tb_monitor.notebook.rank_heatmap("runs/demo")      # ranks x windows, relative slowness
 
 Each takes a logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame
 ``tb_monitor.read_events`` returned.
@@ -27,13 +28,13 @@ from tb_monitor.analysis.restarts import (
     restarts,
     timeline_rows,
 )
-from tb_monitor.timeline import Lane, lane_of, spans, state_color
+from tb_monitor.timeline import SLOWNESS_COLORS, Lane, lane_of, spans, state_color
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["restart_summary", "restarts", "timeline"]
+__all__ = ["rank_heatmap", "restart_summary", "restarts", "timeline"]
 
 
 def _need(module: str) -> Any:
@@ -145,3 +146,49 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="state")
     ax.set_title(f"{len(marks)} marks on {len(lanes)} lanes")
     return ax.figure
+
+
+def rank_heatmap(source: Any, *, window_s: float = 10.0, ax: Axes | None = None) -> Figure:
+    """Ranks x windows, each cell a rank's compute time over the median rank's in that window,
+    in the Ranks view's diverging scale (``tb_monitor.timeline.SLOWNESS_COLORS``, 0.5x to 2x);
+    flagged stragglers' labels in bold. ``source``: a logdir or ``read_scalars``' DataFrame;
+    ``window_s``: the recording window (``TB_MONITOR_RANK_WINDOW_S``)."""
+
+    from tb_monitor.analysis.stragglers import rank_windows, relative_scores, stragglers
+
+    plt = _need("matplotlib.pyplot")
+    colors = _need("matplotlib.colors")
+    frame = rank_windows(source, window_s=window_s)
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(11, 0.6 + 0.3 * max(1, frame["rank"].nunique())))
+    else:
+        fig = ax.figure
+    if frame.empty:
+        ax.set_title("no rank health recorded")
+        return fig
+    frame = frame.assign(slot=(frame["window_end"] / window_s).round().astype("int64"))
+    grid = frame.pivot_table(index="rank", columns="slot", values="compute_s", aggfunc="last")
+    relative = relative_scores(grid.to_numpy(dtype=float))
+    cmap = colors.LinearSegmentedColormap.from_list("slowness", list(SLOWNESS_COLORS))
+    start = datetime.fromtimestamp(grid.columns[0] * window_s, tz=timezone.utc)
+    image = ax.imshow(
+        relative,
+        aspect="auto",
+        interpolation="nearest",
+        cmap=cmap,
+        norm=colors.LogNorm(vmin=0.5, vmax=2.0),
+        extent=(0, len(grid.columns) * window_s, len(grid.index) - 0.5, -0.5),
+    )
+    flagged = set(stragglers(source, window_s=window_s).query("flagged")["rank"])
+    ax.set_yticks(range(len(grid.index)))
+    ax.set_yticklabels([f"rank {r}" for r in grid.index])
+    for label, rank in zip(ax.get_yticklabels(), grid.index, strict=True):
+        if rank in flagged:
+            label.set_fontweight("bold")
+    ax.set_xlabel(f"seconds since {start:%H:%M:%S} UTC ({window_s:g}-s windows)")
+    ax.set_title("compute time relative to the median rank")
+    bar = fig.colorbar(image, ax=ax, pad=0.01)
+    bar.ax.minorticks_off()
+    bar.set_ticks([0.5, 1.0, 2.0], labels=["0.5x", "1x", "2x"])
+    fig.tight_layout()
+    return fig

@@ -7,6 +7,9 @@
   ``clock.advance(...)`` deterministically, with no sleeping.
 - ``generate_job(...)``: realistic synthetic logdirs of a torchelastic job, for the plugin's
   tests, benchmarks and demos.
+- ``generate_rank_windows(...)``: the per-rank step and collective windows and heartbeats that
+  ``init(torch=True)`` records (``tb_monitor.integrations.rank_health``), for any number of
+  ranks and hours, with chosen slow ranks: the Ranks view's tests and benchmark.
 
     >>> with capture() as captured:
     ...     put_metric("loss", 1, "train")
@@ -48,6 +51,8 @@ __all__ = [
     "SyntheticJob",
     "capture",
     "generate_job",
+    "generate_rank_windows",
+    "rank_window_scalars",
     "manual_clock",
     "stat_implementations",
 ]
@@ -626,3 +631,104 @@ def generate_job(
                 for tag, value, wall_time, step in records.scalars.get(run, ()):
                     writer.add_scalar(tag, value, wall_time=wall_time, step=step)
     return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Synthetic rank health (tb_monitor.integrations.rank_health's scalars)
+# ---------------------------------------------------------------------------------------------
+
+
+def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> dict[str, float]:
+    """One window of one rank as ``rank_health`` writes it: ``steps`` steps, each computing
+    ``compute_s`` and waiting ``collective_s`` in collectives."""
+    step = compute_s + collective_s
+    return {
+        "rank/step_s.count": steps,
+        "rank/step_s.sum": steps * step,
+        "rank/step_s.min": step,
+        "rank/step_s.max": step,
+        "rank/collective_s.count": steps,
+        "rank/collective_s.sum": steps * collective_s,
+        "rank/collective_s.max": collective_s,
+    }
+
+
+def _write_rank_windows(args: tuple) -> int:
+    (logdir, run_id, rank, windows, seed, slow, window_s, start, step_s, jitter, factor) = args
+    rng = random.Random(seed * 1_000_003 + rank)
+    period = step_s * factor * (1 + jitter) + 0.002  # the slowest rank's step: all wait for it
+    steps = max(1, round(window_s / period))
+    compute_base = step_s * (factor if slow else 1.0)
+    end = start
+    with AsyncWriter(fs.join(os.fspath(logdir), f"{run_id}/rank-{rank}")) as writer:
+        add = writer.add_scalars
+        for i in range(windows):
+            compute = compute_base * (1 + rng.uniform(-jitter, jitter))
+            end = start + window_s * (i + 1) + rank * 0.003  # ranks close a window ms apart
+            add(rank_window_scalars(compute, period - compute, steps), wall_time=end)
+        beat = {
+            "rank/steps.value": steps * windows,
+            "rank/entered.value": steps * windows,
+            "rank/left.value": steps * windows,
+            "rank/in_collective_s.value": 0.0,
+            "rank/since_step_s.value": period / 2,
+        }
+        writer.add_scalars(beat, wall_time=end + 0.5)
+    return windows
+
+
+def generate_rank_windows(
+    logdir: str | os.PathLike[str],
+    ranks: int,
+    hours: float,
+    *,
+    seed: int = 0,
+    slow_ranks: tuple[int, ...] | list[int] = (),
+    slow_factor: float = 1.5,
+    window_s: float = 10.0,
+    step_s: float = 0.1,
+    jitter: float = 0.05,
+    run_id: str = "job",
+    start: float = DEFAULT_START,
+    processes: int = 1,
+) -> list[str]:
+    """Write ``hours`` of rank-health windows for ``ranks`` ranks of a synchronous job under
+    ``<logdir>/<run_id>/rank-<r>``; return the runs.
+
+    Every rank computes ``step_s`` per step (``slow_ranks``: ``slow_factor`` times longer) with
+    ``jitter`` uniform noise, and waits in collectives for the slowest rank, so step times are
+    equal and compute times tell ranks apart; each rank ends with one healthy heartbeat.
+    Deterministic for a ``seed``; ``processes`` > 1 writes ranks in parallel processes.
+    """
+    if ranks < 1 or hours <= 0:
+        raise ValueError(f"need ranks >= 1 and hours > 0, got {ranks!r}, {hours!r}")
+    windows = max(1, int(round(hours * 3600 / window_s)))
+    slow = set(slow_ranks)
+    factor = slow_factor if slow else 1.0
+    jobs = [
+        (
+            os.fspath(logdir),
+            run_id,
+            r,
+            windows,
+            seed,
+            r in slow,
+            window_s,
+            start,
+            step_s,
+            jitter,
+            factor,
+        )
+        for r in range(ranks)
+    ]
+    if processes > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(processes, mp_context=context) as pool:
+            list(pool.map(_write_rank_windows, jobs, chunksize=max(1, ranks // (4 * processes))))
+    else:
+        for job in jobs:
+            _write_rank_windows(job)
+    return [f"{run_id}/rank-{r}" for r in range(ranks)]

@@ -17,6 +17,7 @@ from tb_monitor import contract
 __all__ = [
     "END_STATES",
     "EXTRA_COLORS",
+    "SLOWNESS_COLORS",
     "STATES",
     "Lane",
     "Span",
@@ -55,6 +56,9 @@ STATES = (
     State("UNHEALTHY", "#fb8c00"),
     State("FAILED", "#e53935"),
 )
+#: The diverging scale of relative slowness (a rank's compute over the median of all ranks): half
+#: as slow or faster, the median, twice as slow or slower; the Ranks view and the notebook use it.
+SLOWNESS_COLORS = ("#2166ac", "#f7f7f7", "#b2182b")
 #: Colours for states not listed above, picked by a stable hash of the name.
 EXTRA_COLORS = ("#00897b", "#c0ca33", "#6d4c41", "#d81b60", "#3949ab", "#7cb342")
 _COLORS = {state.name: state.color for state in STATES}

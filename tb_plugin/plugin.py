@@ -5,6 +5,7 @@ Routes (under ``data/plugin/tb_monitor_timeline/``):
 - ``static/<path>``: the ES-module frontend and its stylesheet, from a fixed list of files.
 - ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.query.Query`).
 - ``event?id=<n>``: every field of one event, for the details panel.
+- ``ranks``: the Ranks view's heatmap, stragglers and stalls (see :mod:`tb_plugin.ranks`).
 - ``status``: the data generation, so the frontend polls cheaply for new events, and how many
   undecodable records were skipped (``skipped``).
 
@@ -29,6 +30,7 @@ from werkzeug import wrappers
 
 from tb_plugin import metadata
 from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
+from tb_plugin.ranks import RanksApp
 from tb_plugin.refresher import Refresher
 from tb_plugin.store import TimelineStore, UnknownEventError
 
@@ -72,6 +74,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
         self._refreshers_lock = threading.Lock()
         # Only these files are ever served: a request names one of them or gets a 404.
         self._static = _static_files(_STATIC_DIR)
+        self._ranks = RanksApp(self._provider, lambda r: self._fresh_store(r).snapshot().attempts)
         if self._provider is not None:
             self._refresher("")  # a local TensorBoard's one experiment: warm it up now
 
@@ -81,16 +84,22 @@ class TimelinePlugin(base_plugin.TBPlugin):
             "/timeline": self._serve_timeline,
             "/event": self._serve_event,
             "/status": self._serve_status,
+            "/ranks": self._ranks.serve,
         }
 
     def is_active(self) -> bool:
-        """Active when any run holds timeline records (TensorBoard asks only when unsure)."""
+        """Active when any run holds timeline records or rank-health windows (for the Ranks
+        view); TensorBoard asks only when unsure."""
         if self._provider is None:
             return False
+        context = tb_context.RequestContext()
         listing = self._provider.list_tensors(
-            tb_context.RequestContext(), experiment_id="", plugin_name=self.plugin_name
+            context, experiment_id="", plugin_name=self.plugin_name
         )
-        return any(listing.values())
+        if any(listing.values()):
+            return True
+        scalars = self._provider.list_scalars(context, experiment_id="", plugin_name="scalars")
+        return any(tag.startswith("rank/") for tags in scalars.values() for tag in tags)
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(

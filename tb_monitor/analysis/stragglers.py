@@ -13,21 +13,48 @@ Computed from the per-rank Stat windows ``tb_monitor.integrations.rank_health`` 
   the others are inside (behind in collective sequence).
 
 Each takes a logdir (local or a URL) or the DataFrame ``read_scalars`` returned. pandas is
-imported when called.
+imported when called. The scoring itself is plain numpy (``relative_scores``,
+``individual_scores``, ``longest_over``, ``stalled_ranks``), shared with the Timeline plugin's
+Ranks view (``tb_plugin.ranks``), which reads the same scalars through TensorBoard's data provider.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import warnings
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from tb_monitor.logdir import readers
 
 if TYPE_CHECKING:
     import pandas
 
-__all__ = ["WINDOW_COLUMNS", "rank_windows", "stalls", "stragglers"]
+__all__ = [
+    "FLAG_THRESHOLD",
+    "FLAG_WINDOWS",
+    "STALL_FACTOR",
+    "STALL_FLOOR_S",
+    "WINDOW_COLUMNS",
+    "individual_scores",
+    "longest_over",
+    "rank_of",
+    "rank_windows",
+    "relative_scores",
+    "stalled_ranks",
+    "stalls",
+    "stragglers",
+]
+
+#: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
+FLAG_THRESHOLD = 1.2
+FLAG_WINDOWS = 3
+#: A rank is stalled past STALL_FACTOR typical steps without a step boundary, at least the floor.
+STALL_FACTOR = 10.0
+STALL_FLOOR_S = 30.0
 
 WINDOW_COLUMNS = (
     "rank",
@@ -55,9 +82,107 @@ def _scalars(source: Any) -> pandas.DataFrame:
     raise TypeError(f"expected a logdir or a read_scalars DataFrame, got {source!r:.100}")
 
 
-def _rank_of(run: str) -> int | None:
+def rank_of(run: str) -> int | None:
+    """The rank a run directory holds (``.../rank-3``, ``job-rank-3``), or None."""
     match = _RANK_RUN.search(run)
     return int(match.group(1)) if match else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The scoring, on plain numpy grids: rows are ranks, columns are windows (NaN: no window)
+# ---------------------------------------------------------------------------------------------
+
+
+def relative_scores(compute: np.ndarray) -> np.ndarray:
+    """Each cell's compute time over the median of all ranks in its window (NaN where the
+    window's median is 0 or the cell is missing)."""
+    compute = np.asarray(compute, dtype=np.float64)
+    if compute.size == 0:
+        return compute.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows
+        median = np.nanmedian(compute, axis=0)
+    median = np.where(median > 0, median, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return compute / median[np.newaxis, :]
+
+
+def individual_scores(compute: np.ndarray) -> np.ndarray:
+    """Each cell's compute time over its rank's own best (smallest) window."""
+    compute = np.asarray(compute, dtype=np.float64)
+    if compute.size == 0:
+        return compute.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        best = np.nanmin(compute, axis=1)
+    best = np.where(best > 0, best, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return compute / best[:, np.newaxis]
+
+
+def longest_over(
+    scores: np.ndarray, threshold: float = FLAG_THRESHOLD, present: np.ndarray | None = None
+) -> np.ndarray:
+    """Per rank (row), the longest run of consecutive windows whose score is above
+    ``threshold``. Cells outside ``present`` (windows the rank did not record, or that were not
+    kept) neither count nor break a run; a present window with no score (NaN) breaks it."""
+    scores = np.asarray(scores, dtype=np.float64)
+    rows, cols = scores.shape
+    if not rows or not cols:
+        return np.zeros(rows, dtype=np.int64)
+    present = np.ones(scores.shape, dtype=bool) if present is None else np.asarray(present, bool)
+    over = present & (np.nan_to_num(scores, nan=-np.inf) > threshold)
+    broken = present & ~over
+    # Windows over so far, minus as many at the last break: the run ending at each cell.
+    count = np.cumsum(over, axis=1)
+    at_break = np.maximum.accumulate(np.where(broken, count, 0), axis=1)
+    return (count - at_break).max(axis=1).astype(np.int64)
+
+
+def stalled_ranks(
+    beats: Mapping[int, Mapping[str, float]],
+    typical_step_s: Mapping[int, float],
+    *,
+    now: float | None = None,
+    factor: float = STALL_FACTOR,
+    floor_s: float = STALL_FLOOR_S,
+) -> list[dict[str, Any]]:
+    """The stalled ranks from each rank's newest heartbeat values.
+
+    ``beats[rank]`` holds ``wall_time`` (when its newest heartbeat was logged) and the heartbeat
+    Stats' values by name: ``since_step_s``, ``entered``, ``left``, ``in_collective_s``.
+    Returns dicts with ``rank``, ``since_step_s``, ``entered``, ``left``, ``in_collective`` and
+    ``waited_for`` (the rank the others wait for: outside a collective while others are inside
+    one, or behind in the sequence of collectives entered), the waited-for first, then longest
+    stalled first.
+    """
+    if not beats:
+        return []
+    now = max(float(b["wall_time"]) for b in beats.values()) if now is None else now
+    rows = []
+    for rank, beat in beats.items():
+        if beat.get("since_step_s") is None:
+            continue
+        silent = now - float(beat["wall_time"])
+        since = float(beat["since_step_s"]) + silent
+        limit = max(floor_s, factor * float(typical_step_s.get(rank, 0.0) or 0.0))
+        if since <= limit:
+            continue
+        rows.append(
+            {
+                "rank": int(rank),
+                "since_step_s": since,
+                "entered": int(beat.get("entered") or 0),
+                "left": int(beat.get("left") or 0),
+                "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
+            }
+        )
+    inside_any = any(row["in_collective"] for row in rows)
+    most = max((row["entered"] for row in rows), default=0)
+    for row in rows:
+        row["waited_for"] = (not row["in_collective"] and inside_any) or row["entered"] < most
+    rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
+    return rows
 
 
 def _wide(scalars: pandas.DataFrame, window_s: float) -> pandas.DataFrame:
@@ -70,7 +195,7 @@ def _wide(scalars: pandas.DataFrame, window_s: float) -> pandas.DataFrame:
     wide = rows.pivot_table(index=["run", "slot"], columns="tag", values="value", aggfunc="last")
     wide["wall_time"] = rows.groupby(["run", "slot"])["wall_time"].max()
     wide = wide.reset_index()
-    wide["rank"] = wide["run"].map(_rank_of)
+    wide["rank"] = wide["run"].map(rank_of)
     return wide[wide["rank"].notna()]
 
 
@@ -108,7 +233,11 @@ def _aligned(windows: pandas.DataFrame, window_s: float) -> pandas.DataFrame:
 
 
 def stragglers(
-    source: Any, *, threshold: float = 1.2, windows: int = 3, window_s: float = 10.0
+    source: Any,
+    *,
+    threshold: float = FLAG_THRESHOLD,
+    windows: int = FLAG_WINDOWS,
+    window_s: float = 10.0,
 ) -> pandas.DataFrame:
     """One row per rank: its median ``relative`` and ``individual`` compute score, the longest
     run of consecutive windows above ``threshold``, and ``flagged``; slowest first."""
@@ -118,26 +247,25 @@ def stragglers(
     if frame.empty:
         return pd.DataFrame(columns=columns)
     frame = _aligned(frame, window_s)
-    median = frame.groupby("slot")["compute_s"].transform("median")
-    frame["relative"] = frame["compute_s"] / median.where(median > 0)
-    best = frame.groupby("rank")["compute_s"].transform("min")
-    frame["individual"] = frame["compute_s"] / best.where(best > 0)
-    rows = []
-    for rank, group in frame.sort_values("slot").groupby("rank"):
-        over = (group["relative"] > threshold).astype(int).tolist()
-        longest = run = 0
-        for flag in over:
-            run = run + 1 if flag else 0
-            longest = max(longest, run)
-        rows.append(
-            (
-                int(rank),
-                float(group["relative"].median()),
-                float(group["individual"].median()),
-                longest,
-                longest >= windows,
-            )
+    grid = frame.pivot_table(index="rank", columns="slot", values="compute_s", aggfunc="last")
+    compute = grid.to_numpy(dtype=np.float64)
+    relative = relative_scores(compute)
+    individual = individual_scores(compute)
+    longest = longest_over(relative, threshold, present=~np.isnan(compute))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rel_median = np.nanmedian(relative, axis=1)
+        ind_median = np.nanmedian(individual, axis=1)
+    rows = [
+        (
+            int(rank),
+            float(rel_median[i]),
+            float(ind_median[i]),
+            int(longest[i]),
+            bool(longest[i] >= windows),
         )
+        for i, rank in enumerate(grid.index.tolist())
+    ]
     result = pd.DataFrame.from_records(rows, columns=columns)
     return result.sort_values("relative", ascending=False, ignore_index=True)
 
@@ -146,8 +274,8 @@ def stalls(
     source: Any,
     *,
     now: float | None = None,
-    factor: float = 10.0,
-    floor_s: float = 30.0,
+    factor: float = STALL_FACTOR,
+    floor_s: float = STALL_FLOOR_S,
     window_s: float = 10.0,
 ) -> pandas.DataFrame:
     """One row per rank whose progress stopped: ``rank``, ``since_step_s`` (from its last
@@ -168,33 +296,22 @@ def stalls(
     newest = beats.sort_values("wall_time").groupby(["run", "tag"]).tail(1)
     latest = newest.pivot_table(index="run", columns="tag", values="value", aggfunc="last")
     latest["wall_time"] = newest.groupby("run")["wall_time"].max()
-    latest["rank"] = latest.index.map(_rank_of)
+    latest["rank"] = latest.index.map(rank_of)
     latest = latest[latest["rank"].notna()].set_index("rank")
-    now = float(latest["wall_time"].max()) if now is None else now
     typical = rank_windows(scalars, window_s=window_s).groupby("rank")["step_s"].median()
-    rows = []
-    for rank, beat in latest.iterrows():
-        silent = now - float(beat["wall_time"])
-        since = float(beat["rank/since_step_s.value"]) + silent
-        limit = max(floor_s, factor * float(typical.get(rank, 0.0) or 0.0))
-        if since <= limit:
-            continue
-        in_collective = float(beat.get("rank/in_collective_s.value", 0.0) or 0.0) > 0
-        rows.append(
-            (
-                int(rank),
-                since,
-                int(beat.get("rank/entered.value", 0) or 0),
-                int(beat.get("rank/left.value", 0) or 0),
-                in_collective,
-            )
-        )
+    names = ("since_step_s", "entered", "left", "in_collective_s")
+    newest_beats = {
+        int(rank): {
+            "wall_time": float(beat["wall_time"]),
+            **{
+                name: (None if pd.isna(v) else float(v))
+                for name in names
+                for v in [beat.get(f"rank/{name}.value", float("nan"))]
+            },
+        }
+        for rank, beat in latest.iterrows()
+    }
+    rows = stalled_ranks(newest_beats, typical.to_dict(), now=now, factor=factor, floor_s=floor_s)
     if not rows:
         return pd.DataFrame(columns=columns)
-    frame = pd.DataFrame.from_records(rows, columns=columns[:-1])
-    # The rank the others wait for: outside a collective while others are inside one, or
-    # behind in the sequence of collectives entered.
-    inside = frame["in_collective"]
-    most = frame["entered"].max()
-    frame["waited_for"] = (~inside & inside.any()) | (frame["entered"] < most)
-    return frame.sort_values(["waited_for", "since_step_s"], ascending=False, ignore_index=True)
+    return pd.DataFrame.from_records(rows, columns=columns)

@@ -10,8 +10,16 @@ analysis is ``tb_monitor.analysis.restarts`` (the Timeline tab and the notebook 
 ended (each agent recorded its verdict), or Ctrl-C; on a terminal the screen is redrawn, in a
 log each refresh is appended. With ``--json``, each refresh is one JSON document on one line.
 
+Where the ranks record their health (``init(torch=True)`` or ``tb-monitor run``: see
+``tb_monitor.integrations.rank_health``), the report also lists the stragglers (a rank whose
+compute time stays above 1.2x the median rank's for 3 windows in a row, with its relative score)
+and the stalled ranks, naming the rank the others wait for; the analysis is
+``tb_monitor.analysis.stragglers`` (the Timeline tab's Ranks view shows the same). It needs pandas
+(``pip install 'tb-monitor[pandas]'``); without it ``ranks`` is null.
+
 Exit code: 0 when every job's last attempt succeeded or still runs (or nothing was recorded
-yet), 1 when a job's last attempt failed, 2 for a usage error or a logdir that cannot be read.
+yet), 1 when a job's last attempt failed or a rank is stalled while the job runs, 2 for a usage
+error or a logdir that cannot be read.
 
 JSON schema (``--json``; ``schema`` is 1, bumped on incompatible change; times are epoch seconds)::
 
@@ -20,7 +28,20 @@ JSON schema (``--json``; ``schema`` is 1, bumped on incompatible change; times a
       "logdir": "runs/exp7",
       "status": "succeeded" | "failed" | "running" | "empty",   # --follow: also "waiting",
                                                                # before the logdir exists
-      "exit_code": 0 | 1,
+      "exit_code": 0 | 1,                # 1: a job's last attempt failed, or ranks.stalled
+      "ranks": null | {                  # rank health; null when none was recorded (or no pandas)
+        "count": 4, "windows": 36, "window_s": 10.0,
+        "stragglers": [                  # flagged ranks, slowest first
+          {"rank": 1, "relative": 1.5, "individual": 1.02, "windows_over": 12, "flagged": true}
+        ],
+        "slowest": [...],                # the 3 highest relative scores, same fields
+        "stalled": true,                 # a rank is stalled and not every job has ended
+        "stalls": [                      # the rank the others wait for first
+          {"rank": 3, "since_step_s": 45.0, "entered": 5, "left": 5,
+           "in_collective": false, "waited_for": true}
+        ],
+        "waited_for": [3]
+      },
       "jobs": [
         {
           "job": "<run id>",
@@ -70,6 +91,7 @@ from tb_monitor.analysis.restarts import (
     timeline_rows,
 )
 from tb_monitor.cli.parsing import Parser, UsageError
+from tb_monitor.logdir import readers
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "SCHEMA_VERSION", "main", "report"]
 
@@ -129,6 +151,11 @@ def report(logdir: str) -> dict[str, Any]:
                 "attempts": [attempt_dict(a) for a in job_attempts],
             }
         )
+    ranks = rank_health(logdir)
+    if ranks is not None:
+        ranks["stalled"] = bool(ranks["stalls"]) and not (
+            out_jobs and all(job["finished"] for job in out_jobs)
+        )
     if not out_jobs:
         status = "empty"
     elif any(job["status"] == "FAILED" for job in out_jobs):
@@ -141,9 +168,63 @@ def report(logdir: str) -> dict[str, Any]:
         "schema": SCHEMA_VERSION,
         "logdir": logdir,
         "status": status,
-        "exit_code": EXIT_FAILED if status == "failed" else EXIT_OK,
+        "exit_code": EXIT_FAILED if status == "failed" or (ranks or {}).get("stalled") else EXIT_OK,
+        "ranks": ranks,
         "jobs": out_jobs,
     }
+
+
+def rank_health(logdir: str) -> dict[str, Any] | None:
+    """The ``ranks`` part of the report (see the module docstring), or None when no rank recorded
+    its health or pandas is missing."""
+    try:
+        pd = readers.need_pandas()
+    except ImportError:
+        return None
+    from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
+
+    rows = [s for s in readers.iter_scalars(logdir) if s.tag.startswith("rank/")]
+    if not rows:
+        return None
+    scalars = pd.DataFrame.from_records(rows, columns=readers.SCALAR_COLUMNS)
+    windows = rank_windows(scalars)
+    scores = stragglers(scalars)
+    stalled = stalls(scalars)
+
+    def score(row: Any) -> dict[str, Any]:
+        return {
+            "rank": int(row.rank),
+            "relative": _number(row.relative),
+            "individual": _number(row.individual),
+            "windows_over": int(row.windows_over),
+            "flagged": bool(row.flagged),
+        }
+
+    return {
+        "count": int(scalars["run"].nunique()),
+        "windows": int((windows["window_end"] / 10.0).round().nunique()) if len(windows) else 0,
+        "window_s": 10.0,
+        "stragglers": [score(r) for r in scores.itertuples() if r.flagged],
+        "slowest": [score(r) for r in scores.head(3).itertuples()],
+        "stalled": bool(len(stalled)),
+        "stalls": [
+            {
+                "rank": int(r.rank),
+                "since_step_s": float(r.since_step_s),
+                "entered": int(r.entered),
+                "left": int(r.left),
+                "in_collective": bool(r.in_collective),
+                "waited_for": bool(r.waited_for),
+            }
+            for r in stalled.itertuples()
+        ],
+        "waited_for": [int(r.rank) for r in stalled.itertuples() if r.waited_for],
+    }
+
+
+def _number(value: Any) -> float | None:
+    value = float(value)
+    return value if value == value else None  # NaN -> None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +304,16 @@ def render(doc: dict[str, Any]) -> str:
                 lines.append(f"    nodes left      {', '.join(a['nodes_left'])}")
             if a["nodes_joined"]:
                 lines.append(f"    nodes joined    {', '.join(a['nodes_joined'])}")
+    ranks = doc.get("ranks")
+    if ranks is not None:
+        lines.extend(_render_ranks(ranks))
     lines.append("")
+    if ranks is not None and ranks["stalled"]:
+        waited = ranks["waited_for"]
+        who = f"the job waits for {_ranks(waited)}" if waited else "progress stopped"
+        lines.append(f"STALLED: {who} (exit code 1)")
+        if doc["status"] != "failed":
+            return "\n".join(lines) + "\n"
     verdict = {
         "empty": "nothing to report",
         "failed": "FAILED: the last attempt failed (exit code 1)",
@@ -232,6 +322,42 @@ def render(doc: dict[str, Any]) -> str:
     }[doc["status"]]
     lines.append(verdict)
     return "\n".join(lines) + "\n"
+
+
+def _score(s: dict[str, Any]) -> str:
+    relative = "?" if s["relative"] is None else f"x{s['relative']:.2f}"
+    return f"rank {s['rank']} {relative}"
+
+
+def _render_ranks(ranks: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"ranks: {_plural(ranks['count'], 'rank')} recorded their health, "
+        f"{_plural(ranks['windows'], 'window')} (compute time relative to the median rank)",
+    ]
+    if ranks["stragglers"]:
+        for s in ranks["stragglers"]:
+            lines.append(
+                f"  straggler       {_score(s)} the median rank "
+                f"({s['windows_over']} windows in a row over x1.2)"
+            )
+    else:
+        lines.append("  stragglers      none")
+    if ranks["slowest"]:
+        lines.append(f"  slowest         {', '.join(_score(s) for s in ranks['slowest'])}")
+    label = "STALLED" if ranks["stalled"] else "stalled"
+    for s in ranks["stalls"]:
+        if s["waited_for"]:
+            what = "the others wait for it: it has not entered their collective"
+        elif s["in_collective"]:
+            what = "waiting inside a collective"
+        else:
+            what = "no progress"
+        lines.append(
+            f"  {label:<15} rank {s['rank']}: {what} · no step for {_duration(s['since_step_s'])}"
+            f" · collectives entered {s['entered']}, left {s['left']}"
+        )
+    return lines
 
 
 # ---------------------------------------------------------------------------------------------

@@ -9,6 +9,10 @@ read back from the logdir itself. Then TensorBoard serves the logdir and the Tim
 is printed (``--no-serve`` stops after the job). The agents' own output is kept in
 ``<logdir>/demo-logs/``.
 
+The workers record rank health (``init(torch=True)``) in windows of ``RANK_WINDOW_S`` (0.5 s,
+unless ``TB_MONITOR_RANK_WINDOW_S`` is set): the Ranks view and ``rank_windows`` have a few
+windows per attempt to show.
+
 The agents run with ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``: with torch 2.13 a two-agent restart
 on one host is flaky when the rendezvous TCP store is shared (pytorch/pytorch#135712).
 """
@@ -30,6 +34,7 @@ from tb_monitor.logdir import readers
 __all__ = [
     "JOB_ARGS",
     "NODES",
+    "RANK_WINDOW_S",
     "RUN_ID",
     "WORKERS",
     "Progress",
@@ -44,6 +49,8 @@ RUN_ID = "demo"
 #: Nodes (agents) and workers per node.
 NODES, WORKERS = 2, 2
 #: Arguments of the training script (see ``tb_monitor.demo.train``).
+#: The workers' rank-health window (``TB_MONITOR_RANK_WINDOW_S``), unless the environment sets one.
+RANK_WINDOW_S = "0.5"
 JOB_ARGS = ("--steps", "40", "--step-seconds", "0.05", "--fail-step", "10")
 _STEPS = int(JOB_ARGS[1])
 _STEP_TAG = contract.metric_tag("demo", "step")
@@ -91,7 +98,12 @@ def run_job(logdir: str) -> int:
     """Run the job into ``logdir`` with a live progress line; the agents' exit code."""
     logs = os.path.join(logdir, "demo-logs")
     os.makedirs(logs, exist_ok=True)
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    # Rank health in half-second windows (unless set): the demo's attempts last seconds.
+    env = {
+        "TB_MONITOR_RANK_WINDOW_S": RANK_WINDOW_S,
+        **os.environ,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
     command = agent_command(logdir, _free_port())
     agents: list[tuple[subprocess.Popen[bytes], IO[bytes], str]] = []
     try:

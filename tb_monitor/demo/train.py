@@ -76,7 +76,9 @@ def train_step(
 def main(argv: list[str] | None = None) -> int:
     """Train for ``--steps`` steps; the chosen rank raises on the first attempt."""
     args = _parse(argv)
-    tb_monitor.init()  # under `tb-monitor run`: this worker's own run in the launcher's logdir
+    # Under `tb-monitor run`: this worker's own run in the launcher's logdir; torch=True also
+    # records rank health (step and collective timing: the Ranks view, stragglers and hangs).
+    tb_monitor.init(torch=True)
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))

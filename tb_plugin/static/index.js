@@ -4,7 +4,7 @@
 // routes as columnar base64 typed arrays (api.js), state colours included; everything taken from
 // an event is shown through textContent (never HTML), so a message can never inject markup.
 // Modules: timeline.js (state, layout, fetching, zoom), draw.js (canvas), input.js (pointer and
-// keys), host.js (the TensorBoard page), panels/ (what sits around the plot).
+// keys), host.js (the TensorBoard page), panels/ (what sits around the plot, and the Ranks view).
 
 import { el } from "./dom.js";
 import { followTheme, listenToHost } from "./host.js";
@@ -12,10 +12,12 @@ import { createAttempts } from "./panels/attempts.js";
 import { createDetails } from "./panels/details.js";
 import { createFilters } from "./panels/filters.js";
 import { createLegend } from "./panels/legend.js";
+import { createRanks } from "./panels/ranks.js";
 import { Timeline } from "./timeline.js";
 
 // The panels around the plot, each placed in its slot in this order (see timeline.js).
-const PANELS = [createFilters, createLegend, createAttempts, createDetails];
+// The Ranks view (panels/ranks.js) sits under the toolbar and replaces the plot when toggled.
+const PANELS = [createFilters, createLegend, createAttempts, createRanks, createDetails];
 
 function addStylesheet() {
   return new Promise((resolve) => {

@@ -1,10 +1,11 @@
 // The Timeline: its state (data, filters, the time window shown, the selected event), the page's
 // layout with the panels' slots, the fetch-and-load cycle, the lane rows and zoom and pan.
 //
-// A panel is made by a function (timeline) => {slot, node, update(data)?, select(id, focus)?}:
-// its node goes in its slot ("toolbar": among the toolbar's controls, "header": under the
-// toolbar, "side": beside the plot); update() runs on every loaded payload, before the lanes are
-// laid out, and select() on every change of the selected event (id, or null).
+// A panel is made by a function (timeline) => {slot, node, toolbar?, update(data)?,
+// select(id, focus)?, redraw()?}: its node goes in its slot ("toolbar": among the toolbar's controls,
+// "header": under the toolbar, "side": beside the plot), its `toolbar` node (if any) among the
+// toolbar's controls; update() runs on every loaded payload, before the lanes are laid out,
+// select() on every change of the selected event (id, or null), redraw() on a theme change.
 
 import { decodePayload, fetchStatus, fetchTimeline } from "./api.js";
 import { el } from "./dom.js";
@@ -41,7 +42,10 @@ export class Timeline {
   // ---------------------------------------------------------------- DOM
   build() {
     const slots = { toolbar: [], header: [], side: [] };
-    for (const panel of this.panels) slots[panel.slot].push(panel.node);
+    for (const panel of this.panels) {
+      slots[panel.slot].push(panel.node);
+      if (panel.toolbar) slots.toolbar.push(panel.toolbar);
+    }
     this.summary = el("span", { class: "tl-summary", role: "status", "aria-live": "polite" });
     const button = (text, label, action) => {
       const b = el("button", { type: "button", "aria-label": label, title: label, text });
@@ -97,6 +101,7 @@ export class Timeline {
   setColors(colors) {
     this.colors = colors;
     this.requestDraw();
+    for (const panel of this.panels) if (panel.redraw) panel.redraw();
   }
 
   // ---------------------------------------------------------------- data

@@ -11,7 +11,7 @@ import pytest
 
 from tb_monitor.cli import main as cli_main
 from tb_monitor.cli import report
-from tb_monitor.testing import generate_job
+from tb_monitor.testing import DEFAULT_START, generate_job
 
 
 def _run(*argv: str, **kwargs) -> tuple[int, str]:
@@ -63,7 +63,8 @@ def test_report_json_follows_the_schema(restarted):
     code, text = _run(restarted.logdir, "--json")
     doc = json.loads(text)
     assert code == doc["exit_code"] == 0
-    assert set(doc) == {"schema", "logdir", "status", "exit_code", "jobs"}
+    assert set(doc) == {"schema", "logdir", "status", "exit_code", "ranks", "jobs"}
+    assert doc["ranks"] is None  # no rank health recorded
     assert (doc["schema"], doc["status"]) == (report.SCHEMA_VERSION, "succeeded")
     (job,) = doc["jobs"]
     assert set(job) == {
@@ -192,3 +193,134 @@ def test_report_of_a_missing_s3_logdir_is_exit_2(s3_bucket, capsys):
     """A prefix holding nothing in the bucket is an unreadable logdir: exit 2, naming it."""
     code, _ = _run(f"{s3_bucket}/nothing-here")
     assert code == 2 and "nothing-here" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank health: stragglers and stalls (tb_monitor.analysis.stragglers)
+# ---------------------------------------------------------------------------------------------
+
+
+def _beats(logdir, when: float, hung: int | None) -> None:
+    """One heartbeat per rank of job/rank-0..3 at ``when``: with ``hung``, the others inside
+    collective 61 for 45 s and ``hung`` outside it, behind (as rank_health reports a hang)."""
+    from tb_monitor.sinks import AsyncWriter
+
+    for rank in range(4):
+        stuck = hung is not None
+        behind = rank == hung
+        with AsyncWriter(f"{logdir}/job/rank-{rank}") as writer:
+            writer.add_scalars(
+                {
+                    "rank/steps.value": 60,
+                    "rank/entered.value": 60 if behind or not stuck else 61,
+                    "rank/left.value": 60,
+                    "rank/in_collective_s.value": 45.0 if stuck and not behind else 0.0,
+                    "rank/since_step_s.value": 46.0 if stuck else 0.05,
+                },
+                wall_time=when,
+            )
+
+
+@pytest.fixture
+def straggler(tmp_path):
+    """A synthetic 2x2 job whose 4 ranks record health; rank 1 computes 1.5x longer."""
+    pytest.importorskip("pandas")
+    from tb_monitor.testing import generate_rank_windows
+
+    job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0)
+    generate_rank_windows(job.logdir, 4, 0.05, slow_ranks=[1], start=job.start)
+    return job
+
+
+def test_report_lists_the_straggler_with_its_score(straggler):
+    """Text: rank 1 is the one straggler, about 1.5x the median rank; exit 0 (slow is not stalled)."""
+    code, text = _run(straggler.logdir)
+    assert code == 0
+    lines = [line for line in text.splitlines() if line.startswith("  straggler ")]
+    assert len(lines) == 1 and lines[0].startswith("  straggler       rank 1 x1.")
+    assert "ranks: 4 ranks recorded their health, 18 windows" in text
+    assert "STALLED" not in text
+
+
+def test_report_json_lists_stragglers_and_slowest(straggler):
+    """--json: ranks.stragglers holds rank 1 with its relative score; nothing stalled."""
+    code, text = _run(straggler.logdir, "--json")
+    ranks = json.loads(text)["ranks"]
+    assert code == 0
+    assert [s["rank"] for s in ranks["stragglers"]] == [1]
+    assert ranks["stragglers"][0]["relative"] == pytest.approx(1.5, rel=0.1)
+    assert set(ranks["stragglers"][0]) == {
+        "rank",
+        "relative",
+        "individual",
+        "windows_over",
+        "flagged",
+    }
+    assert ranks["slowest"][0]["rank"] == 1 and len(ranks["slowest"]) == 3
+    assert (ranks["count"], ranks["windows"], ranks["window_s"]) == (4, 18, 10.0)
+    assert ranks["stalls"] == [] and ranks["waited_for"] == [] and ranks["stalled"] is False
+
+
+def test_a_stalled_rank_is_named_and_exits_1(tmp_path):
+    """Rank 3 outside the collective the others wait in: named as waited for, exit code 1."""
+    pytest.importorskip("pandas")
+    from tb_monitor.testing import generate_rank_windows
+
+    logdir = str(tmp_path / "logs")  # rank health only: the job's own records are not needed
+    generate_rank_windows(logdir, 4, 0.05)
+    _beats(logdir, DEFAULT_START + 240, hung=3)
+    code, text = _run(logdir)
+    assert code == report.EXIT_FAILED == 1
+    assert "  STALLED         rank 3: the others wait for it" in text
+    assert text.rstrip().endswith("STALLED: the job waits for rank 3 (exit code 1)")
+    code, text = _run(logdir, "--json")
+    doc = json.loads(text)
+    assert code == doc["exit_code"] == 1 and doc["status"] == "empty"
+    assert doc["ranks"]["stalled"] is True and doc["ranks"]["waited_for"] == [3]
+    assert doc["ranks"]["stalls"][0] == {
+        "rank": 3,
+        "since_step_s": 46.0,
+        "entered": 60,
+        "left": 60,
+        "in_collective": False,
+        "waited_for": True,
+    }
+
+
+def test_a_healthy_rank_job_has_no_stall(tmp_path):
+    """Fresh heartbeats on every rank: no stall, exit 0."""
+    pytest.importorskip("pandas")
+    from tb_monitor.testing import generate_rank_windows
+
+    logdir = str(tmp_path / "logs")
+    generate_rank_windows(logdir, 4, 0.05)
+    _beats(logdir, DEFAULT_START + 240, hung=None)
+    code, text = _run(logdir, "--json")
+    assert code == 0 and json.loads(text)["ranks"]["stalls"] == []
+
+
+def test_a_stall_in_a_job_that_has_ended_is_history(tmp_path):
+    """Once every agent recorded its verdict, old stalled heartbeats no longer fail the report."""
+    pytest.importorskip("pandas")
+    from tb_monitor.testing import generate_rank_windows
+
+    job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0)
+    generate_rank_windows(job.logdir, 4, 0.05, start=job.start)
+    _beats(job.logdir, job.start + 240, hung=3)
+    code, text = _run(job.logdir, "--json")
+    ranks = json.loads(text)["ranks"]
+    assert code == 0 and ranks["waited_for"] == [3] and ranks["stalled"] is False
+
+
+def test_follow_exits_1_when_a_rank_stalls(tmp_path):
+    """--follow on a job that stalls: the refresh that sees it names rank 3, and the exit code is 1."""
+    pytest.importorskip("pandas")
+    from tb_monitor.testing import generate_rank_windows
+
+    logdir = str(tmp_path / "logs")
+    generate_rank_windows(logdir, 4, 0.05)
+    code, text = _run(logdir, "--follow", "--interval", "0.01", max_refreshes=1)
+    assert code == 0
+    _beats(logdir, DEFAULT_START + 240, hung=3)
+    code, text = _run(logdir, "--follow", "--interval", "0.01", max_refreshes=1)
+    assert code == 1 and "STALLED: the job waits for rank 3" in text

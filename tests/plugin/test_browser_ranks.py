@@ -1,0 +1,174 @@
+"""The Ranks view in a real Chromium inside a real `tensorboard --logdir`: a straggler flagged and
+clicked through to its lane, and a hang named while the (synthetic, live-written) job runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from conftest import need, need_chromium
+from plugin_helpers import CHROMIUM_ARGS, small_job, start_tensorboard, stop
+
+from tb_monitor import contract
+from tb_monitor.sinks.writer import AsyncWriter
+from tb_monitor.testing import generate_rank_windows, rank_window_scalars
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+#: The issue's acceptance: the rank a hang waits for is named within this long.
+NAMED_WITHIN_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Debian's chromium driven by Playwright (never a downloaded browser)."""
+    sync_api = need("playwright.sync_api")
+    executable = need_chromium()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+class RanksTab:
+    """The Timeline iframe switched to the Ranks view; page errors and dialogs recorded."""
+
+    def __init__(self, browser, url: str):
+        self.page = browser.new_page(viewport={"width": 1280, "height": 800})
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("dialog", lambda d: (self.errors.append(d.message), d.dismiss()))
+        self.page.goto(f"{url}/#{contract.PLUGIN_NAME}")
+        iframe = self.page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
+        self.frame = iframe.content_frame()
+        self.frame.wait_for_selector(".tl-summary:has-text('events')", timeout=60_000)
+        self.frame.locator("button.tl-view-toggle").click()
+        self.frame.wait_for_selector(".tl-ranks:not([hidden])", timeout=10_000)
+
+    def close(self) -> None:
+        self.page.close()
+        assert self.errors == [], self.errors
+
+
+@pytest.fixture(scope="module")
+def slow_rank_server(tmp_path_factory):
+    """A 2 nodes x 2 workers job (timeline records) whose rank 1 computes 1.5x longer."""
+    root = tmp_path_factory.mktemp("ranks-browser")
+    job = small_job(root / "logs", nodes=2, workers_per_node=2)
+    generate_rank_windows(job.logdir, 4, 0.1, slow_ranks=[1], start=job.start, run_id=job.run_id)
+    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
+    yield server
+    stop(server)
+
+
+def test_ranks_view_flags_rank_1_and_clicks_through_to_its_lane(browser, slow_rank_server):
+    """Rank 1 is the only straggler listed; clicking it shows the Timeline on rank 1's lane."""
+    tab = RanksTab(browser, slow_rank_server.url)
+    try:
+        stragglers = tab.frame.locator(".tl-stragglers .tl-rank-link")
+        stragglers.first.wait_for(timeout=20_000)
+        assert [t.split(" ×")[0] for t in stragglers.all_inner_texts()] == ["rank 1"]
+        assert "×1.4" in stragglers.first.inner_text() or "×1.5" in stragglers.first.inner_text()
+        summary = tab.frame.locator(".tl-ranks-summary").inner_text()
+        assert summary.startswith("4 ranks")
+        # The heatmap drew one image of ranks x buckets and answers hovering with text.
+        shape = tab.frame.evaluate(
+            "() => [window.tbRanks.data.ranks.length, window.tbRanks.data.bins]"
+        )
+        assert shape == [4, 36]
+        stragglers.first.click()
+        tab.frame.wait_for_selector(".tl-ranks[hidden]", state="attached", timeout=5_000)
+        focused = tab.frame.locator(".tl-row.tl-row-focus")
+        focused.wait_for(timeout=5_000)
+        assert focused.inner_text() == "rank 1"
+        assert tab.frame.locator(".tl-plot").is_visible()
+        # Back to the Ranks view: a click on rank 2's row of the heatmap goes to rank 2's lane.
+        tab.frame.locator("button.tl-view-toggle").click()
+        tab.frame.wait_for_selector(".tl-ranks:not([hidden])", timeout=5_000)
+        spot = tab.frame.evaluate(
+            "() => { const v = window.tbRanks; v.drawNow();"
+            " return {x: v.w - 40, y: 22 + 2 * v.rowH() + v.rowH() / 2 - v.scroll.scrollTop}; }"
+        )
+        box = tab.frame.locator(".tl-ranks canvas").bounding_box()
+        tab.page.mouse.move(box["x"] + spot["x"], box["y"] + spot["y"])
+        tip = tab.frame.locator(".tl-ranks-tooltip")
+        tip.wait_for(timeout=5_000)
+        assert tip.inner_text().startswith("rank 2")
+        tab.page.mouse.click(box["x"] + spot["x"], box["y"] + spot["y"])
+        tab.frame.locator(".tl-row.tl-row-focus", has_text="rank 2").wait_for(timeout=5_000)
+    finally:
+        tab.close()
+
+
+class LiveJob(threading.Thread):
+    """Four ranks in lockstep, one 10-s window (and heartbeat) written every ``tick_s`` of real
+    time; from window ``hang_at`` on rank 3 never enters the next collective and the others wait
+    inside it, as rank_health's heartbeats would say."""
+
+    def __init__(self, logdir: str, run_id: str, start: float, hang_at: int, tick_s: float = 0.5):
+        super().__init__(daemon=True)
+        self.writers = [AsyncWriter(f"{logdir}/{run_id}/rank-{r}") for r in range(4)]
+        self.start_t, self.hang_at, self.tick_s = start, hang_at, tick_s
+        self.hung_at: float | None = None  # time.monotonic() when rank 3 hung
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        window = 0
+        while not self.stop.is_set() and window < 200:
+            window += 1
+            now = self.start_t + 10 * window
+            hung = window >= self.hang_at
+            if hung and self.hung_at is None:
+                self.hung_at = time.monotonic()
+            since = 10.0 * (window - self.hang_at + 1) if hung else 0.05
+            for r, writer in enumerate(self.writers):
+                if not hung:
+                    writer.add_scalars(rank_window_scalars(0.1, 0.01, 90), wall_time=now)
+                entered = 90 * self.hang_at + (0 if r == 3 else 1) if hung else 90 * window
+                writer.add_scalars(
+                    {
+                        "rank/steps.value": 90 * min(window, self.hang_at),
+                        "rank/entered.value": entered,
+                        "rank/left.value": 90 * min(window, self.hang_at),
+                        "rank/in_collective_s.value": 0.0 if r == 3 or not hung else since,
+                        "rank/since_step_s.value": since,
+                    },
+                    wall_time=now + 1,
+                )
+                writer.flush()
+            self.stop.wait(self.tick_s)
+        for writer in self.writers:
+            writer.close()
+
+
+def test_a_hang_is_named_within_30_s_while_the_job_runs(browser, tmp_path):
+    """Rank 3 hangs before a collective while the job is live: the Ranks view names it as the
+    rank the job waits for within 30 s of the hang, with no reload (the synthetic job's clock
+    runs 20x, so the 30-s stall floor passes in 1.5 s: what is timed is TensorBoard's reload,
+    the plugin's refresh and the view's polling)."""
+    job = small_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0)
+    live = LiveJob(job.logdir, job.run_id, job.end, hang_at=4)
+    live.writers[0].add_scalars(rank_window_scalars(0.1, 0.01, 90), wall_time=job.end)
+    live.writers[0].flush()
+    server = start_tensorboard(job.logdir, tmp_path, "--reload_interval=1")
+    try:
+        tab = RanksTab(browser, server.url)
+        try:
+            live.start()
+            waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
+            waited.wait_for(timeout=(NAMED_WITHIN_S + 20) * 1000)
+            assert live.hung_at is not None
+            named_after = time.monotonic() - live.hung_at
+            assert named_after <= NAMED_WITHIN_S, f"named {named_after:.1f} s after the hang"
+            assert waited.inner_text().startswith("rank 3 · the job waits for it")
+            assert live.is_alive(), "the job must still be running"
+            others = tab.frame.locator(".tl-stalled [data-waited-for='false']").count()
+            assert others == 3
+        finally:
+            tab.close()
+    finally:
+        live.stop.set()
+        live.join(10)
+        stop(server)
