@@ -53,6 +53,7 @@ from tb_monitor.analysis.stragglers import (
     stalled_ranks,
 )
 from tb_plugin.refresher import Refresher
+from tb_plugin.store import read_chunks
 
 __all__ = [
     "BEAT_TAGS",
@@ -261,7 +262,7 @@ class RankStore:
             if windows:
                 self._progress = (0, expected)
                 try:
-                    for runs, tags, size in _chunks(windows, listing, CHUNK_POINTS):
+                    for runs, tags, size in read_chunks(windows, listing, CHUNK_POINTS):
                         self._read_windows(ctx, runs, tags)
                         self._progress = (self._progress[0] + size, expected)
                 finally:
@@ -566,26 +567,6 @@ def _relative(
 
 def _finite(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
-
-
-def _chunks(
-    stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]], limit: int
-) -> list[tuple[list[str], list[str], int]]:
-    """Stale runs grouped into reads of about ``limit`` points: (runs, their tags, points)."""
-    out: list[tuple[list[str], list[str], int]] = []
-    runs: list[str] = []
-    tags: set[str] = set()
-    size = 0
-    for run in sorted(stale):
-        runs.append(run)
-        tags.update(stale[run])
-        size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
-        if size >= limit:
-            out.append((runs, sorted(tags), size))
-            runs, tags, size = [], set(), 0
-    if runs:
-        out.append((runs, sorted(tags), size))
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

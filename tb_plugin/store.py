@@ -41,6 +41,7 @@ from tb_monitor.analysis.restarts import (
 
 __all__ = [
     "CHUNK_RECORDS",
+    "read_chunks",
     "REFRESH_INTERVAL_S",
     "Columns",
     "Snapshot",
@@ -138,7 +139,7 @@ def _column(values: array.array, dtype: type) -> np.ndarray:
     return np.frombuffer(values, dtype=dtype).copy()
 
 
-def _chunks(
+def read_chunks(
     stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]], limit: int
 ) -> list[tuple[list[str], list[str], int]]:
     """Stale runs grouped into reads of about ``limit`` records: (runs, their tags, records)."""
@@ -249,7 +250,7 @@ class TimelineStore:
             if stale:
                 self._progress = (0, expected)
                 try:
-                    for runs, tags, size in _chunks(stale, listing, CHUNK_RECORDS):
+                    for runs, tags, size in read_chunks(stale, listing, CHUNK_RECORDS):
                         self._read(ctx, runs, tags)
                         self._progress = (self._progress[0] + size, expected)
                 finally:

@@ -10,14 +10,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import need, need_chromium
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
-from plugin_helpers import CHROMIUM_ARGS, small_job, start_tensorboard, stop  # noqa: E402
+from plugin_helpers import chromium, small_job, start_tensorboard, stop  # noqa: E402
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -49,13 +48,9 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium driven by Playwright (never a downloaded browser)."""
-    sync_api = need("playwright.sync_api")
-    executable = need_chromium()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    """Debian's chromium driven by Playwright, for the module."""
+    with chromium() as launched:
+        yield launched
 
 
 class Tab:

@@ -12,10 +12,12 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from conftest import need, need_chromium
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
 from tb_monitor import contract
@@ -141,3 +143,17 @@ def tensorboard_server(tmp_path) -> Iterator:
     yield start
     for server in servers:
         stop(server)
+
+
+@contextmanager
+def chromium() -> Iterator:
+    """Debian's chromium driven by Playwright (never a downloaded browser); skips without it,
+    fails in CI."""
+    sync_api = need("playwright.sync_api")
+    executable = need_chromium()
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()

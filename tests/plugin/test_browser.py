@@ -6,9 +6,8 @@ import os
 import re
 
 import pytest
-from conftest import need, need_chromium
 from plugin_helpers import (
-    CHROMIUM_ARGS,
+    chromium,
     expected_lanes,
     small_job,
     start_tensorboard,
@@ -51,13 +50,9 @@ def served(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium driven by Playwright (never a downloaded browser)."""
-    sync_api = need("playwright.sync_api")
-    executable = need_chromium()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    """Debian's chromium driven by Playwright, for the module."""
+    with chromium() as launched:
+        yield launched
 
 
 class Tab:

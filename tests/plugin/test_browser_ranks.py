@@ -7,8 +7,7 @@ import threading
 import time
 
 import pytest
-from conftest import need, need_chromium
-from plugin_helpers import CHROMIUM_ARGS, small_job, start_tensorboard, stop
+from plugin_helpers import chromium, small_job, start_tensorboard, stop
 
 from tb_monitor import contract
 from tb_monitor.sinks.writer import AsyncWriter
@@ -22,13 +21,9 @@ NAMED_WITHIN_S = 30.0
 
 @pytest.fixture(scope="module")
 def browser():
-    """Debian's chromium driven by Playwright (never a downloaded browser)."""
-    sync_api = need("playwright.sync_api")
-    executable = need_chromium()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    """Debian's chromium driven by Playwright, for the module."""
+    with chromium() as launched:
+        yield launched
 
 
 class RanksTab:

@@ -7,8 +7,7 @@ first attempt; two agents x two workers), served by a real ``tensorboard --logdi
 from __future__ import annotations
 
 import pytest
-from conftest import need, need_chromium
-from plugin_helpers import CHROMIUM_ARGS, start_tensorboard, stop
+from plugin_helpers import chromium, start_tensorboard, stop
 
 from tb_monitor import contract
 
@@ -18,14 +17,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.torch]
 @pytest.fixture(scope="module")
 def frame(restarted, tmp_path_factory):
     """The Timeline iframe showing the restarted job, once its attempts are listed."""
-    sync_api = need("playwright.sync_api")
-    executable = need_chromium()
     assert restarted.returncodes == [0, 0], restarted.output
     server = start_tensorboard(restarted.logdir, tmp_path_factory.mktemp("tb"))
     errors: list[str] = []
     try:
-        with sync_api.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        with chromium() as browser:
             page = browser.new_page(viewport={"width": 1400, "height": 850})
             page.on("pageerror", lambda e: errors.append(str(e)))
             page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
@@ -33,7 +29,6 @@ def frame(restarted, tmp_path_factory):
             content = iframe.content_frame()
             content.wait_for_selector(".tl-attempt", timeout=60_000)
             yield content
-            browser.close()
     finally:
         stop(server)
     assert errors == []
