@@ -193,3 +193,17 @@ def healthy(tmp_path_factory) -> Job:
     """A job where nothing fails."""
     tmp = tmp_path_factory.mktemp("healthy")
     return run_job(tmp / "logs", "--steps", "4", max_restarts=MAX_RESTARTS)
+
+
+@pytest.fixture(scope="session")
+def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
+    """The restarted job (rank 2 raises a ValueError at step 3, then the group restarts), its
+    logdir in a bucket of a real S3 server."""
+    tmp = tmp_path_factory.mktemp("restarted-s3")
+    with pytest.MonkeyPatch.context() as env:
+        for name, value in s3_server.env.items():
+            env.setenv(name, value)
+        logdir = f"s3://{s3_server.make_bucket()}/jobs/exp7"
+        args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
+        args += ("--fail-exc", "ValueError", "--fail-step", "3")
+        return run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)

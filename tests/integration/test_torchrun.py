@@ -23,7 +23,6 @@ from torchrun_jobs import (
     OTHER_FAIL_RANK,
     SCRIPT,
     Job,
-    run_job_once,
     tb_monitor_run,
 )
 from torchrun_jobs import timeline as _timeline
@@ -39,19 +38,6 @@ def _injected_failures(job: Job) -> list[dict]:
         for e in job.events_named("tb_monitor.worker.status.FAILED")
         if "injected failure" in (e["message"] or "")
     ]
-
-
-@pytest.fixture(scope="module")
-def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
-    """The job with one failure, its logdir in a bucket of a real S3 server."""
-    tmp = tmp_path_factory.mktemp("restarted-s3")
-    with pytest.MonkeyPatch.context() as env:
-        for name, value in s3_server.env.items():
-            env.setenv(name, value)
-        logdir = f"s3://{s3_server.make_bucket()}/jobs/exp7"
-        args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
-        args += ("--fail-exc", "ValueError", "--fail-step", "3")
-        return run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)
 
 
 # -- the job with one failure ----------------------------------------------------------------
