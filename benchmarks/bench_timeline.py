@@ -62,10 +62,10 @@ from tb_plugin.query import Query, timeline_payload
 from tb_plugin.ranks import RankQuery, RankSnapshot, ranks_payload
 from tb_plugin.store import TimelineStore
 
-# The browser flags the plugin's browser tests use (Debian chromium, no network of its own).
-sys.path.insert(
-    0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "plugin")
-)
+# The browser flags the plugin's browser tests use (Debian chromium, no network of its own);
+# plugin_helpers imports the tests' conftest, so both folders go on the path.
+_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
+sys.path[:0] = [_TESTS, os.path.join(_TESTS, "plugin")]
 from plugin_helpers import CHROMIUM_ARGS, local_provider  # noqa: E402
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/timeline"
