@@ -80,7 +80,9 @@ def test_an_unknown_scheme_fails_at_init_naming_it():
         tb_monitor.init("nope://bucket/x")
 
 
-def test_an_outage_neither_blocks_the_caller_nor_loses_records(s3_server, s3_bucket, caplog):
+def test_an_outage_neither_blocks_the_caller_nor_loses_records(
+    s3_server, s3_bucket, caplog, fast_uploads
+):
     """With the store down, calls return at once; after it is back every record is there, and
     the outage was reported once."""
     caplog.set_level(logging.WARNING)
