@@ -57,12 +57,12 @@ def test_a_full_disk_warns_once_counts_drops_and_resumes_when_space_returns(tmp_
         for i in range(100):
             writer.add_scalar("after", float(i))
         writer.close()
-        print("slowest add under 0.1 s:", slowest < 0.1)
+        print("slowest add under 0.5 s:", slowest < 0.5)  # never waits on the disk
     """
     result = _run(script, str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
     assert "error: True dropped: True" in result.stdout
-    assert "slowest add under 0.1 s: True" in result.stdout
+    assert "slowest add under 0.5 s: True" in result.stdout
     assert result.stderr.count("until writing works again") == 1
     assert "File too large" in result.stderr and str(tmp_path / "run") in result.stderr
     points = _points(tmp_path)
@@ -158,12 +158,12 @@ def test_a_stalled_store_costs_the_caller_nothing_and_loses_nothing_within_the_q
             start = time.perf_counter()
             writer.add_scalar("x", float(i))
             slowest = max(slowest, time.perf_counter() - start)
-        print("stalled:", stall.is_set(), "slowest add under 0.05 s:", slowest < 0.05)
+        print("stalled:", stall.is_set(), "slowest add under 0.5 s:", slowest < 0.5)  # stall: 3 s
         writer.close()
     """
     result = _run(script, str(tmp_path / "run"))
     assert result.returncode == 0, result.stderr
-    assert "stalled: True slowest add under 0.05 s: True" in result.stdout
+    assert "stalled: True slowest add under 0.5 s: True" in result.stdout
     assert _points(tmp_path)["x"] == [-1.0] + [float(i) for i in range(20000)]
 
 
