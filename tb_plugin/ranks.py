@@ -26,6 +26,7 @@ from __future__ import annotations
 import array
 import base64
 import dataclasses
+import functools
 import json
 import math
 import re
@@ -53,7 +54,7 @@ from tb_monitor.analysis.stragglers import (
     stalled_ranks,
 )
 from tb_plugin.refresher import Refresher
-from tb_plugin.store import read_chunks
+from tb_plugin.store import ProviderStore
 
 __all__ = [
     "BEAT_TAGS",
@@ -188,7 +189,7 @@ def _window_s(walls: list[np.ndarray]) -> float:
     return max(1.0, float(round(gap))) if gap > 0.5 else _DEFAULT_WINDOW_S
 
 
-class RankStore:
+class RankStore(ProviderStore):
     """Every rank's windows and newest heartbeat of one experiment, extended as files grow.
 
     Has the refresh interface of :class:`tb_plugin.store.TimelineStore`, so a
@@ -204,18 +205,14 @@ class RankStore:
         threshold: float = FLAG_THRESHOLD,
         windows: int = FLAG_WINDOWS,
     ) -> None:
-        self._provider = data_provider
-        self._eid = experiment_id
-        self._clock = clock
+        super().__init__(data_provider, experiment_id, clock)
         self._threshold = threshold
         self._windows = windows
         self._lock = threading.RLock()
         self._refresh_lock = threading.Lock()
-        self._last_refresh = -math.inf
         self._listed: dict[tuple[str, str], int] = {}
         self._series: dict[tuple[str, str], _Series] = {}
         self._beats: dict[str, dict[str, float]] = {}  # run -> newest heartbeat values
-        self._progress: tuple[int, int] | None = None
         self._snapshot: RankSnapshot | None = None
         self._build_lock = threading.Lock()  # one build at a time
         self._building = False
@@ -260,27 +257,13 @@ class RankStore:
             if beats:
                 self._read_beats(ctx, beats)
             if windows:
-                self._progress = (0, expected)
-                try:
-                    for runs, tags, size in read_chunks(windows, listing, CHUNK_POINTS):
-                        self._read_windows(ctx, runs, tags)
-                        self._progress = (self._progress[0] + size, expected)
-                finally:
-                    self._progress = None
+                read = functools.partial(self._read_windows, ctx)
+                self._read_in_chunks(windows, listing, CHUNK_POINTS, expected, read)
             # Score what is new here, on the refresh thread, not on a request.
             snap = self._snapshot
             if snap is None or snap.generation != self.generation:
                 self._rebuild()
             return self.generation
-
-    def refreshed_within(self, seconds: float) -> bool:
-        """Whether a full refresh started less than ``seconds`` ago."""
-        return self._clock() - self._last_refresh < seconds
-
-    def loading(self) -> dict[str, int] | None:
-        """How far a refresh that is reading windows has come, or None when none is."""
-        progress = self._progress
-        return None if progress is None else {"done": progress[0], "expected": progress[1]}
 
     def _read_beats(self, ctx: Any, stale: dict[str, list[str]]) -> None:
         tags = sorted({tag for run_tags in stale.values() for tag in run_tags})

@@ -19,6 +19,7 @@ Lanes, intervals and the order of states are :mod:`tb_monitor.timeline`'s (``lan
 from __future__ import annotations
 
 import array
+import functools
 import logging
 import math
 import threading
@@ -41,7 +42,7 @@ from tb_monitor.analysis.restarts import (
 
 __all__ = [
     "CHUNK_RECORDS",
-    "read_chunks",
+    "ProviderStore",
     "REFRESH_INTERVAL_S",
     "Columns",
     "Snapshot",
@@ -139,10 +140,10 @@ def _column(values: array.array, dtype: type) -> np.ndarray:
     return np.frombuffer(values, dtype=dtype).copy()
 
 
-def read_chunks(
+def _chunks(
     stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]], limit: int
 ) -> list[tuple[list[str], list[str], int]]:
-    """Stale runs grouped into reads of about ``limit`` records: (runs, their tags, records)."""
+    """Stale runs grouped into reads of about ``limit`` points: (runs, their tags, points)."""
     out: list[tuple[list[str], list[str], int]] = []
     runs: list[str] = []
     tags: set[str] = set()
@@ -159,7 +160,51 @@ def read_chunks(
     return out
 
 
-class TimelineStore:
+class ProviderStore:
+    """What a store refreshed from TensorBoard's data provider shares (the timeline's, the
+    Ranks view's): the data provider, the time of its last refresh, and reads in chunks whose
+    progress a request can see while a long first read goes on."""
+
+    def __init__(
+        self,
+        data_provider: tb_provider.DataProvider,
+        experiment_id: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self._provider = data_provider
+        self._eid = experiment_id
+        self._clock = clock
+        self._last_refresh = -math.inf
+        self._progress: tuple[int, int] | None = None
+
+    def refreshed_within(self, seconds: float) -> bool:
+        """Whether a full refresh started less than ``seconds`` ago."""
+        return self._clock() - self._last_refresh < seconds
+
+    def loading(self) -> dict[str, int] | None:
+        """How far a refresh that is reading is, or None when none is."""
+        progress = self._progress
+        return None if progress is None else {"done": progress[0], "expected": progress[1]}
+
+    def _read_in_chunks(
+        self,
+        stale: dict[str, list[str]],
+        listing: Mapping[str, Mapping[str, Any]],
+        limit: int,
+        expected: int,
+        read: Callable[[list[str], list[str]], None],
+    ) -> None:
+        """``read(runs, tags)`` for every stale run, about ``limit`` points at a time."""
+        self._progress = (0, expected)
+        try:
+            for runs, tags, size in _chunks(stale, listing, limit):
+                read(runs, tags)
+                self._progress = (self._progress[0] + size, expected)
+        finally:
+            self._progress = None
+
+
+class TimelineStore(ProviderStore):
     """Every timeline record of one experiment, decoded once and extended as files grow.
 
     :meth:`refresh` may run on a background thread (:class:`tb_plugin.refresher.Refresher`) while
@@ -173,15 +218,11 @@ class TimelineStore:
         experiment_id: str = "",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._provider = data_provider
-        self._eid = experiment_id
-        self._clock = clock
+        super().__init__(data_provider, experiment_id, clock)
         self._lock = threading.RLock()  # the columns, interners and snapshot
         self._refresh_lock = threading.Lock()  # one refresh at a time
-        self._last_refresh = -math.inf
         self._last_step: dict[tuple[str, str], int] = {}
         self._listed: dict[tuple[str, str], int] = {}  # max_step at the previous listing
-        self._progress: tuple[int, int] | None = None
         self.generation = 0
         # Append-only columns, one entry per record; an event's id is its position here.
         self._t = array.array("d")
@@ -248,23 +289,9 @@ class TimelineStore:
                     stale.setdefault(run, []).append(tag)
                     expected += series.max_step + 1
             if stale:
-                self._progress = (0, expected)
-                try:
-                    for runs, tags, size in read_chunks(stale, listing, CHUNK_RECORDS):
-                        self._read(ctx, runs, tags)
-                        self._progress = (self._progress[0] + size, expected)
-                finally:
-                    self._progress = None
+                read = functools.partial(self._read, ctx)
+                self._read_in_chunks(stale, listing, CHUNK_RECORDS, expected, read)
             return self.generation
-
-    def refreshed_within(self, seconds: float) -> bool:
-        """Whether a full refresh started less than ``seconds`` ago."""
-        return self._clock() - self._last_refresh < seconds
-
-    def loading(self) -> dict[str, int] | None:
-        """How far a refresh that is reading records has come, or None when none is."""
-        progress = self._progress
-        return None if progress is None else {"done": progress[0], "expected": progress[1]}
 
     def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
         data = self._provider.read_tensors(

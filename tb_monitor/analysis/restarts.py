@@ -48,25 +48,12 @@ __all__ = [
 #: The state of a rank that went down because another rank failed (``tb_monitor.timeline.STATES``).
 STOPPED_BY_RESTART = "STOPPED_BY_RESTART"
 
-SUMMARY_COLUMNS = (
-    "job",
-    "attempt",
-    "start",
-    "end",
-    "duration_s",
-    "outcome",
-    "failed_ranks",
-    "first_failed_rank",
-    "rendezvous_s",
-)
+_ATTEMPT = ("job", "attempt", "start", "end", "duration_s", "outcome")  # every table starts so
+
+SUMMARY_COLUMNS = (*_ATTEMPT, "failed_ranks", "first_failed_rank", "rendezvous_s")
 
 RESTARTS_COLUMNS = (
-    "job",
-    "attempt",
-    "start",
-    "end",
-    "duration_s",
-    "outcome",
+    *_ATTEMPT,
     "root_cause_rank",
     "root_cause_host",
     "exception",

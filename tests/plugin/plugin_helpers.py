@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
@@ -57,6 +58,17 @@ def local_provider(logdir) -> data_provider.MultiplexerDataProvider:
     multiplexer.AddRunsFromDirectory(str(logdir))
     multiplexer.Reload()
     return data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
+
+
+def refreshed_store(logdir) -> Any:
+    """A TimelineStore over ``logdir`` through TensorBoard's own data provider, refreshed once."""
+    from tensorboard import context as tb_context
+
+    from tb_plugin.store import TimelineStore
+
+    store = TimelineStore(local_provider(logdir))
+    store.refresh(tb_context.RequestContext(), force=True)
+    return store
 
 
 def column(payload: dict, table: str, name: str, dtype: str) -> np.ndarray:

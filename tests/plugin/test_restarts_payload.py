@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from plugin_helpers import column, local_provider, small_job
+from plugin_helpers import column, refreshed_store, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict, attempts
 from tb_monitor.logdir import readers
 from tb_plugin.query import Query, timeline_payload
-from tb_plugin.store import TimelineStore
 
 
 @pytest.fixture(scope="module")
@@ -23,9 +22,8 @@ def job(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def store(job):
-    store = TimelineStore(local_provider(job.logdir))
-    store.refresh(tb_context.RequestContext(), force=True)
-    return store
+    """A store over the job, refreshed once: every record decoded."""
+    return refreshed_store(job.logdir)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from plugin_helpers import local_provider, small_job
+from plugin_helpers import local_provider, refreshed_store, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor import contract, timeline
@@ -41,9 +41,7 @@ def job(tmp_path_factory):
 @pytest.fixture(scope="module")
 def store(job):
     """A store over the job, refreshed once: every record decoded."""
-    store = TimelineStore(local_provider(job.logdir))
-    store.refresh(tb_context.RequestContext(), force=True)
-    return store
+    return refreshed_store(job.logdir)
 
 
 def test_refresh_decodes_every_record(store, job):
