@@ -11,7 +11,9 @@ worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere
 ``Monitor.close()`` undoes every registration that is still ours, restoring what was there before.
 
 One monitor is active at a time: calling ``init`` again (a notebook cell run twice) closes the
-open monitor first and logs a warning saying so, so nothing is recorded twice.
+open monitor first and logs a warning saying so, so nothing is recorded twice. The exception is
+the monitor ``tb-monitor run`` opens in each worker before the training script runs
+(``init_automatic``): the script's own ``init`` adopts it silently (see ``init``).
 
 ``torch=True`` also installs the same sinks into the real torch APIs (``torch.monitor``,
 ``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.integrations.torch``). Inside
@@ -39,7 +41,7 @@ from tb_monitor.sinks import (
     TensorboardMetricHandler,
 )
 
-__all__ = ["DESTINATIONS", "Monitor", "init"]
+__all__ = ["DESTINATIONS", "Monitor", "init", "init_automatic"]
 
 #: torchelastic events destinations ``init`` sends to TensorBoard.
 DESTINATIONS = ("tensorboard", "dynamic_rendezvous")
@@ -52,11 +54,16 @@ _active: Monitor | None = None  # the monitor init() returned last, until it is 
 class Monitor:
     """What ``init`` set up: its writer, and the undo of every registration it made."""
 
-    def __init__(self, logdir: str, writer: AsyncWriter) -> None:
+    def __init__(
+        self, logdir: str, writer: AsyncWriter, settings: dict[str, object] | None = None
+    ) -> None:
         self._logdir = logdir
         self._writer = writer
+        self._settings = settings or {}  # the writer's, as init was given them
         self._undo: list[Callable[[], None]] = []
         self._closed = False
+        self._automatic = False
+        self._rank_health: Callable[[], None] | None = None  # its recorder's close, if recording
 
     @property
     def logdir(self) -> str:
@@ -72,6 +79,12 @@ class Monitor:
     def writer(self) -> AsyncWriter:
         """The writer every API is wired to."""
         return self._writer
+
+    @property
+    def automatic(self) -> bool:
+        """Whether ``tb-monitor run`` opened it before the training script ran, and the script
+        has not adopted it (with its own ``init``) since."""
+        return self._automatic
 
     @property
     def closed(self) -> bool:
@@ -186,11 +199,39 @@ class Monitor:
         window = float(os.environ.get("TB_MONITOR_RANK_WINDOW_S", 10.0))
         heartbeat = float(os.environ.get("TB_MONITOR_HEARTBEAT_S", 5.0))
         recorder = RankHealth(window=timedelta(seconds=window), heartbeat_s=heartbeat)
-        self._undo.append(recorder.install().close)
+        self._rank_health = recorder.install().close
+        self._undo.append(self._rank_health)
 
     def _hook_worker(self) -> None:
         hooks = worker.install(lambda event: events.record(event, "tensorboard"), self.flush)
         self._undo.append(hooks.close)
+
+    def _adopt(
+        self, run_dir: str, settings: dict[str, object], rank_health: bool | None
+    ) -> Monitor:
+        """Hand this automatic monitor to the script's ``init``, which asked for ``run_dir``,
+        ``settings`` and ``rank_health``; warn once about what it keeps as it is.
+
+        Its rank health is not stopped for ``rank_health=False``: the script may hold
+        ``torch.distributed`` functions wrapped before it ran, which must keep working.
+        """
+        ignored = [name for name, value in settings.items() if self._settings.get(name) != value]
+        if not _same_dir(run_dir, self.run_dir):
+            ignored.insert(0, "logdir")
+        if rank_health is False and self._rank_health is not None:
+            ignored.append("rank_health=False")
+        elif rank_health and self._rank_health is None:
+            self._record_rank_health()
+        if ignored:
+            _log.warning(
+                "tb_monitor.init: ignoring %s: tb-monitor run opened this worker's monitor before "
+                "the script ran, and it goes on writing to %s as it is (tb-monitor run "
+                "--no-worker-init leaves opening it to the script; TB_MONITOR_RANK_HEALTH=0 turns "
+                "rank health off)",
+                ", ".join(ignored),
+                self.run_dir,
+            )
+        return self
 
 
 def init(
@@ -210,6 +251,13 @@ def init(
     straggler and hang detection (``integrations.rank_health``; ``rank_health=False`` or
     ``$TB_MONITOR_RANK_HEALTH=0`` turns that part off). A monitor still open from an earlier ``init`` is closed
     first (with a warning), so re-running a notebook cell records everything once.
+
+    In a worker that ``tb-monitor run`` started, a monitor is already open (``init_automatic``,
+    before the script ran): ``init`` adopts it silently and returns it, so a script that calls
+    ``init`` itself records nothing twice. It keeps its run directory, writer settings and rank
+    health; a different ``logdir``, ``flush_secs``, ``max_queue`` or ``when_full``, or
+    ``rank_health=False``, is ignored with a warning (``tb-monitor run --no-worker-init`` leaves
+    opening the monitor to the script).
     """
     global _active
     if logdir is None:
@@ -221,8 +269,18 @@ def init(
     logdir = os.fspath(logdir)
     run = contract.run_name_from_env()
     run_dir = fs.join(logdir, run) if run else logdir
+    settings: dict[str, object] = {
+        "flush_secs": flush_secs,
+        "max_queue": max_queue,
+        "when_full": when_full,
+    }
     with _active_lock:
         previous = _active
+        automatic = previous is not None and previous._automatic
+        if previous is not None and automatic:
+            previous._automatic = False  # the script's own from now on
+    if previous is not None and automatic:
+        return previous._adopt(run_dir, settings, rank_health)
     if previous is not None:
         _log.warning(
             "tb_monitor.init: closing the monitor already open (%s) before opening %s",
@@ -234,7 +292,7 @@ def init(
         except Exception:  # its errors are its own; the new monitor can still work
             _log.exception("tb_monitor.init: closing the previous monitor failed")
     writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
-    monitor = Monitor(logdir, writer)
+    monitor = Monitor(logdir, writer, settings)
     try:
         event_handler = TensorboardEventHandler(writer)
         monitor._register_event_handler(event_handler)
@@ -257,3 +315,20 @@ def init(
     with _active_lock:
         _active = monitor
     return monitor
+
+
+def init_automatic() -> Monitor:
+    """Open the monitor ``tb-monitor run`` gives each worker before its training script runs.
+
+    ``init(torch=True)`` into ``$TB_MONITOR_LOGDIR``, marked automatic: the script's own
+    ``init`` adopts it rather than opening a second one (``integrations.bootstrap`` calls this).
+    """
+    monitor = init(torch=True)
+    monitor._automatic = True
+    return monitor
+
+
+def _same_dir(a: str, b: str) -> bool:
+    if fs.is_remote(a) or fs.is_remote(b):
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.realpath(a) == os.path.realpath(b)

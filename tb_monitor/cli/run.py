@@ -1,10 +1,10 @@
 """``tb-monitor run``: torchrun, with the job's whole life written to a TensorBoard logdir.
 
-    tb-monitor run --logdir DIR [any torchrun option] SCRIPT [ARGS]
+    tb-monitor run --logdir DIR [--no-worker-init] [any torchrun option] SCRIPT [ARGS]
 
-Everything but ``--logdir`` goes to torchrun's own parser and ``torch.distributed.run.main``
-untouched, so options, exit codes and signal handling are torchrun's. Before the agent starts,
-inside this process, we install:
+Everything but ``--logdir`` and ``--no-worker-init`` goes to torchrun's own parser and
+``torch.distributed.run.main`` untouched, so options, exit codes and signal handling are
+torchrun's. Before the agent starts, inside this process, we install:
 
 - our logging handler for torchelastic's ``dynamic_rendezvous`` destination (rendezvous events),
   and for the destination the agent records worker/agent events to: ``tensorboard`` unless the user
@@ -14,17 +14,26 @@ inside this process, we install:
   metrics become scalars ``torchelastic/<name>``.
 
 (``tb_monitor.integrations.torchrun`` does the installing.) They write to the agent's own run, ``<run id>/agent-<host>-<pid>`` (``contract.agent_run_name``),
-and the logdir is exported as ``TB_MONITOR_LOGDIR`` so that ``tb_monitor.init()`` in the workers
-writes to ``<run id>/rank-<N>``. The run id is the one torchrun computes (``--rdzv-id``, or the
-random one of ``--standalone``): we read it from torchrun's launch config as torchrun builds it.
+and the logdir is exported as ``TB_MONITOR_LOGDIR``. The run id is the one torchrun computes
+(``--rdzv-id``, or the random one of ``--standalone``): we read it from torchrun's launch config
+as torchrun builds it.
+
+Each worker starts through ``tb_monitor.integrations.bootstrap``, which opens its monitor
+(``tb_monitor.init(torch=True)``, writing to ``<run id>/rank-<N>``) and then runs the training
+script as torchrun would have, so workers are monitored with no change to the script; a script
+that calls ``tb_monitor.init()`` itself gets that monitor back. ``--no-worker-init`` starts the
+workers as plain torchrun does (only scripts calling ``tb_monitor.init()`` then write rank runs).
+``--no-python`` entrypoints are never wrapped.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import sys
+from typing import NamedTuple
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs
@@ -35,8 +44,23 @@ _PROG = "tb-monitor run"
 _DEFAULT_DESTINATION = "tensorboard"  # also in integrations.torchrun
 _HELP = (
     "TensorBoard logdir receiving the rendezvous, agent and worker events and torchelastic's "
-    "metrics; workers calling tb_monitor.init() write their own runs under it"
+    "metrics; each worker writes its own run under it (<run id>/rank-<N>)"
 )
+_NO_WORKER_INIT_HELP = (
+    "start the workers as torchrun does: without this, each worker calls "
+    "tb_monitor.init(torch=True) before the training script runs (its events, rank health and "
+    "metrics, with no change to the script); with it, only a script that calls "
+    "tb_monitor.init() itself writes its rank's run"
+)
+
+
+class _Command(NamedTuple):
+    """What ``tb-monitor run``'s command line asks for."""
+
+    logdir: str
+    torchrun_argv: list[str]
+    destination: str
+    worker_init: bool
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -48,32 +72,45 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_PROG}: needs PyTorch ({exc}): pip install 'tb-monitor[torch]'", file=sys.stderr)
         return 2
     try:
-        logdir, torchrun_argv, destination = _parse(args)
+        command = _parse_command(args)
     except SystemExit as exc:  # argparse's usage errors and --help, printed by torchrun's parser
         return exc.code if isinstance(exc.code, int) else 2
 
-    from tb_monitor.integrations.torchrun import AgentCapture, launch_config_observed
+    from tb_monitor.integrations.torchrun import (
+        AgentCapture,
+        launch_config_observed,
+        workers_bootstrapped,
+    )
 
     try:
-        fs.check_logdir(logdir)  # a bad logdir fails here, before any worker starts
+        fs.check_logdir(command.logdir)  # a bad logdir fails here, before any worker starts
     except (fs.LogdirError, OSError) as exc:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
-    os.environ[contract.LOGDIR_ENV] = logdir
-    capture = AgentCapture(logdir, destination)
+    os.environ[contract.LOGDIR_ENV] = command.logdir
+    capture = AgentCapture(command.logdir, command.destination)
+    bootstrap = workers_bootstrapped(torchrun) if command.worker_init else contextlib.nullcontext()
     try:
-        with launch_config_observed(torchrun, capture.start):
-            torchrun.main(torchrun_argv)
+        with launch_config_observed(torchrun, capture.start), bootstrap:
+            torchrun.main(command.torchrun_argv)
     finally:
         capture.close()
     return 0
 
 
 def _parse(argv: list[str]) -> tuple[str, list[str], str]:
-    """Split our ``--logdir`` from torchrun's arguments; torchrun's parser judges the rest.
+    """``_parse_command``'s logdir, torchrun arguments and events destination (what
+    tests/cli/test_run_args.py checks)."""
+    command = _parse_command(argv)
+    return command.logdir, command.torchrun_argv, command.destination
 
-    Returns the logdir, the arguments for ``torch.distributed.run.main`` and the events
-    destination the agent will use. Exits (``SystemExit``) with a usage error, as torchrun does.
+
+def _parse_command(argv: list[str]) -> _Command:
+    """Split our options from torchrun's arguments; torchrun's parser judges the rest.
+
+    Returns the logdir, the arguments for ``torch.distributed.run.main``, the events destination
+    the agent will use and whether workers start through the bootstrap. Exits (``SystemExit``)
+    with a usage error, as torchrun does.
     """
     from torch.distributed.elastic.events import handlers as event_handlers
     from torch.distributed.run import get_args_parser
@@ -81,13 +118,14 @@ def _parse(argv: list[str]) -> tuple[str, list[str], str]:
     parser = get_args_parser()
     parser.prog = _PROG
     parser.add_argument("--logdir", required=True, help=_HELP)
+    parser.add_argument("--no-worker-init", action="store_true", help=_NO_WORKER_INIT_HELP)
     # None tells "not on the command line" apart from torchrun's default "null".
     parser.set_defaults(event_log_handler=None)
     args = parser.parse_args(argv)
 
     tail = [args.training_script, *args.training_script_args]
     options = argv[: len(argv) - len(tail)]
-    torchrun_argv = [*_without_logdir(options), *tail]
+    torchrun_argv = [*_without_ours(options), *tail]
 
     destination = args.event_log_handler or os.environ.get("PET_EVENT_LOG_HANDLER")
     if destination is None:
@@ -101,19 +139,22 @@ def _parse(argv: list[str]) -> tuple[str, list[str], str]:
     missing = _missing_script(args)
     if missing:
         parser.error(missing)
-    return _absolute(args.logdir), torchrun_argv, destination
+    return _Command(_absolute(args.logdir), torchrun_argv, destination, not args.no_worker_init)
 
 
-def _without_logdir(options: list[str]) -> list[str]:
-    """The options without ours: ``--logdir DIR``, ``--logdir=DIR`` (or an abbreviation)."""
+def _without_ours(options: list[str]) -> list[str]:
+    """The options without ours: ``--logdir DIR``, ``--logdir=DIR``, ``--no-worker-init`` (or
+    the abbreviations argparse matched to them: the shortest prefixes no torchrun option has)."""
     out: list[str] = []
     skip = False
     for token in options:
         name, has_value, _ = token.partition("=")
         if skip:
             skip = False
-        elif len(name) >= len("--logd") and "--logdir".startswith(name):  # as argparse matched it
+        elif len(name) >= len("--logd") and "--logdir".startswith(name):
             skip = not has_value
+        elif len(name) >= len("--no-w") and "--no-worker-init".startswith(name):
+            pass
         else:
             out.append(token)
     return out

@@ -103,6 +103,7 @@ class RankHealth:
         self._step_owner: int | None = None  # id of the optimizer whose steps count
         self._undo: list[Callable[[], None]] = []
         self._stop = threading.Event()
+        self._closed = False
         self._thread: threading.Thread | None = None
 
     # -- recording (the training thread) -------------------------------------------------------
@@ -130,6 +131,8 @@ class RankHealth:
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def collective(*args: Any, **kwargs: Any) -> Any:
+            if self._closed:  # held since before close (``from torch.distributed import ...``)
+                return function(*args, **kwargs)
             self._entered += 1
             start = self._in_since = self._clock()
             try:
@@ -184,6 +187,7 @@ class RankHealth:
         global _current
         if _current is self:
             _current = None
+        self._closed = True
         self._stop.set()
         while self._undo:
             self._undo.pop()()

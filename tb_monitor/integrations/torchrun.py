@@ -3,6 +3,8 @@
 torchrun decides the run id inside ``run()`` and exposes no hook: ``launch_config_observed``
 watches the launch config it builds, and ``AgentCapture`` then opens the agent's own run and
 installs our handlers into torchelastic's events and metrics (``integrations.torch``).
+``workers_bootstrapped`` rewrites the worker command built in the same step, so that each worker
+opens its own monitor before the training script runs (``integrations.bootstrap``).
 
 torchelastic's agent records its workers' ends (``torchelastic.worker.status.FAILED`` with the
 exit code and the error file, ``TERMINATED``) only once, when the whole run ends: a failure that
@@ -15,34 +17,44 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from tb_monitor import contract
+from tb_monitor.integrations import bootstrap
 from tb_monitor.integrations.torch import install
 from tb_monitor.logdir import fs
 from tb_monitor.sinks import AsyncWriter, TensorboardLoggingHandler, TensorboardMetricHandler
 
-__all__ = ["DEFAULT_DESTINATION", "AgentCapture", "launch_config_observed", "record_every_attempt"]
+__all__ = [
+    "BOOTSTRAP",
+    "DEFAULT_DESTINATION",
+    "AgentCapture",
+    "launch_config_observed",
+    "record_every_attempt",
+    "worker_command",
+    "workers_bootstrapped",
+]
 
 #: The events destination the agent records to unless the user chose one.
 DEFAULT_DESTINATION = "tensorboard"
+#: The module each Python worker starts through: ``python -u -mBOOTSTRAP SCRIPT ...``.
+BOOTSTRAP = "tb_monitor.integrations.bootstrap"
+
+_log = logging.getLogger("tb_monitor")
 
 
 @contextlib.contextmanager
-def launch_config_observed(torchrun: Any, observer: Any) -> Iterator[None]:
-    """Call ``observer(config)`` with the ``LaunchConfig`` torchrun builds, before it launches.
-
-    torchrun decides the run id inside ``run()`` (a fresh uuid for ``--standalone``) and exposes
-    no hook; ``config_from_args`` is the one step between that decision and the first event.
-    """
+def _config_from_args_wrapped(torchrun: Any, after: Callable[..., tuple]) -> Iterator[None]:
+    """Pass what torchrun's ``config_from_args(args)`` returns, ``(config, cmd, cmd_args)``,
+    through ``after(args, config, cmd, cmd_args)`` while the context lasts."""
     original = torchrun.config_from_args
 
     def config_from_args(args: argparse.Namespace) -> Any:
-        config, cmd, cmd_args = original(args)
-        observer(config)
-        return config, cmd, cmd_args
+        return after(args, *original(args))
 
     torchrun.config_from_args = config_from_args
     try:
@@ -51,7 +63,62 @@ def launch_config_observed(torchrun: Any, observer: Any) -> Iterator[None]:
         torchrun.config_from_args = original
 
 
-_log = logging.getLogger("tb_monitor")
+def launch_config_observed(torchrun: Any, observer: Any) -> contextlib.AbstractContextManager:
+    """Call ``observer(config)`` with the ``LaunchConfig`` torchrun builds, before it launches.
+
+    torchrun decides the run id inside ``run()`` (a fresh uuid for ``--standalone``) and exposes
+    no hook; ``config_from_args`` is the one step between that decision and the first event.
+    """
+
+    def observe(args: argparse.Namespace, config: Any, cmd: Any, cmd_args: Any) -> tuple:
+        observer(config)
+        return config, cmd, cmd_args
+
+    return _config_from_args_wrapped(torchrun, observe)
+
+
+def workers_bootstrapped(torchrun: Any) -> contextlib.AbstractContextManager:
+    """Start every worker torchrun launches through ``integrations.bootstrap``: the worker
+    command torchrun builds (``cmd``, ``cmd_args``) is what ``worker_command`` rewrites."""
+
+    def rewrite(args: argparse.Namespace, config: Any, cmd: Any, cmd_args: Any) -> tuple:
+        return (config, *worker_command(args, cmd, cmd_args, torchrun.run_script_path))
+
+    return _config_from_args_wrapped(torchrun, rewrite)
+
+
+def worker_command(
+    args: argparse.Namespace,
+    cmd: Callable[..., Any] | str,
+    cmd_args: list[str],
+    run_script_path: Callable[..., Any],
+) -> tuple[Callable[..., Any] | str, list[str]]:
+    """torchrun's worker command (``config_from_args``' ``cmd`` and ``cmd_args``), started through
+    the bootstrap where that is safe; otherwise unchanged.
+
+    ``python -u SCRIPT ...`` and ``python -u -m MODULE ...`` become ``python -u -m BOOTSTRAP
+    SCRIPT ...`` and ``... -m BOOTSTRAP -m MODULE ...``; ``--run-path`` (torch's
+    ``run_script_path``, called in the worker) becomes ``bootstrap.run_script_path``. Left alone:
+    ``--no-python`` (the entrypoint is not Python) and ``$PYTHON_EXEC`` naming an interpreter
+    other than ours (it may not have tb_monitor installed), with a warning.
+    """
+    if args.no_python:
+        return cmd, cmd_args
+    if args.run_path:
+        return (bootstrap.run_script_path if cmd is run_script_path else cmd), cmd_args
+    ours = isinstance(cmd, str) and os.path.abspath(cmd) == os.path.abspath(sys.executable)
+    if ours and cmd_args[:1] == ["-u"]:
+        # One token: torchrun names the job after its first argument not starting with "-".
+        return cmd, ["-u", f"-m{BOOTSTRAP}", *cmd_args[1:]]
+    _log.warning(
+        "tb_monitor: the workers start as %r %r, not with this interpreter (%s) as torchrun "
+        "usually starts them: they are not monitored unless the training script calls "
+        "tb_monitor.init()",
+        cmd,
+        cmd_args[:2],
+        sys.executable,
+    )
+    return cmd, cmd_args
 
 
 def record_every_attempt() -> Callable[[], None]:

@@ -126,3 +126,21 @@ def test_the_hanging_rank_is_named_while_the_job_still_runs(tmp_path):
     finally:
         _stop(agents)
     assert named == [3]
+
+
+def test_a_collective_held_from_before_close_still_runs():
+    """A collective imported while recording (``from torch.distributed import barrier``) keeps
+    working after the recorder closes: torch's own function runs, not our closed Stats."""
+    need("torch")
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from tb_monitor.integrations.rank_health import RankHealth
+
+    recorder = RankHealth(window=timedelta(seconds=60), heartbeat_s=3600).install()
+    held = dist.barrier
+    recorder.close()
+    assert hasattr(held, "__tb_monitor_timed__") and dist.barrier is not held
+    with pytest.raises((ValueError, RuntimeError), match="process group"):
+        held()  # torch's barrier itself: no process group in this test
