@@ -43,6 +43,7 @@ import base64
 import gzip
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -92,12 +93,18 @@ def anchor(provider, ctx) -> int:
         ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME, downsample=2**31 - 1
     )
     rows = [
-        contract.decode_record(contract.kind_of_tag(tag), datum.numpy.item())
+        contract.decode_record(contract.kind_of_tag(tag), payload)
         for tags in data.values()
         for tag, series in tags.items()
         for datum in series
+        for _, payload in _events_of(datum)
     ]
     return len(rows)
+
+
+def _events_of(datum) -> list[tuple[float, str]]:
+    values = datum.numpy
+    return contract.record_events(values.reshape(-1).tolist(), datum.wall_time, values.ndim > 0)
 
 
 def ours(store: TimelineStore, ctx) -> int:
@@ -163,6 +170,7 @@ class TensorBoard:
         self.url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", logdir]
         cmd += ["--host", "127.0.0.1", "--port", str(port), "--reload_interval", "5", *extra]
+        self.started = time.perf_counter()
         self.process = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def __enter__(self) -> TensorBoard:
@@ -188,6 +196,16 @@ class TensorBoard:
         if response.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
         return elapsed, json.loads(body)
+
+
+def _report_frames(frames: list[float]) -> None:
+    frames = sorted(frames)
+    _report(
+        f"zoom/pan frame, median of {len(frames)}", statistics.median(frames), TARGET_FRAME_MS, "ms"
+    )
+    _report(
+        "zoom/pan frame, 95th percentile", frames[int(len(frames) * 0.95)], TARGET_FRAME_MS, "ms"
+    )
 
 
 def _wait_all_loaded(tb: TensorBoard, total: int) -> tuple[float, float]:
@@ -330,19 +348,7 @@ def run_job(browser, name, nodes: int, events: int, workers: int, lod: bool, rou
             print(f"    of which the plugin (iframe start to drawn) {own:9.3f} s")
             print(f"  anchor: Scalars tab first render (median)    {scalars:9.3f} s")
             print(f"  ratio ours / anchor                          {first / scalars:9.3f}")
-            frames.sort()
-            _report(
-                f"zoom/pan frame, median of {len(frames)}",
-                statistics.median(frames),
-                TARGET_FRAME_MS,
-                "ms",
-            )
-            _report(
-                "zoom/pan frame, 95th percentile",
-                frames[int(len(frames) * 0.95)],
-                TARGET_FRAME_MS,
-                "ms",
-            )
+            _report_frames(frames)
             if lod:
                 _, data = tb.get(ROUTE + "?width=1000")
                 print(f"  whole job served as                          {data['mode']:>9}")
@@ -551,6 +557,234 @@ def run_ranks(browser, ranks: int, hours: float, rounds: int) -> None:
             )
 
 
+# ---------------------------------------------------------------------------------------------
+# 4. The 1,024-node day (issue 16)
+# ---------------------------------------------------------------------------------------------
+
+TARGET_COLD_S, TARGET_RSS_GB, TARGET_DETAILS_S = 30.0, 2.0, 0.3
+
+
+def _rss_bytes(pid: int) -> int:
+    """Resident memory of a process and its children (TensorBoard's data server), from /proc."""
+    total = 0
+    pids = [pid]
+    while pids:
+        p = pids.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                pids += [int(c) for c in f.read().split()]
+        except (OSError, StopIteration):
+            continue
+    return total
+
+
+def writer_side(events: int = 200_000) -> None:
+    """Bytes per event on disk and the caller's cost per event, before (content version 1: a
+    record and a text line per event) and after (version 2), for one node's stream of
+    torchelastic events through the logging handler: a keep-alive every 5 s and, every 100th,
+    another rendezvous event. "Before" replays version 1's handler: parse, a timeline record
+    and a text line per event; its bytes are version 1's records, one per event."""
+    import logging
+
+    from tb_monitor.elastic.events.api import RdzvEvent
+    from tb_monitor.sinks import TensorboardLoggingHandler, summaries
+    from tb_monitor.sinks.handlers import _kind_and_time, _summary_line
+    from tb_monitor.sinks.writer import AsyncWriter
+
+    def rdzv(name: str) -> str:
+        message = "The node 'node-001_4097_0' has sent a keep-alive heartbeat to the rendezvous."
+        return RdzvEvent(name, "job", message, "node-001", 4097, "RUNNING", local_id=0).serialize()
+
+    beat = rdzv("DynamicRendezvousHandler._keep_alive")
+    other = rdzv("DynamicRendezvousHandler.next_rendezvous")
+    records = [
+        logging.LogRecord(
+            "x", logging.INFO, __file__, 1, other if i % 100 == 0 else beat, None, None
+        )
+        for i in range(events)
+    ]
+    for i, record in enumerate(records):
+        record.created = 1.7e9 + 5.0 * i
+
+    def v1_emit(writer, record):  # version 1's TensorboardLoggingHandler.emit
+        data = json.loads(record.getMessage())
+        kind, wall_time = _kind_and_time(data, record.created)
+        writer.add_timeline(kind, record.getMessage(), wall_time)
+        line = _summary_line(contract.decode_record(kind, data))
+        writer.add_text(f"events/{kind}", line, wall_time)
+
+    def v1_layout(writer, record):  # version 1's bytes: a record per event, and its text
+        data = json.loads(record.getMessage())
+        kind, wall_time = _kind_and_time(data, record.created)
+        writer.add_summary(summaries.timeline_summary(kind, record.getMessage()), wall_time)
+        line = _summary_line(contract.decode_record(kind, data))
+        writer.add_text(f"events/{kind}", line, wall_time)
+
+    def run(emit_for) -> tuple[float, int]:
+        with tempfile.TemporaryDirectory() as tmp:
+            with AsyncWriter(tmp, max_queue=events * 3) as writer:
+                emit = emit_for(writer)
+                start = time.perf_counter()
+                for record in records:
+                    emit(record)
+                caller = (time.perf_counter() - start) / events
+            size = sum(os.path.getsize(os.path.join(tmp, f)) for f in os.listdir(tmp))
+        return caller, size
+
+    print(f"\nwriter side: {events:,} events of one node (keep-alives, 1% other)")
+    before_s, _ = run(lambda w: lambda r: v1_emit(w, r))
+    _, before_bytes = run(lambda w: lambda r: v1_layout(w, r))
+    after_s, after_bytes = run(lambda w: TensorboardLoggingHandler(w).emit)
+    print(
+        f"  before (v1)  bytes/event {before_bytes / events:8.1f}   caller {before_s * 1e6:6.2f} us/event"
+    )
+    print(
+        f"  after (v2)   bytes/event {after_bytes / events:8.1f}   caller {after_s * 1e6:6.2f} us/event"
+    )
+    print(
+        f"  ratio after / before: bytes {after_bytes / before_bytes:.3f}, caller {after_s / before_s:.2f}"
+    )
+
+
+def read_throughput(logdir: str, runs: int = 64) -> None:
+    """``read_events``' streaming core (iter_timeline + decode_timeline) against TensorBoard's
+    own loader (EventAccumulator, the Python loader) reading the same files: events/s."""
+    from tensorboard.backend.event_processing import event_accumulator
+
+    from tb_monitor.logdir import readers
+
+    chosen = sorted(os.listdir(os.path.join(logdir, "job")))[:runs]
+    with tempfile.TemporaryDirectory() as tmp:
+        os.makedirs(os.path.join(tmp, "job"))
+        for run in chosen:
+            shutil.copytree(os.path.join(logdir, "job", run), os.path.join(tmp, "job", run))
+        start = time.perf_counter()
+        ours = sum(1 for _ in readers.decode_timeline(readers.iter_timeline(tmp)))
+        ours_s = time.perf_counter() - start
+        start = time.perf_counter()
+        theirs = 0
+        for run in chosen:
+            acc = event_accumulator.EventAccumulator(
+                os.path.join(tmp, "job", run), size_guidance={event_accumulator.TENSORS: 0}
+            )
+            acc.Reload()
+            for tag in acc.Tags()["tensors"]:
+                if contract.kind_of_tag(tag):
+                    theirs += sum(
+                        len(
+                            contract.record_events(
+                                list(e.tensor_proto.string_val),
+                                e.wall_time,
+                                bool(e.tensor_proto.tensor_shape.dim),
+                            )
+                        )
+                        for e in acc.Tensors(tag)
+                    )
+        theirs_s = time.perf_counter() - start
+    assert ours == theirs, (ours, theirs)
+    print(f"  read {ours:,} events of {runs} runs: ours {ours / ours_s:12,.0f} events/s")
+    print(f"  anchor: TensorBoard's EventAccumulator {theirs / theirs_s:12,.0f} events/s")
+    print(f"  ratio ours / anchor (throughput)             {theirs_s / ours_s:9.2f}")
+
+
+def run_day(
+    browser, nodes: int, workers: int, hours: float, rounds: int, logdir: str | None
+) -> None:
+    writer_side()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = logdir or tmp
+        marker = os.path.join(root, "day.json")
+        if logdir and os.path.exists(marker):
+            with open(marker) as f:
+                described = json.load(f)
+            print(f"\nday: reusing {root}")
+        else:
+            start = time.perf_counter()
+            job = generate_job(
+                root,
+                nodes=nodes,
+                workers_per_node=workers,
+                hours=hours,
+                restarts=3,
+                processes=os.cpu_count() or 2,
+            )
+            described = {
+                "events": job.total_events,
+                "runs": len(job.runs),
+                "generated_s": time.perf_counter() - start,
+            }
+            with open(marker, "w") as f:
+                json.dump(described, f)
+        total = described["events"]
+        size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(root) for f in fs)
+        print(
+            f"\nday: {nodes} nodes x {workers} workers x {hours:g} h, 3 restarts: {total:,} events, {described['runs']} runs"
+        )
+        if "generated_s" in described:
+            print(
+                f"  generated in (project's writer, {os.cpu_count()} processes) {described['generated_s']:9.1f} s"
+            )
+        print(f"  on disk {size / 2**20:,.0f} MiB = {size / total:.1f} bytes/event")
+        read_throughput(root)
+        with TensorBoard(root) as tb:
+            start = tb.started
+            first_progress = None
+            while True:
+                elapsed, data = tb.get(ROUTE + "?width=1000")
+                now = time.perf_counter() - start
+                if first_progress is None:
+                    first_progress = now
+                    print(
+                        f"  first answer, with progress, after           {now:9.1f} s  {data['loading']}"
+                    )
+                if data["total"] == total and not data["loading"]:
+                    break
+                if now > 1200:
+                    raise RuntimeError(
+                        f"not loaded after {now:.0f} s: {data['total']:,} of {total:,}"
+                    )
+                time.sleep(1.0)
+            _report("cold: tensorboard start to the full picture", now, TARGET_COLD_S, "s")
+            time.sleep(3.0)
+            _report(
+                "TensorBoard's RSS at rest (with data server)",
+                _rss_bytes(tb.process.pid) / 2**30,
+                TARGET_RSS_GB,
+                "GiB",
+            )
+            _report("warm route, whole day (median of 5)", _warm_route(tb), TARGET_ROUTE_S, "s")
+            lo, hi = data["extent"]
+            for label, frac in (("1 h", 1 / 24), ("1 min", 1 / 1440)):
+                mid = lo + (hi - lo) * 0.37
+                query = f"?start={mid}&end={mid + (hi - lo) * frac}&width=2000"
+                _report(
+                    f"warm route, a {label} window (median of 5)",
+                    _warm_route(tb, query),
+                    TARGET_ROUTE_S,
+                    "s",
+                )
+            rng = np.random.default_rng(0)
+            details = []
+            for event_id in rng.integers(0, total, 20).tolist():
+                elapsed, body = tb.get(f"/data/plugin/{contract.PLUGIN_NAME}/event?id={event_id}")
+                assert body["id"] == event_id
+                details.append(elapsed)
+            _report(
+                "details of a random event (median of 20)",
+                statistics.median(details),
+                TARGET_DETAILS_S,
+                "s",
+            )
+            _report("details of a random event (max of 20)", max(details), TARGET_DETAILS_S, "s")
+            first, own, frames = browser_figures(browser, tb.url)
+            print(
+                f"  first render from navigation (warm)          {first:9.3f} s (plugin's own {own:.3f} s)"
+            )
+            _report_frames(frames)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -561,9 +795,24 @@ def main() -> None:
         "--ranks-hours", type=float, default=24.0, help="hours of 10-s windows (default 24)"
     )
     parser.add_argument("--only-ranks", action="store_true", help="run only the Ranks view part")
+    parser.add_argument("--day", action="store_true", help="run only the 1,024-node day")
+    parser.add_argument("--day-nodes", type=int, default=1024)
+    parser.add_argument("--day-hours", type=float, default=24.0)
+    parser.add_argument(
+        "--day-logdir", help="keep the generated day here (and reuse it on the next run)"
+    )
     args = parser.parse_args()
 
     from playwright.sync_api import sync_playwright
+
+    if args.day:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                run_day(browser, args.day_nodes, 4, args.day_hours, args.rounds, args.day_logdir)
+            finally:
+                browser.close()
+        return
 
     ranks_in_process(args.ranks, 24.0, args.rounds)  # always the issue's full size
     if args.only_ranks:

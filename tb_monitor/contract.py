@@ -11,7 +11,7 @@ import json
 import os
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
@@ -24,9 +24,14 @@ __all__ = [
     "PLUGIN_NAME",
     "RENDEZVOUS",
     "STAT_EVENT",
+    "TIMELINE_PREFIX",
     "WORKER",
     "agent_run_name",
+    "decode_batch",
     "decode_record",
+    "encode_batch",
+    "record_events",
+    "is_heartbeat",
     "kind_of_tag",
     "metric_tag",
     "plugin_content",
@@ -38,7 +43,10 @@ __all__ = [
 #: Name of the TensorBoard plugin that owns the timeline records (also its dashboard URL hash).
 PLUGIN_NAME = "tb_monitor_timeline"
 #: Version of the timeline record layout, stored in ``SummaryMetadata.plugin_data.content``.
-CONTENT_VERSION = 1
+#: Version 1: one event per record. Version 2: several events per record (``encode_batch``).
+#: Readers tell them apart per record, by the tensor's rank (TensorBoard keeps a tag's first
+#: metadata only, and a restarted writer may continue a version-1 run).
+CONTENT_VERSION = 2
 
 #: Name torch.monitor gives the event it logs when a Stat window closes.
 STAT_EVENT = "torch.monitor.Stat"
@@ -50,7 +58,8 @@ WORKER = "worker"  # torchelastic Event with source WORKER (agent-side or worker
 MONITOR = "monitor"  # a torch.monitor-style Event other than a Stat window
 KINDS = (RENDEZVOUS, AGENT, WORKER, MONITOR)
 
-_TIMELINE_PREFIX = "timeline/"
+#: Prefix of every timeline tag.
+TIMELINE_PREFIX = "timeline/"
 
 #: Environment variable through which `tb-monitor run` hands its logdir to the processes it starts.
 LOGDIR_ENV = "TB_MONITOR_LOGDIR"
@@ -60,13 +69,13 @@ def timeline_tag(kind: str) -> str:
     """Tag of the timeline records of one kind."""
     if kind not in KINDS:
         raise ValueError(f"unknown timeline kind {kind!r}; expected one of {KINDS}")
-    return _TIMELINE_PREFIX + kind
+    return TIMELINE_PREFIX + kind
 
 
 def kind_of_tag(tag: str) -> str | None:
     """The timeline kind a tag holds, or None when the tag is not a timeline tag."""
-    if tag.startswith(_TIMELINE_PREFIX):
-        kind = tag[len(_TIMELINE_PREFIX) :]
+    if tag.startswith(TIMELINE_PREFIX):
+        kind = tag[len(TIMELINE_PREFIX) :]
         if kind in KINDS:
             return kind
     return None
@@ -226,3 +235,81 @@ def decode_record(kind: str, payload: str | bytes | Mapping[str, Any]) -> dict[s
         row["error_trace"] = metadata.get("raw_error") or metadata.get("error_trace")
         row["metadata"] = metadata
     return row
+
+
+def is_heartbeat(row: Mapping[str, Any]) -> bool:
+    """Whether a decoded record is a rendezvous keep-alive: most of a long job's records, all
+    alike but for their time (``RdzvEvent`` carries none), so they are stored as runs."""
+    name = row.get("name")
+    return (
+        row.get("source") == "RENDEZVOUS"
+        and row.get("state") == "RUNNING"
+        and isinstance(name, str)
+        and name.endswith("._keep_alive")
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Content version 2: several events per record.
+#
+# The record's tensor is a rank-1 string tensor ``[index, payload_0, ..., payload_m-1]``: each
+# payload is one event's JSON exactly as torch serialized it, stored once however often it
+# occurs, and ``index`` is the JSON object ``{"t0": first wall time, "dt": [microseconds after
+# t0, per event], "p": [payload position, per event]}``. A version-1 record is a scalar tensor.
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_batch(times: Sequence[float], payload_ids: Sequence[int]) -> str:
+    """The index of a version-2 record: each event's wall time and payload position."""
+    if not times or len(times) != len(payload_ids):
+        raise ValueError(
+            f"a batch needs one payload per time, got {len(times)} and {len(payload_ids)}"
+        )
+    t0 = times[0]
+    return json.dumps(
+        {"t0": t0, "dt": [round((t - t0) * 1e6) for t in times], "p": list(payload_ids)},
+        separators=(",", ":"),
+    )
+
+
+def decode_batch(values: Sequence[str | bytes]) -> tuple[list[float], list[int], list[str]]:
+    """A version-2 record's events: (wall times, payload position per event, payloads).
+
+    Raises ValueError naming what is wrong when the index does not describe the payloads.
+    """
+    if len(values) < 2:
+        raise ValueError(
+            f"a batched timeline record needs an index and a payload, got {len(values)} values"
+        )
+    raw = values[0]
+    index = json.loads(raw)
+    if not isinstance(index, dict):
+        raise ValueError(f"batch index is not a JSON object: {raw!r:.200}")
+    t0, dt, ids = index.get("t0"), index.get("dt"), index.get("p")
+    payloads = [
+        v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values[1:]
+    ]
+    try:
+        if len(dt) != len(ids) or min(ids) < 0 or max(ids) >= len(payloads):
+            raise ValueError("positions out of range")
+        times = [t0 + d * 1e-6 for d in dt]
+        if {type(i) for i in ids} != {int}:
+            raise ValueError("positions are not integers")
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"batch index does not describe its {len(payloads)} payloads ({exc}): {raw!r:.200}"
+        ) from None
+    return times, ids, payloads
+
+
+def record_events(
+    values: Sequence[str | bytes], wall_time: float, batched: bool
+) -> list[tuple[float, str]]:
+    """``(wall time, payload)`` of every event of one timeline record, either version:
+    ``values`` are its tensor's strings, ``batched`` whether the tensor has a dimension
+    (version 2), ``wall_time`` the record's own (a version-1 event's time)."""
+    if not batched:
+        raw = values[0]
+        return [(wall_time, raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)]
+    times, ids, payloads = decode_batch(values)
+    return [(t, payloads[i]) for t, i in zip(times, ids, strict=True)]

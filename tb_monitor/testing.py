@@ -202,6 +202,7 @@ class SyntheticJob:
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     start: float = 0.0
     end: float = 0.0
+    rank_windows: int = 0  # step windows written, all ranks together (``rank_stats``)
 
     @property
     def total_events(self) -> int:
@@ -334,8 +335,110 @@ class _Job:
         return self.nodes * self.workers_per_node
 
 
-class _Records:
-    """Records per run, in the order they happen, each tag written with increasing steps."""
+@dataclass(frozen=True)
+class _Attempt:
+    """What one attempt decides for every node: the rendezvous order and the times."""
+
+    index: int
+    last: bool
+    joins: list[float]  # per node
+    group_ranks: list[int]  # per node
+    order: list[int]  # per group rank: its node
+    closer: int  # the node that marks the round complete (the last to join)
+    complete: float
+    train0: float
+    end: float
+    failing: int | None  # the node whose worker 0 fails, if the attempt fails
+    stop: float  # when training stops: the failure, or the end
+    beats: list[int]  # per node: keep-alives during training
+
+
+def _plan(
+    job: _Job,
+    *,
+    events: int,
+    hours: float | None,
+    restarts: int,
+    start: float,
+    heartbeat_s: float,
+    epochs: int,
+    seed: int,
+    fail_last: bool,
+) -> list[_Attempt]:
+    """Every attempt's rendezvous and times. Each node's records follow from these and the
+    seed alone, so nodes can be written by separate processes."""
+    rng = random.Random(seed)
+    nodes = _nodes(job)
+    attempts = restarts + 1
+    if hours is not None:
+        # A failed attempt stops at 0.8 of its length (below): the attempts fill ``hours``.
+        failed = attempts if fail_last else restarts
+        duration = hours * 3600 / (0.8 * failed + attempts - failed)
+        beats = [
+            [int(duration * (0.8 if a < failed else 1.0) / heartbeat_s)] * len(nodes)
+            for a in range(attempts)
+        ]
+    else:
+        # Fixed records per node and attempt: 4 rendezvous, 2 agent, START and an end per
+        # worker, `epochs` monitor events per worker; one "complete" per round; per node at
+        # the end the rendezvous close and the agent's verdict.
+        fixed = job.nodes * attempts * (4 + 2 + job.workers_per_node * (2 + epochs)) + attempts
+        fixed += job.nodes * 2
+        total = max(0, events - fixed) if events else job.nodes * attempts * 4
+        beats = [
+            [_share(_share(total, attempts, a), len(nodes), n.index) for n in nodes]
+            for a in range(attempts)
+        ]
+    plans = []
+    t0 = start
+    for index in range(attempts):
+        last = index == attempts - 1
+        joins = [t0 + rng.uniform(0.0, 1.5) + (18.0 if n.straggler else 0.0) for n in nodes]
+        order = sorted(range(len(nodes)), key=joins.__getitem__)
+        group_ranks = [0] * len(nodes)
+        for rank, node in enumerate(order):
+            group_ranks[node] = rank
+        complete = joins[order[-1]] + 0.2
+        failing = None if last and not fail_last else (index * 7 + 3) % len(nodes)
+        trained = max(beats[index]) * heartbeat_s
+        duration = max(60.0, trained / 0.8 if failing is not None and hours else trained)
+        train0 = complete + 1.0
+        end = train0 + duration
+        stop = train0 + duration * 0.8 if failing is not None else end
+        plans.append(
+            _Attempt(
+                index=index,
+                last=last,
+                joins=joins,
+                group_ranks=group_ranks,
+                order=order,
+                closer=order[-1],
+                complete=complete,
+                train0=train0,
+                end=end,
+                failing=failing,
+                stop=stop,
+                beats=beats[index],
+            )
+        )
+        t0 = stop + 2.0
+    return plans
+
+
+def _share(total: int, parts: int, index: int) -> int:
+    """The index-th of `parts` near-equal integer shares of `total`."""
+    return total // parts + (1 if index < total % parts else 0)
+
+
+def _nodes(job: _Job) -> list[_Node]:
+    return [
+        _Node(i, f"node-{i:03d}", 4000 + 97 * i, straggler=(i == job.nodes - 1 and job.nodes > 1))
+        for i in range(job.nodes)
+    ]
+
+
+class _NodeRecords:
+    """One node's records (its agent's run and its workers' runs)."""
 
     def __init__(self) -> None:
         self.by_run: dict[str, list[_Record]] = defaultdict(list)
@@ -346,233 +449,229 @@ class _Records:
         self.by_run[run].append(_Record(kind, payload, wall_time))
 
 
-def _simulate(
-    job: _Job,
-    *,
-    events: int,
-    restarts: int,
-    start: float,
-    heartbeat_s: float,
-    epochs: int,
-    seed: int,
-    fail_last: bool = False,
-) -> _Records:
-    rng = random.Random(seed)
-    nodes = [
-        _Node(i, f"node-{i:03d}", 4000 + 97 * i, straggler=(i == job.nodes - 1 and job.nodes > 1))
-        for i in range(job.nodes)
-    ]
-    attempts = restarts + 1
-    # Fixed records per node and attempt: 4 rendezvous, 2 agent, START and an end per worker,
-    # `epochs` monitor events per worker; one "complete" per round; per node at the end the
-    # rendezvous close and the agent's verdict.
-    fixed = job.nodes * attempts * (4 + 2 + job.workers_per_node * (2 + epochs)) + attempts
-    fixed += job.nodes * 2
-    beats = max(0, events - fixed) if events else job.nodes * attempts * 4
-    out = _Records()
-    t = start
-    for attempt in range(attempts):
-        t = _attempt(
-            job, nodes, attempt, attempts, t, out, rng, beats, heartbeat_s, epochs, fail_last
-        )
+def _node_records(
+    job: _Job, node: _Node, plans: list[_Attempt], epochs: int, seed: int
+) -> _NodeRecords:
+    """Everything one node records over the job: deterministic from ``seed`` and the plans."""
+    rng = random.Random(seed * 1_000_003 + node.index + 1)
+    out = _NodeRecords()
+    for plan in plans:
+        node.group_rank = plan.group_ranks[node.index]
+        _rendezvous_round(job, node, plan, out, rng)
+        _training(job, node, plan, out, rng, epochs)
     return out
 
 
-def _share(total: int, parts: int, index: int) -> int:
-    """The index-th of `parts` near-equal integer shares of `total`."""
-    return total // parts + (1 if index < total % parts else 0)
+def _rendezvous_round(
+    job: _Job, node: _Node, plan: _Attempt, out: _NodeRecords, rng: random.Random
+) -> None:
+    """One node's records of one rendezvous round, up to its workers' START."""
+    rid, attempt, d = job.run_id, plan.index, node.desc
+    run = contract.agent_run_name(rid, node.host, node.pid)
+    tj = plan.joins[node.index]
 
+    def rdzv(method, message, when, state="RUNNING", rank=None):
+        out.add(run, contract.RENDEZVOUS, _rdzv(method, rid, message, node, state, rank), when)
 
-def _attempt(
-    job: _Job,
-    nodes: list[_Node],
-    attempt: int,
-    attempts: int,
-    t0: float,
-    out: _Records,
-    rng: random.Random,
-    beats: int,
-    heartbeat_s: float,
-    epochs: int,
-    fail_last: bool = False,
-) -> float:
-    """Simulate one rendezvous round and the training attempt after it; return its end time."""
-    rid = job.run_id
-    last = attempt == attempts - 1
-    joins = {n.index: t0 + rng.uniform(0.0, 1.5) + (18.0 if n.straggler else 0.0) for n in nodes}
-    order = sorted(nodes, key=lambda n: joins[n.index])
-    complete = joins[order[-1].index] + 0.2
-    for rank, node in enumerate(order):
-        node.group_rank = rank
-    for node in nodes:
-        run = contract.agent_run_name(rid, node.host, node.pid)
-        tj = joins[node.index]
-        d = node.desc
-
-        def rdzv(method, message, when, state="RUNNING", rank=None, run=run, node=node):
-            out.add(run, contract.RENDEZVOUS, _rdzv(method, rid, message, node, state, rank), when)
-
+    rdzv(
+        f"{_HANDLER}.next_rendezvous",
+        f"The node '{d}' attempts to join the next round of the rendezvous '{rid}'.",
+        tj,
+    )
+    rdzv(
+        f"{_EXECUTOR}._add_to_participants",
+        f"The node '{d}' added itself to the participants of round {attempt} of the "
+        f"rendezvous '{rid}'. Pending sync.",
+        tj + 0.05,
+    )
+    rdzv(
+        f"{_EXECUTOR}.run",
+        f"The node '{d}' has successfully synced its local changes with other nodes in "
+        f"the rendezvous '{rid}'.",
+        tj + 0.06,
+    )
+    if node.index == plan.closer:
         rdzv(
-            f"{_HANDLER}.next_rendezvous",
-            f"The node '{d}' attempts to join the next round of the rendezvous '{rid}'.",
-            tj,
+            f"{_EXECUTOR}._mark_rendezvous_complete",
+            f"The node '{d}' marked round {attempt} of the rendezvous '{rid}' as "
+            "complete. Pending sync.",
+            plan.complete - 0.1,
+            "SUCCEEDED",
         )
-        rdzv(
-            f"{_EXECUTOR}._add_to_participants",
-            f"The node '{d}' added itself to the participants of round {attempt} of the "
-            f"rendezvous '{rid}'. Pending sync.",
-            tj + 0.05,
-        )
-        rdzv(
-            f"{_EXECUTOR}.run",
-            f"The node '{d}' has successfully synced its local changes with other nodes in "
-            f"the rendezvous '{rid}'.",
-            tj + 0.06,
-        )
-        if node is order[-1]:
-            rdzv(
-                f"{_EXECUTOR}._mark_rendezvous_complete",
-                f"The node '{d}' marked round {attempt} of the rendezvous '{rid}' as "
-                "complete. Pending sync.",
-                complete - 0.1,
-                "SUCCEEDED",
-            )
-        joined = complete + rng.uniform(0.0, 0.05)
-        rdzv(
-            f"{_HANDLER}.next_rendezvous",
-            f"The node '{d}' has joined round {attempt} of the rendezvous '{rid}' as rank "
-            f"{node.group_rank} in a world of size {job.nodes}.",
-            joined,
-            rank=node.group_rank,
-        )
-        rec = out.add
-        rdzv_ms = (joined - tj) * 1000.0
-        rec(
+    joined = plan.complete + rng.uniform(0.0, 0.05)
+    rdzv(
+        f"{_HANDLER}.next_rendezvous",
+        f"The node '{d}' has joined round {attempt} of the rendezvous '{rid}' as rank "
+        f"{node.group_rank} in a world of size {job.nodes}.",
+        joined,
+        rank=node.group_rank,
+    )
+    rdzv_ms = (joined - tj) * 1000.0
+    out.add(
+        run,
+        contract.AGENT,
+        _agent_event("RENDEZVOUS", "AGENT", job, node, attempt, duration_ms=rdzv_ms),
+        joined + 0.001,
+    )
+    out.add(
+        run,
+        contract.AGENT,
+        _agent_event("ASSIGN_WORKER_RANKS", "AGENT", job, node, attempt, duration_ms=3.2),
+        joined + 0.005,
+    )
+    for local in range(job.workers_per_node):
+        grank = node.group_rank * job.workers_per_node + local
+        out.add(
             run,
-            contract.AGENT,
-            _agent_event("RENDEZVOUS", "AGENT", job, node, attempt, duration_ms=rdzv_ms),
-            joined + 0.001,
+            contract.WORKER,
+            _agent_event("START", "WORKER", job, node, attempt, (local, grank)),
+            joined + 0.4 + 0.01 * local,
         )
-        rec(
-            run,
-            contract.AGENT,
-            _agent_event("ASSIGN_WORKER_RANKS", "AGENT", job, node, attempt, duration_ms=3.2),
-            joined + 0.005,
-        )
-        for local in range(job.workers_per_node):
-            grank = node.group_rank * job.workers_per_node + local
-            rec(
-                run,
-                contract.WORKER,
-                _agent_event("START", "WORKER", job, node, attempt, (local, grank)),
-                joined + 0.4 + 0.01 * local,
-            )
 
-    # Training: heartbeats every `heartbeat_s` per node, epochs per worker; the straggler is slow.
-    node_beats = [_share(_share(beats, attempts, attempt), len(nodes), n.index) for n in nodes]
-    duration = max(60.0, max(node_beats) * heartbeat_s)
-    train0 = complete + 1.0
-    end = train0 + duration
-    failing = None if last and not fail_last else nodes[(attempt * 7 + 3) % len(nodes)]
-    fail_at = train0 + duration * 0.8 if failing else None
-    stop = fail_at if failing else end
-    for node in nodes:
-        run = contract.agent_run_name(rid, node.host, node.pid)
-        n_beats = node_beats[node.index]
-        step = (stop - train0) / max(1, n_beats)
-        # Every heartbeat of a node is the same event, only its time differs.
-        beat = _rdzv(
-            f"{_HANDLER}._keep_alive",
-            rid,
-            f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'.",
+
+def _training(
+    job: _Job, node: _Node, plan: _Attempt, out: _NodeRecords, rng: random.Random, epochs: int
+) -> None:
+    """One node's records of one attempt's training: keep-alives, epochs per worker (the
+    straggler is slow), its workers' ends; after the last attempt, its verdict."""
+    rid, attempt = job.run_id, plan.index
+    train0, stop, end, failing = plan.train0, plan.stop, plan.end, plan.failing
+    run = contract.agent_run_name(rid, node.host, node.pid)
+    n_beats = plan.beats[node.index]
+    period = (stop - train0) / max(1, n_beats)
+    # Every heartbeat of a node is the same event, only its time differs.
+    beat = _rdzv(
+        f"{_HANDLER}._keep_alive",
+        rid,
+        f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'.",
+        node,
+        "RUNNING",
+    )
+    jitter, uniform = period * 0.1, rng.random
+    out.by_run[run].extend(
+        _Record(contract.RENDEZVOUS, beat, train0 + i * period + uniform() * jitter)
+        for i in range(n_beats)
+    )
+    for local in range(job.workers_per_node):
+        grank = node.group_rank * job.workers_per_node + local
+        wpid = node.worker_pid(local, attempt)
+        if failing is None:
+            state, when, raw, code = "SUCCEEDED", end + (8.0 if node.straggler else 0.0), None, 0
+        elif node.index == failing and local == 0:
+            state, when, code = "FAILED", stop, 1
+            raw = _error_file_data(grank, stop)
+        else:
+            state, when, raw, code = "TERMINATED", stop + 0.8, None, None
+        ended = _agent_event(
+            state,
+            "WORKER",
+            job,
             node,
-            "RUNNING",
+            attempt,
+            (local, grank),
+            raw_error=raw,
+            exit_code=code,
+            worker_pid=wpid if code is not None else None,
         )
-        for i in range(n_beats):
-            when = train0 + i * step + rng.uniform(0.0, step * 0.1)
-            out.add(run, contract.RENDEZVOUS, beat, when)
+        out.add(run, contract.WORKER, ended, when + 0.01 * local)
+    if plan.last:
+        finish = (stop + 1.5) if failing is not None else end + (8.5 if node.straggler else 0.5)
+        closed = f"The node '{node.desc}' has closed the rendezvous '{rid}'."
+        out.add(
+            run,
+            contract.RENDEZVOUS,
+            _rdzv(f"{_HANDLER}._close", rid, closed, node, "SUCCEEDED"),
+            finish,
+        )
+        verdict = "FAILED" if failing is not None else "SUCCEEDED"
+        out.add(
+            run, contract.AGENT, _agent_event(verdict, "AGENT", job, node, attempt), finish + 0.01
+        )
+
+
+def _worker_records(
+    job: _Job, rank: int, plans: list[_Attempt], epochs: int, seed: int
+) -> _NodeRecords:
+    """What one global rank's own run holds: its epochs in every attempt, on whichever node
+    the rendezvous put it (the straggler node's ranks are slow)."""
+    rng = random.Random(seed * 3_000_017 + rank + 1)
+    nodes = _nodes(job)
+    out = _NodeRecords()
+    worker_run = contract.run_name_from_env({"TORCHELASTIC_RUN_ID": job.run_id, "RANK": str(rank)})
+    out.by_run[worker_run] = []  # the run exists (its rank windows) even without epochs
+    for plan in plans:
+        node = nodes[plan.order[rank // job.workers_per_node]]
         slow = 1.35 if node.straggler else 1.0
-        for local in range(job.workers_per_node):
-            grank = node.group_rank * job.workers_per_node + local
-            worker_run = contract.run_name_from_env(
-                {"TORCHELASTIC_RUN_ID": rid, "RANK": str(grank)}
-            )
-            for epoch in range(epochs):
-                when = train0 + (epoch + 1) * (stop - train0) / (epochs + 1) * slow
-                when = min(when, stop - 0.5)
-                loss = round(2.5 / (1 + epoch + attempt) + rng.random() * 0.05, 4)
-                speed = round(rng.gauss(1800 / slow, 40), 1)
-                out.add(
-                    worker_run,
-                    contract.MONITOR,
-                    _monitor_event(
-                        "train.epoch_end",
-                        when,
-                        {
-                            "epoch": epoch,
-                            "rank": grank,
-                            "attempt": attempt,
-                            "loss": loss,
-                            "samples_per_s": speed,
-                        },
-                    ),
-                    when,
-                )
-                if grank == 0:  # training scripts log their metrics from rank 0
-                    step = attempt * epochs + epoch
-                    out.scalars[worker_run].append(("train/loss", loss, when, step))
-                    out.scalars[worker_run].append(("train/samples_per_s", speed, when, step))
-            wpid = node.worker_pid(local, attempt)
-            if failing is None:
-                state, when, raw, code = (
-                    "SUCCEEDED",
-                    end + (8.0 if node.straggler else 0.0),
-                    None,
-                    0,
-                )
-            elif node is failing and local == 0:
-                state, when, code = "FAILED", stop, 1
-                raw = _error_file_data(grank, stop)
-            else:
-                state, when, raw, code = "TERMINATED", stop + 0.8, None, None
+        train0, stop, attempt = plan.train0, plan.stop, plan.index
+        for epoch in range(epochs):
+            when = min(train0 + (epoch + 1) * (stop - train0) / (epochs + 1) * slow, stop - 0.5)
+            loss = round(2.5 / (1 + epoch + attempt) + rng.random() * 0.05, 4)
+            speed = round(rng.gauss(1800 / slow, 40), 1)
+            data = {"epoch": epoch, "rank": rank, "attempt": attempt}
+            data.update(loss=loss, samples_per_s=speed)
             out.add(
-                run,
-                contract.WORKER,
-                _agent_event(
-                    state,
-                    "WORKER",
-                    job,
-                    node,
-                    attempt,
-                    (local, grank),
-                    raw_error=raw,
-                    exit_code=code,
-                    worker_pid=wpid if code is not None else None,
-                ),
-                when + 0.01 * local,
+                worker_run, contract.MONITOR, _monitor_event("train.epoch_end", when, data), when
             )
-        if last:
-            finish = (stop + 1.5) if failing else end + (8.5 if node.straggler else 0.5)
-            out.add(
-                run,
-                contract.RENDEZVOUS,
-                _rdzv(
-                    f"{_HANDLER}._close",
-                    rid,
-                    f"The node '{node.desc}' has closed the rendezvous '{rid}'.",
-                    node,
-                    "SUCCEEDED",
-                ),
-                finish,
-            )
-            verdict = "FAILED" if failing else "SUCCEEDED"
-            out.add(
-                run,
-                contract.AGENT,
-                _agent_event(verdict, "AGENT", job, node, attempt),
-                finish + 0.01,
-            )
-    return (stop if failing else end) + 2.0
+            if rank == 0:  # training scripts log their metrics from rank 0
+                metric_step = attempt * epochs + epoch
+                out.scalars[worker_run].append(("train/loss", loss, when, metric_step))
+                out.scalars[worker_run].append(("train/samples_per_s", speed, when, metric_step))
+    return out
+
+
+_WINDOW_S, _STEP_S = 10.0, 0.1  # a synthetic rank's step windows and its step's compute
+
+
+def _write_windows(
+    writer: AsyncWriter, job: _Job, plans: list[_Attempt], rank: int, seed: int
+) -> int:
+    """A rank's 10-s step windows (``rank_window_scalars``) through every attempt it trained;
+    ranks on the straggler node compute 1.35x longer, and every rank waits for them."""
+    rng = random.Random(seed * 7_000_003 + rank)
+    period = _STEP_S * 1.35 * 1.05 + 0.002
+    steps = max(1, round(_WINDOW_S / period))
+    nodes = _nodes(job)
+    add, windows = writer.add_scalars, 0
+    for plan in plans:
+        straggler = nodes[plan.order[rank // job.workers_per_node]].straggler
+        compute_base = _STEP_S * (1.35 if straggler else 1.0)
+        t = plan.train0 + _WINDOW_S
+        while t <= plan.stop:
+            compute = compute_base * (1 + rng.uniform(-0.05, 0.05))
+            add(rank_window_scalars(compute, period - compute, steps), wall_time=t)
+            t += _WINDOW_S
+            windows += 1
+    return windows
+
+
+def _write_runs(args: tuple) -> tuple[dict[tuple[str, str], int], float, int]:
+    """Write some nodes' agent runs and some ranks' runs (each run has one writer); return
+    their events per (run, kind), the last event's time and the rank windows written."""
+    logdir, job, indexes, ranks, plans, epochs, seed, scalars, rank_stats = args
+    counts: dict[tuple[str, str], int] = {}
+    last, windows = 0.0, 0
+
+    def write(records: _NodeRecords, rank: int | None = None) -> None:
+        nonlocal last, windows
+        for run, recs in records.by_run.items():
+            recs.sort(key=lambda r: r.wall_time)
+            last = max([last, *(r.wall_time for r in recs[-1:])])
+            with AsyncWriter(fs.join(logdir, run)) as writer:
+                for rec in recs:
+                    writer.add_timeline(rec.kind, rec.payload, rec.wall_time)
+                    counts[(run, rec.kind)] = counts.get((run, rec.kind), 0) + 1
+                if scalars:
+                    for tag, value, wall_time, step in records.scalars.get(run, ()):
+                        writer.add_scalar(tag, value, wall_time=wall_time, step=step)
+                if rank_stats and rank is not None:
+                    windows += _write_windows(writer, job, plans, rank, seed)
+
+    nodes = _nodes(job)
+    for index in indexes:
+        write(_node_records(job, nodes[index], plans, epochs, seed))
+    for rank in ranks:
+        write(_worker_records(job, rank, plans, epochs, seed), rank)
+    return counts, last, windows
 
 
 def generate_job(
@@ -581,6 +680,7 @@ def generate_job(
     nodes: int = 8,
     workers_per_node: int = 2,
     events: int = 0,
+    hours: float | None = None,
     restarts: int = 1,
     run_id: str = "job",
     start: float = DEFAULT_START,
@@ -588,16 +688,23 @@ def generate_job(
     epochs: int = 3,
     seed: int = 0,
     scalars: bool = False,
+    rank_stats: bool = False,
     fail_last: bool = False,
+    processes: int = 1,
 ) -> SyntheticJob:
     """Write a synthetic elastic job into ``logdir`` and describe what was written.
 
     ``events`` is the total number of timeline records wanted (heartbeats make up the difference;
-    0 lets the job be small and natural). ``restarts`` failed attempts precede the final,
-    successful one; the last node is a straggler in every rendezvous and in training.
+    0 lets the job be small and natural); or ``hours`` gives the job's length instead, each node
+    sending a keep-alive every ``heartbeat_s`` throughout (a 1,024-node day: ``nodes=1024,
+    workers_per_node=4, hours=24, restarts=3``, ~18M events). ``restarts`` failed attempts precede
+    the final, successful one; the last node is a straggler in every rendezvous and in training.
     ``scalars`` also writes rank 0's ``train/loss`` and ``train/samples_per_s`` per epoch (what a
-    real job logs besides its events, and what TensorBoard's Scalars tab draws).
-    ``fail_last`` makes the final attempt fail as well: the job ends FAILED.
+    real job logs besides its events, and what TensorBoard's Scalars tab draws);
+    ``rank_stats`` every rank's 10-s step windows as ``rank_health`` writes them.
+    ``fail_last`` makes the final attempt fail as well: the job ends FAILED. Deterministic from
+    ``seed``; ``processes`` > 1 writes the nodes in that many processes, with the project's own
+    writer (each event file then holds what one node wrote).
     """
     if nodes < 1:
         raise ValueError(f"nodes must be at least 1, got {nodes!r}")
@@ -607,10 +714,15 @@ def generate_job(
         raise ValueError(f"restarts must be non-negative, got {restarts!r}")
     if events < 0:
         raise ValueError(f"events must be non-negative, got {events!r}")
+    if hours is not None and not hours > 0:
+        raise ValueError(f"hours must be positive, got {hours!r}")
+    if processes < 1:
+        raise ValueError(f"processes must be at least 1, got {processes!r}")
     job = _Job(run_id, nodes, workers_per_node)
-    records = _simulate(
+    plans = _plan(
         job,
         events=events,
+        hours=hours,
         restarts=restarts,
         start=start,
         heartbeat_s=heartbeat_s,
@@ -618,18 +730,26 @@ def generate_job(
         seed=seed,
         fail_last=fail_last,
     )
-    result = SyntheticJob(logdir=os.fspath(logdir), run_id=run_id, start=start, end=start)
-    for run, recs in records.by_run.items():
-        recs.sort(key=lambda r: r.wall_time)
-        result.end = max(result.end, recs[-1].wall_time)
-        with AsyncWriter(fs.join(os.fspath(logdir), run)) as writer:
-            for rec in recs:
-                writer.add_timeline(rec.kind, rec.payload, rec.wall_time)
-                key = (run, rec.kind)
-                result.counts[key] = result.counts.get(key, 0) + 1
-            if scalars:
-                for tag, value, wall_time, step in records.scalars.get(run, ()):
-                    writer.add_scalar(tag, value, wall_time=wall_time, step=step)
+    root = os.fspath(logdir)
+    work = [
+        (root, job, range(i, nodes, processes), range(i, job.world_size, processes), plans)
+        + (epochs, seed, scalars, rank_stats)
+        for i in range(min(processes, nodes))
+    ]
+    if len(work) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(len(work), mp_context=context) as pool:
+            results = list(pool.map(_write_runs, work))
+    else:
+        results = [_write_runs(w) for w in work]
+    result = SyntheticJob(logdir=root, run_id=run_id, start=start, end=start)
+    for counts, last, windows in results:
+        result.counts.update(counts)  # every run is written by one process
+        result.end = max(result.end, last)
+        result.rank_windows += windows
     return result
 
 

@@ -114,19 +114,25 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         # While loading, the run may simply not be decoded yet: it matches nothing so far.
         raise UnknownRunError(f"unknown run {q.run!r:.200}")
     cols, lanes, states = snap.columns, snap.lanes, snap.states
-    mask = _filter(cols, q, states, snap.texts, snap.runs, lanes)
-    shown = np.flatnonzero(mask)
-    lane_ids = np.unique(cols.lane[shown])
+    wanted = _wanted_records(cols, q, states, snap.texts, snap.runs, lanes) & (cols.rec_count > 0)
+    lane_ids = np.unique(cols.rec_lane[wanted])
     lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
     position = np.full(len(lanes), -1, dtype=np.int64)
     position[lane_ids] = np.arange(len(lane_ids))
-    times = cols.t[shown]
-    extent = (float(times.min()), float(times.max())) if len(shown) else None
+    # Filters are per record: an event is shown when its record is wanted. Without a filter,
+    # the 18M events of a big job are never indexed, only compared by time.
+    every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
+    times = cols.t if every else cols.t[wanted[cols.rec]]
+    total = int(len(times))
+    extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
-    in_window = shown[(times >= start) & (times <= end)]
+    inside = (cols.t >= start) & (cols.t <= end)
+    if not every:
+        inside &= wanted[cols.rec]
+    in_window = int(np.count_nonzero(inside))
     payload: dict[str, Any] = {
         "generation": snap.generation,
-        "total": int(len(shown)),
+        "total": total,
         "extent": extent,
         "window": [start, end],
         "lanes": [
@@ -145,17 +151,23 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         "facets": {
             "runs": sorted(snap.runs),
             "run_ids": sorted({lane.group for lane in lanes}),
-            "states": sorted({states[s] for s in np.unique(cols.state).tolist()} - {""}),
+            "states": sorted(
+                {states[s] for s in np.unique(cols.rec_state[cols.rec_count > 0]).tolist()} - {""}
+            ),
         },
-        "in_window": int(len(in_window)),
+        "in_window": in_window,
         "loading": snap.loading,
     }
-    if len(in_window) <= DETAIL_LIMIT:
+    if in_window <= DETAIL_LIMIT:
         payload["mode"] = "events"
-        payload["events"] = _events(cols, in_window, position, snap.names, snap.msgs)
+        rows = np.flatnonzero(inside)
+        payload["events"] = _events(cols, rows, position, snap.names, snap.msgs)
     else:
         payload["mode"] = "buckets"
-        payload["buckets"] = _buckets(cols, in_window, position, start, end, q.width)
+        every_inside = in_window == len(cols.t)
+        t = cols.t if every_inside else cols.t[inside]
+        rec = cols.rec if every_inside else cols.rec[inside]
+        payload["buckets"] = _buckets(cols, t, rec, position, start, end, q.width)
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
     payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
     return payload
@@ -180,24 +192,25 @@ def _attempts_payload(attempts, position, q: Query, lanes) -> list[dict[str, Any
     return out
 
 
-def _filter(cols: Columns, q: Query, states, texts, runs, lanes) -> np.ndarray:
-    mask = np.ones(len(cols.t), dtype=bool)
+def _wanted_records(cols: Columns, q: Query, states, texts, runs, lanes) -> np.ndarray:
+    """Per record, whether the query's filters keep its events."""
+    wanted = np.ones(len(cols.rec_lane), dtype=bool)
     if q.run is not None:
-        mask &= cols.run == (runs.index(q.run) if q.run in runs else -1)
+        wanted &= cols.rec_run == (runs.index(q.run) if q.run in runs else -1)
     if q.kind is not None:
-        mask &= cols.kind == contract.KINDS.index(q.kind)
+        wanted &= cols.rec_kind == contract.KINDS.index(q.kind)
     if q.state is not None:
-        wanted = [i for i, s in enumerate(states) if s.upper() == q.state.upper()]
-        mask &= np.isin(cols.state, wanted)
+        matching = [i for i, s in enumerate(states) if s.upper() == q.state.upper()]
+        wanted &= np.isin(cols.rec_state, matching)
     if q.run_id is not None:
-        wanted = [i for i, lane in enumerate(lanes) if lane.group == q.run_id]
-        mask &= np.isin(cols.lane, wanted)
+        matching = [i for i, lane in enumerate(lanes) if lane.group == q.run_id]
+        wanted &= np.isin(cols.rec_lane, matching)
     if q.text is not None:
         needle = q.text.lower()
         hits = [i for i, text in enumerate(texts) if needle in text]
         lane_hits = [i for i, lane in enumerate(lanes) if needle in lane.label.lower()]
-        mask &= np.isin(cols.text, hits) | np.isin(cols.lane, lane_hits)
-    return mask
+        wanted &= np.isin(cols.rec_text, hits) | np.isin(cols.rec_lane, lane_hits)
+    return wanted
 
 
 def _window(q: Query, extent: tuple[float, float] | None) -> tuple[float, float]:
@@ -219,13 +232,14 @@ def _b64(values: np.ndarray, dtype: str) -> str:
 
 
 def _events(cols: Columns, rows: np.ndarray, position, names, msgs) -> dict[str, Any]:
-    used_names, name_idx = np.unique(cols.name[rows], return_inverse=True)
-    used_msgs, msg_idx = np.unique(cols.msg[rows], return_inverse=True)
+    rec = cols.rec[rows]
+    used_names, name_idx = np.unique(cols.rec_name[rec], return_inverse=True)
+    used_msgs, msg_idx = np.unique(cols.rec_msg[rec], return_inverse=True)
     return {
         "count": int(len(rows)),
         "t": _b64(cols.t[rows], "<f8"),
-        "lane": _b64(position[cols.lane[rows]], "<u4"),
-        "state": _b64(cols.state[rows], "<u2"),
+        "lane": _b64(position[cols.rec_lane[rec]], "<u4"),
+        "state": _b64(cols.rec_state[rec], "<u2"),
         "id": _b64(cols.ids[rows], "<u4"),
         "name": _b64(name_idx, "<u4"),
         "msg": _b64(msg_idx, "<u4"),
@@ -234,20 +248,28 @@ def _events(cols: Columns, rows: np.ndarray, position, names, msgs) -> dict[str,
     }
 
 
-def _buckets(cols: Columns, rows, position, start: float, end: float, width: int) -> dict:
+def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: int) -> dict:
+    """Per lane and bucket of ``BUCKET_PX`` pixels: how many events and the most severe state.
+
+    The events come sorted by (lane, time), so (lane, bucket) keys never decrease: buckets are
+    runs of equal keys, found in one pass, not by sorting millions of keys.
+    """
     bins = max(1, width // BUCKET_PX)
     span = end - start
-    b = np.minimum(((cols.t[rows] - start) / span * bins).astype(np.int64), bins - 1)
-    key = position[cols.lane[rows]] * bins + b
-    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
-    worst = np.zeros(len(uniq), dtype=np.int64)
-    np.maximum.at(worst, inverse, _severity_of(cols.state[rows]))
+    b = np.minimum(((t - start) * (bins / span)).astype(np.int64), bins - 1)
+    key = position[cols.rec_lane][rec] * bins + b
+    starts = np.flatnonzero(np.diff(key)) + 1
+    starts = np.concatenate(([0], starts)) if len(key) else starts
+    keys = key[starts]
+    counts = np.diff(np.append(starts, len(key)))
+    severity = _severity_of(cols.rec_state)[rec]
+    worst = np.maximum.reduceat(severity, starts) if len(key) else severity[:0]
     return {
-        "count": int(len(uniq)),
+        "count": int(len(keys)),
         "bins": bins,
         "bin_width": span / bins,
-        "lane": _b64(uniq // bins, "<u4"),
-        "bin": _b64(uniq % bins, "<u4"),
+        "lane": _b64(keys // bins, "<u4"),
+        "bin": _b64(keys % bins, "<u4"),
         "n": _b64(counts, "<u4"),
         "state": _b64(worst, "<u2"),
     }

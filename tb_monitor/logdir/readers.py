@@ -62,6 +62,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
+_TIMELINE_BYTES = contract.TIMELINE_PREFIX.encode()
+
 SCALAR_COLUMNS = ("run", "tag", "step", "wall_time", "value")
 EVENT_COLUMNS = ("run", "wall_time", "kind", *contract.FIELDS)
 
@@ -77,13 +79,18 @@ class Scalar(NamedTuple):
 
 
 class TimelineRecord(NamedTuple):
-    """One timeline record of one run: ``payload`` is the event's JSON as torch serialized it."""
+    """One timeline event of one run: ``payload`` is the event's JSON as torch serialized it.
+
+    ``step`` is the step of the record holding it and ``index`` its place in that record (0 in
+    a content-version-1 record, which holds one event).
+    """
 
     run: str
     wall_time: float
     step: int
     kind: str
     payload: str
+    index: int = 0
 
 
 def iter_runs(logdir: str | os.PathLike[str]) -> Iterator[tuple[str, str]]:
@@ -100,11 +107,14 @@ def iter_run_events(
 
 
 def _iter_located_events(
-    run_dir: str | os.PathLike[str], report: DamageReport | None
+    run_dir: str | os.PathLike[str], report: DamageReport | None, needle: bytes = b""
 ) -> Iterator[tuple[str, int, event_pb2.Event]]:
-    """``(file, byte offset, Event)`` of every intact event of one run directory."""
+    """``(file, byte offset, Event)`` of every intact event of one run directory; with a
+    ``needle``, only of the records whose bytes contain it (the rest are not parsed)."""
     for path in fs.event_files(os.fspath(run_dir)):
         for offset, data in tfrecord.iter_records_at(path, report):
+            if needle not in data:
+                continue
             try:
                 if not data:
                     raise DecodeError("an empty record")
@@ -157,36 +167,61 @@ def _tensor_scalar(tensor: Any) -> float:
 def iter_timeline(
     logdir: str | os.PathLike[str], report: DamageReport | None = None
 ) -> Iterator[TimelineRecord]:
-    """Every timeline record under ``logdir``, in file order (see ``tb_monitor.contract``).
+    """Every timeline event under ``logdir``, in file order (see ``tb_monitor.contract``): a
+    record of several events (content version 2) yields each of them.
 
-    Given a ``report``, each payload is also checked to be a JSON object here, where its file and
-    offset are known: one that is not is counted (``bad_payload``) and left out. Without one,
+    A batched record whose index does not describe its payloads is counted (``bad_payload``)
+    and left out. Given a ``report``, each payload is also checked to be a JSON object here,
+    where its file and offset are known: one that is not is counted and left out. Without one,
     payloads are not parsed here; ``decode_timeline`` leaves out the unreadable ones.
     """
+    checked: dict[tuple[str, str], str | None] = {}
     for run, directory in iter_runs(logdir):
-        for path, offset, event in _iter_located_events(directory, report):
+        # A record without the tag prefix's bytes is no timeline record: not parsed at all,
+        # unless damage is being counted (a record that is no Event must be found).
+        needle = _TIMELINE_BYTES if report is None else b""
+        for path, offset, event in _iter_located_events(directory, report, needle):
             for value in event.summary.value:
                 kind = contract.kind_of_tag(value.tag)
                 if kind is None or not value.tensor.string_val:
                     continue
-                payload = value.tensor.string_val[0].decode("utf-8", "replace")
-                if report is not None:
-                    problem = _payload_problem(kind, payload)
-                    if problem is not None:
-                        _log.warning(
-                            "%s: the %s record at byte %d (run %r, step %d) is unreadable: %s; "
-                            "skipping it",
-                            path,
-                            kind,
-                            offset,
-                            run,
-                            event.step,
-                            problem,
-                        )
-                        size = event.ByteSize() + 16
-                        report.add(path, offset, size, tfrecord.BAD_PAYLOAD, problem)
-                        continue
-                yield TimelineRecord(run, event.wall_time, event.step, kind, payload)
+                where = (path, kind, offset, run, event.step)
+                tensor = value.tensor
+                try:
+                    events = contract.record_events(
+                        tensor.string_val, event.wall_time, bool(tensor.tensor_shape.dim)
+                    )
+                except ValueError as exc:
+                    _unreadable(report, event, where, f"ValueError: {exc}"[:300])
+                    continue
+                for index, (wall_time, payload) in enumerate(events):
+                    if report is not None:
+                        key = (kind, payload)  # a batch stores a keep-alive's payload once
+                        if key not in checked:
+                            if len(checked) > 100_000:
+                                checked.clear()
+                            checked[key] = _payload_problem(kind, payload)
+                        if checked[key] is not None:
+                            _unreadable(report, event, where, checked[key])
+                            continue
+                    yield TimelineRecord(run, wall_time, event.step, kind, payload, index)
+
+
+def _unreadable(
+    report: DamageReport | None, event: Any, where: tuple[str, str, int, str, int], problem: str
+) -> None:
+    path, kind, offset, run, step = where
+    _log.warning(
+        "%s: the %s record at byte %d (run %r, step %d) is unreadable: %s; skipping it",
+        path,
+        kind,
+        offset,
+        run,
+        step,
+        problem,
+    )
+    if report is not None:
+        report.add(path, offset, event.ByteSize() + 16, tfrecord.BAD_PAYLOAD, problem)
 
 
 def _payload_problem(kind: str, payload: str) -> str | None:
@@ -203,10 +238,16 @@ def decode_timeline(
 ) -> Iterator[dict[str, Any]]:
     """Timeline records as flat rows: run, wall_time, kind, then ``contract.FIELDS``.
 
-    A record that is not a JSON object is logged (by run, kind and step), counted in ``report``
+    Rows of identical payloads share their ``metadata`` dict. A record that is not a JSON object is logged (by run, kind and step), counted in ``report``
     if given (``bad_payload``, its path being the run and its offset the step), and left out.
     """
+    memo: dict[tuple[str, str], dict[str, Any]] = {}  # keep-alives: one payload, decoded once
     for record in records:
+        key = (record.kind, record.payload)
+        fields = memo.get(key)
+        if fields is not None:
+            yield {"run": record.run, "wall_time": record.wall_time, "kind": record.kind, **fields}
+            continue
         try:
             fields = contract.decode_record(record.kind, record.payload)
         except (ValueError, TypeError, AttributeError) as exc:
@@ -221,6 +262,9 @@ def decode_timeline(
                 size = len(record.payload.encode("utf-8", "replace"))
                 report.add(record.run, record.step, size, tfrecord.BAD_PAYLOAD, str(exc)[:300])
             continue
+        if len(memo) >= 10_000:
+            memo.clear()
+        memo[key] = fields
         yield {"run": record.run, "wall_time": record.wall_time, "kind": record.kind, **fields}
 
 

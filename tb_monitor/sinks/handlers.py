@@ -236,8 +236,7 @@ def _kind_and_time(data: Mapping[str, Any], created: float) -> tuple[str, float]
     return kind, (timestamp / 1000.0 if timestamp else created)
 
 
-def _summary_line(kind: str, data: Mapping[str, Any]) -> str:
-    fields = contract.decode_record(kind, data)
+def _summary_line(fields: Mapping[str, Any]) -> str:
     parts = [f"**{_cell(fields['name'])}**"]
     if fields["state"]:
         parts.append(_cell(fields["state"]))
@@ -259,7 +258,7 @@ class TensorboardLoggingHandler(_Sink, logging.Handler):
     parses it from the message (torch's own ``record``). Writes a timeline record of kind
     ``rendezvous``/``agent``/``worker`` holding ``event.serialize()`` exactly, at the event's own
     time (the log record's time when the event has none), and a one-line text summary under
-    ``events/<kind>``. Messages that are not events are ignored, with one warning.
+    ``events/<kind>`` (not for rendezvous keep-alives, which are on the timeline as runs). Messages that are not events are ignored, with one warning.
     """
 
     def __init__(self, writer_or_logdir: Any, level: int = logging.NOTSET) -> None:
@@ -280,7 +279,9 @@ class TensorboardLoggingHandler(_Sink, logging.Handler):
                 return
             kind, wall_time = _kind_and_time(data, record.created)
             self._writer.add_timeline(kind, payload, wall_time)
-            self._writer.add_text(f"events/{kind}", _summary_line(kind, data), wall_time)
+            fields = contract.decode_record(kind, data)
+            if not contract.is_heartbeat(fields):  # keep-alives would bury the Text tab
+                self._writer.add_text(f"events/{kind}", _summary_line(fields), wall_time)
         except WriterClosedError as exc:
             self._writer_closed(exc)
         except Exception:

@@ -20,6 +20,7 @@ from tb_monitor import contract
 __all__ = [
     "custom_scalars_summary",
     "text_summary",
+    "timeline_batch_summary",
     "timeline_metadata",
     "timeline_summary",
 ]
@@ -44,13 +45,16 @@ def _text_metadata() -> summary_pb2.SummaryMetadata:
     )
 
 
-def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
+def _utf8(value: str | bytes) -> bytes:
     # A lone surrogate (from a str that came through JSON or a file name) is kept as its escape.
-    raw = value.encode("utf-8", "backslashreplace") if isinstance(value, str) else value
+    return value.encode("utf-8", "backslashreplace") if isinstance(value, str) else value
+
+
+def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
     return tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING,
         tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-        string_val=[raw],
+        string_val=[_utf8(value)],
     )
 
 
@@ -62,6 +66,29 @@ def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
                 tag=contract.timeline_tag(kind),
                 metadata=timeline_metadata(),
                 tensor=_string_tensor(payload),
+            )
+        ]
+    )
+
+
+def timeline_batch_summary(
+    kind: str, index: str, payloads: list[str] | list[str | bytes]
+) -> summary_pb2.Summary:
+    """Several timeline events in one record (content version 2, ``contract.encode_batch``):
+    a rank-1 string tensor ``[index, payload_0, ...]``."""
+    values = [index, *payloads]
+    return summary_pb2.Summary(
+        value=[
+            summary_pb2.Summary.Value(
+                tag=contract.timeline_tag(kind),
+                metadata=timeline_metadata(),
+                tensor=tensor_pb2.TensorProto(
+                    dtype=types_pb2.DT_STRING,
+                    tensor_shape=tensor_shape_pb2.TensorShapeProto(
+                        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(values))]
+                    ),
+                    string_val=[_utf8(v) for v in values],
+                ),
             )
         ]
     )

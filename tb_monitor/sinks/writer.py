@@ -39,6 +39,7 @@ from typing import Any, Literal
 from tb_monitor import _shutdown, _tensors, contract
 from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import encoding, summaries
+from tb_monitor.sinks.batching import Batch, TimelineBatcher
 from tb_monitor.sinks.service import service as _service
 
 __all__ = ["DROPPED_TAG", "AsyncWriter", "WriterClosedError"]
@@ -170,6 +171,7 @@ class AsyncWriter:
         self._offset = 0  # end of the last whole record in the local file
         self._stalled = False
         self._prefixes: dict[str, bytes] = {}
+        self._batcher = TimelineBatcher()
         self._init_locks()
         self._file: Any = None
         self._path: str | None = None
@@ -291,7 +293,7 @@ class AsyncWriter:
     def flush(self) -> None:
         """Write everything accepted so far and fsync it; never raises for storage faults, and
         returns within ``CLOSE_TIMEOUT_S`` even if storage hangs."""
-        self._bounded("flush", self._drain, self._sync)
+        self._bounded("flush", self._drain_sealed, self._sync)
 
     def close(self) -> None:
         """Flush, close the file and stop accepting records. Idempotent; bounded in time.
@@ -308,7 +310,7 @@ class AsyncWriter:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
             # An object store's close uploads and seals what is left: no separate flush first.
-            steps = [self._drain, self._close_file]
+            steps = [self._drain_sealed, self._close_file]
             if not self._remote:
                 steps.insert(1, self._sync)
             self._bounded("close", *steps, done=self._closing_done)
@@ -414,8 +416,12 @@ class AsyncWriter:
         with self._drain_lock:
             self._drain()
 
-    def _drain(self) -> None:
-        """Encode and write every queued record. Runs with ``_drain_lock`` held."""
+    def _drain_sealed(self) -> None:
+        self._drain(seal=True)
+
+    def _drain(self, seal: bool = False) -> None:
+        """Encode and write every queued record, then the timeline batches that are ready
+        (every open run of keep-alives too when ``seal``). Runs with ``_drain_lock`` held."""
         queue = self._queue
         while queue:
             count = min(len(queue), _BATCH)
@@ -423,6 +429,9 @@ class AsyncWriter:
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
+        batches = self._batcher.take(seal)
+        if batches:
+            self._write(self._encode_batches(batches), sum(len(b.times) for b in batches))
         self._stalled = False  # caught up: callers may wait for room again
         dropped = self.dropped
         if dropped != self._dropped_written and self._error is None:
@@ -460,6 +469,8 @@ class AsyncWriter:
                     )
                 elif kind == _SCALARS:
                     encoding.append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
+                elif kind == _TIMELINE:
+                    self._batcher.add(item[1], item[2], item[3])
                 else:
                     out += self._summary_record(item)
             except Exception:  # arguments were checked by the caller: this is a bug
@@ -467,14 +478,23 @@ class AsyncWriter:
                 _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
         return out
 
+    def _encode_batches(self, batches: list[Batch]) -> bytearray:
+        """One timeline record per batch (content version 2, ``contract.encode_batch``)."""
+        out = bytearray()
+        for batch in batches:
+            kind = contract.kind_of_tag(batch.tag)
+            index = contract.encode_batch(batch.times, batch.payload_ids)
+            summary = summaries.timeline_batch_summary(kind, index, batch.payloads)
+            step = self._next_steps.get(batch.tag, 0)
+            self._next_steps[batch.tag] = step + 1
+            out += encoding.summary_record(batch.times[0], step, summary)
+        return out
+
     def _summary_record(self, item: tuple) -> bytes:
-        """A text, timeline or prebuilt summary record, built with TensorBoard's protos."""
+        """A text or prebuilt summary record, built with TensorBoard's protos."""
         kind, tag_or_summary, payload, wall_time, *step = item
         if kind == _TEXT:
             tag, summary = tag_or_summary, summaries.text_summary(tag_or_summary, payload)
-        elif kind == _TIMELINE:
-            tag = tag_or_summary
-            summary = summaries.timeline_summary(contract.kind_of_tag(tag), payload)
         else:
             summary, tag = tag_or_summary, tag_or_summary.value[0].tag
         this_step = self._next_steps.get(tag, 0) if not step or step[0] is None else step[0]
@@ -590,6 +610,7 @@ class AsyncWriter:
         """Forget the parent's pending records and file; the child writes a file of its own."""
         self._init_locks()
         self._queue.clear()
+        self._batcher.clear()
         file, self._file = self._file, None
         if file is not None and self._remote:
             _inherited_files.append(file)  # holds the parent's bytes: never upload them

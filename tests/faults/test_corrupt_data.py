@@ -75,7 +75,10 @@ def contents_of_records(run: str, datas: list[bytes]) -> tuple[list[tuple], list
             if value.WhichOneof("value") == "simple_value":
                 scalars.append((run, value.tag, event.step, value.simple_value))
             elif contract.kind_of_tag(value.tag):
-                payloads.append(value.tensor.string_val[0].decode())
+                tensor = value.tensor
+                batched = bool(tensor.tensor_shape.dim)
+                events = contract.record_events(tensor.string_val, event.wall_time, batched)
+                payloads.extend(payload for _, payload in events)
     return scalars, payloads
 
 
@@ -167,10 +170,14 @@ def test_timeline_payload_that_is_not_json_is_counted_with_file_and_offset(logdi
     run_dir = logdir / "rank-0"
     run_dir.mkdir()
     with AsyncWriter(run_dir) as writer:
-        writer.add_timeline(contract.MONITOR, _event_json(0), T0)
-        writer.add_timeline(contract.WORKER, "{not json", T0 + 1)
-        writer.add_timeline(contract.MONITOR, "[1, 2]", T0 + 2)
-        writer.add_timeline(contract.MONITOR, _event_json(3), T0 + 3)
+        for kind, payload, when in [
+            (contract.MONITOR, _event_json(0), T0),
+            (contract.WORKER, "{not json", T0 + 1),
+            (contract.MONITOR, "[1, 2]", T0 + 2),
+            (contract.MONITOR, _event_json(3), T0 + 3),
+        ]:
+            writer.add_timeline(kind, payload, when)
+            writer.flush()  # one record each: each bad one is located by its own offset
         path = writer.path
     offsets = [offset for offset, _ in records(Path(path))][2:4]  # after file_version, record 0
     report = readers.DamageReport()
@@ -190,6 +197,7 @@ def test_decode_timeline_counts_bad_payloads_by_run_and_step(logdir):
     run_dir.mkdir()
     with AsyncWriter(run_dir) as writer:
         writer.add_timeline(contract.MONITOR, _event_json(0), T0)
+        writer.flush()  # one record each: the bad one is located by its own step
         writer.add_timeline(contract.MONITOR, "nope", T0 + 1)
     report = readers.DamageReport()
     rows = list(readers.decode_timeline(readers.iter_timeline(logdir), report))
@@ -492,9 +500,9 @@ def test_store_counts_payloads_that_are_not_json(logdir, caplog):
     run_dir = logdir / "rank-0"
     run_dir.mkdir()
     with AsyncWriter(run_dir) as writer:
-        writer.add_timeline(contract.MONITOR, _event_json(0), T0)
-        writer.add_timeline(contract.MONITOR, "{garbage", T0 + 1)
-        writer.add_timeline(contract.MONITOR, _event_json(2), T0 + 2)
+        for i, payload in enumerate([_event_json(0), "{garbage", _event_json(2)]):
+            writer.add_timeline(contract.MONITOR, payload, T0 + i)
+            writer.flush()  # one record each: the bad one is located by its own step
     with caplog.at_level(logging.WARNING):
         store = _store(logdir)
     assert _names(store) == {"event-0", "event-2"}

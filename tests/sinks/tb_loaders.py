@@ -41,3 +41,13 @@ def load(logdir) -> Loaded:
     multiplexer.AddRunsFromDirectory(str(logdir))
     multiplexer.Reload()
     return Loaded(multiplexer, data_provider.MultiplexerDataProvider(multiplexer, str(logdir)))
+
+
+def timeline_payloads(datum: Any) -> list[str]:
+    """The event payloads of one timeline record as a data provider hands it (either version)."""
+    from tb_monitor import contract
+
+    values = datum.numpy
+    batched = values.ndim > 0
+    events = contract.record_events(values.reshape(-1).tolist(), datum.wall_time, batched)
+    return [payload for _, payload in events]

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import tensorboardX
-from tb_loaders import load
+from tb_loaders import load, timeline_payloads
 from tensorboard.compat.proto import summary_pb2
 from tensorboard.plugins.custom_scalar import layout_pb2
 
@@ -105,7 +105,8 @@ def test_other_events_become_text_and_timeline(logdir, kind, request):
     )
     [record] = loaded.tensors(contract.PLUGIN_NAME)["."]["timeline/monitor"]
     assert record.wall_time == when.timestamp()
-    assert json.loads(record.numpy.item()) == {
+    [payload] = timeline_payloads(record)
+    assert json.loads(payload) == {
         "name": "checkpoint",
         "timestamp": when.timestamp(),
         "data": {"path": "a|b", "epoch": 3},

@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
-from tb_loaders import load
+from tb_loaders import load, timeline_payloads
 
 from tb_monitor import contract
 from tb_monitor.sinks.writer import AsyncWriter
@@ -106,7 +106,7 @@ def test_every_timeline_kind_reaches_the_plugin_through_the_data_provider(logdir
             writer.add_timeline(kind, payload, 100.0 + i)
     tensors = load(logdir).tensors(contract.PLUGIN_NAME)["."]
     assert {
-        contract.kind_of_tag(tag): points[0].numpy.item().decode()
+        contract.kind_of_tag(tag): timeline_payloads(points[0])[0]
         for tag, points in tensors.items()
     } == payloads
 

@@ -15,6 +15,7 @@ from conftest import need
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.compat.proto import event_pb2, summary_pb2
 
+from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
 from tb_monitor.sinks import encoding
 from tb_monitor.sinks.writer import DROPPED_TAG, AsyncWriter
@@ -113,7 +114,9 @@ def test_text_and_timeline_records_carry_their_plugin_metadata(logdir):
     assert timeline.plugin_data.plugin_name == "tb_monitor_timeline"
     assert timeline.data_class == summary_pb2.DATA_CLASS_TENSOR
     [record] = acc.Tensors("timeline/monitor")
-    assert (record.wall_time, record.tensor_proto.string_val) == (5.0, [payload.encode()])
+    tensor = record.tensor_proto
+    assert record.wall_time == 5.0
+    assert contract.record_events(tensor.string_val, record.wall_time, True) == [(5.0, payload)]
 
 
 def test_files_sort_in_creation_order(logdir):

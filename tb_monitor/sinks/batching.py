@@ -1,0 +1,128 @@
+"""Timeline events gathered into content-version-2 records on the writer's thread.
+
+A 1,024-node job's rendezvous records a keep-alive per node every 5 s: 17 million a day, each
+the same JSON but for the time it was written. One record per event costs TensorBoard's loaders
+~10 µs and hundreds of bytes each, so the writer gathers events instead
+(``contract.encode_batch``): the events a drain finds for a tag become one record, and a node's
+keep-alives become *runs*, one record per ``RUN_S`` of them, each payload stored once. Every
+event stays individually readable: its own time and its own (shared) JSON.
+
+A run is written when it spans ``RUN_S`` of event time, when it has been open ``RUN_S`` by the
+writer's clock (so a live job's keep-alives show within ``RUN_S``), and at every ``flush()`` and
+``close()`` (so an exit or a SIGTERM loses none). A process killed outright loses the open run:
+at most ``RUN_S`` of keep-alives, where the other records lose at most one drain interval.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tb_monitor import contract
+
+__all__ = ["RUN_S", "Batch", "TimelineBatcher"]
+
+#: Longest run of keep-alives in one record, in seconds (of event time and of the writer's clock).
+RUN_S = float(os.environ.get("TB_MONITOR_HEARTBEAT_RUN_S", 300.0))
+#: Payloads remembered as heartbeat or not; past it the memory starts over.
+_MEMO_LIMIT = 4096
+
+
+@dataclass
+class Batch:
+    """The events of one record: wall times, the payload position of each, the payloads."""
+
+    tag: str
+    times: list[float] = field(default_factory=list)
+    payload_ids: list[int] = field(default_factory=list)
+    payloads: list[str | bytes] = field(default_factory=list)
+    _positions: dict[str | bytes, int] = field(default_factory=dict, repr=False)
+
+    def add(self, payload: str | bytes, wall_time: float) -> None:
+        position = self._positions.get(payload)
+        if position is None:
+            position = self._positions[payload] = len(self.payloads)
+            self.payloads.append(payload)
+        self.times.append(wall_time)
+        self.payload_ids.append(position)
+
+
+@dataclass
+class _Run:
+    batch: Batch
+    opened: float  # the writer's clock when the run's first keep-alive came
+
+
+class TimelineBatcher:
+    """Timeline events in, :class:`Batch` es out: one per tag and drain, keep-alives in runs."""
+
+    def __init__(self, run_s: float = RUN_S, clock: Callable[[], float] = time.monotonic) -> None:
+        if not run_s > 0:
+            raise ValueError(f"run_s must be a positive number of seconds, got {run_s!r}")
+        self.run_s = run_s
+        self._clock = clock
+        self._pending: dict[str, Batch] = {}
+        self._runs: dict[tuple[str, str | bytes], _Run] = {}
+        self._sealed: list[Batch] = []
+        self._heartbeat: dict[str | bytes, bool] = {}
+
+    def __len__(self) -> int:
+        """Events held, not yet taken."""
+        held = self._pending.values(), (r.batch for r in self._runs.values()), self._sealed
+        return sum(len(b.times) for group in held for b in group)
+
+    def add(self, tag: str, payload: str | bytes, wall_time: float) -> None:
+        """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`."""
+        if not self._is_heartbeat(tag, payload):
+            batch = self._pending.get(tag)
+            if batch is None:
+                batch = self._pending[tag] = Batch(tag)
+            batch.add(payload, wall_time)
+            return
+        key = (tag, payload)
+        run = self._runs.get(key)
+        if run is not None and abs(wall_time - run.batch.times[0]) >= self.run_s:
+            self._sealed.append(run.batch)
+            run = None
+        if run is None:
+            run = self._runs[key] = _Run(Batch(tag), self._clock())
+        run.batch.add(payload, wall_time)
+
+    def take(self, seal: bool = False) -> list[Batch]:
+        """The batches ready to write: every event that is not a keep-alive, and the runs that
+        are full, or open ``run_s`` by the clock, or all of them when ``seal``."""
+        out, self._sealed = self._sealed, []
+        out.extend(self._pending.values())
+        self._pending.clear()
+        now = self._clock()
+        for key, run in list(self._runs.items()):
+            if seal or now - run.opened >= self.run_s:
+                out.append(run.batch)
+                del self._runs[key]
+        return out
+
+    def clear(self) -> None:
+        """Forget every event held (a forked child does not write its parent's)."""
+        self._pending.clear()
+        self._runs.clear()
+        self._sealed.clear()
+
+    def _is_heartbeat(self, tag: str, payload: str | bytes) -> bool:
+        marker = b"._keep_alive" if isinstance(payload, bytes) else "._keep_alive"
+        if tag != _RENDEZVOUS_TAG or marker not in payload:
+            return False
+        known = self._heartbeat.get(payload)
+        if known is None:
+            try:
+                known = contract.is_heartbeat(contract.decode_record(contract.RENDEZVOUS, payload))
+            except (ValueError, TypeError, AttributeError):
+                known = False  # not ours to judge: written as it came, readers skip it
+            if len(self._heartbeat) >= _MEMO_LIMIT:
+                self._heartbeat.clear()
+            self._heartbeat[payload] = known
+        return known
+
+
+_RENDEZVOUS_TAG = contract.timeline_tag(contract.RENDEZVOUS)
