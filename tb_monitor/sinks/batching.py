@@ -15,6 +15,8 @@ at most ``RUN_S`` of keep-alives, where the other records lose at most one drain
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -24,8 +26,31 @@ from tb_monitor import contract
 
 __all__ = ["RUN_S", "Batch", "TimelineBatcher"]
 
+_DEFAULT_RUN_S = 300.0
+
+
+def _run_s_from_env() -> float:
+    """``$TB_MONITOR_HEARTBEAT_RUN_S``, or the default with a warning naming a bad value: a
+    typo in the environment must not stop the training script from importing us."""
+    raw = os.environ.get("TB_MONITOR_HEARTBEAT_RUN_S")
+    if raw is None:
+        return _DEFAULT_RUN_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        logging.getLogger(__name__).warning(
+            "TB_MONITOR_HEARTBEAT_RUN_S must be a positive number of seconds, got %r; using %g",
+            raw,
+            _DEFAULT_RUN_S,
+        )
+        return _DEFAULT_RUN_S
+    return value
+
+
 #: Longest run of keep-alives in one record, in seconds (of event time and of the writer's clock).
-RUN_S = float(os.environ.get("TB_MONITOR_HEARTBEAT_RUN_S", 300.0))
+RUN_S = _run_s_from_env()
 #: Payloads remembered as heartbeat or not; past it the memory starts over.
 _MEMO_LIMIT = 4096
 
@@ -59,7 +84,7 @@ class TimelineBatcher:
     """Timeline events in, :class:`Batch` es out: one per tag and drain, keep-alives in runs."""
 
     def __init__(self, run_s: float = RUN_S, clock: Callable[[], float] = time.monotonic) -> None:
-        if not run_s > 0:
+        if not 0 < run_s < math.inf:
             raise ValueError(f"run_s must be a positive number of seconds, got {run_s!r}")
         self.run_s = run_s
         self._clock = clock

@@ -117,3 +117,17 @@ def test_the_export_has_every_event(job, tmp_path):
     out = tmp_path / "events.jsonl"
     export.write_jsonl(job.logdir, out)
     assert sum(1 for _ in out.open()) == job.total_events
+
+
+def test_each_lane_s_buckets_count_that_lane_s_events(job, store, monkeypatch):
+    """Zoomed out, each lane's buckets count exactly its own events, and the worst state shows."""
+    monkeypatch.setattr(query_module, "DETAIL_LIMIT", 1000)
+    snap = store.snapshot()
+    payload = timeline_payload(snap, Query(width=800))
+    lane = column(payload, "buckets", "lane", "<u4")
+    per_lane = np.bincount(lane, weights=column(payload, "buckets", "n", "<u4"))
+    labels = [entry["label"] for entry in payload["lanes"]]
+    events = Counter(snap.lanes[i].label for i in snap.columns.lane.tolist())
+    assert {labels[i]: int(n) for i, n in enumerate(per_lane)} == dict(events)
+    failed = snap.states.index("FAILED")
+    assert failed in column(payload, "buckets", "state", "<u2").tolist()

@@ -143,3 +143,15 @@ def test_keep_alives_get_no_text_line(tmp_path):
     ]
     assert texts == ["events/rendezvous"]
     assert len(list(readers.iter_timeline(tmp_path))) == 3
+
+
+def test_a_bad_run_length_in_the_environment_warns_and_keeps_the_default(monkeypatch, caplog):
+    """A typo in TB_MONITOR_HEARTBEAT_RUN_S is a warning naming it, never an import error."""
+    from tb_monitor.sinks import batching
+
+    monkeypatch.setenv("TB_MONITOR_HEARTBEAT_RUN_S", "five minutes")
+    with caplog.at_level(logging.WARNING):
+        assert batching._run_s_from_env() == 300.0
+    assert "'five minutes'" in caplog.text
+    monkeypatch.setenv("TB_MONITOR_HEARTBEAT_RUN_S", "60")
+    assert batching._run_s_from_env() == 60.0
