@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import Literal
 
-from tb_monitor import _event, _stat, contract
+from tb_monitor import _env, _event, _stat, contract
 from tb_monitor.elastic import events
 from tb_monitor.elastic.metrics import api as metrics
 from tb_monitor.integrations import worker
@@ -196,8 +196,8 @@ class Monitor:
 
         from tb_monitor.integrations.rank_health import RankHealth  # its install imports torch
 
-        window = float(os.environ.get("TB_MONITOR_RANK_WINDOW_S", 10.0))
-        heartbeat = float(os.environ.get("TB_MONITOR_HEARTBEAT_S", 5.0))
+        window = _env.seconds("TB_MONITOR_RANK_WINDOW_S", 10.0)
+        heartbeat = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
         recorder = RankHealth(window=timedelta(seconds=window), heartbeat_s=heartbeat)
         self._rank_health = recorder.install().close
         self._undo.append(self._rank_health)

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tb_monitor import _env
 from tb_monitor.logdir import readers
 
 if TYPE_CHECKING:
@@ -52,9 +53,10 @@ __all__ = [
 #: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
 FLAG_THRESHOLD = 1.2
 FLAG_WINDOWS = 3
-#: A rank is stalled past STALL_FACTOR typical steps without a step boundary, at least the floor.
+#: A rank is stalled past STALL_FACTOR typical steps without a step boundary, at least the floor
+#: (``$TB_MONITOR_STALL_FLOOR_S`` where the reading side runs: TensorBoard, ``tb-monitor report``).
 STALL_FACTOR = 10.0
-STALL_FLOOR_S = 30.0
+STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
 
 WINDOW_COLUMNS = (
     "rank",

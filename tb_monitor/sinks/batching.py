@@ -15,42 +15,17 @@ at most ``RUN_S`` of keep-alives, where the other records lose at most one drain
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tb_monitor import contract
+from tb_monitor import _env, contract
 
 __all__ = ["RUN_S", "Batch", "TimelineBatcher"]
 
-_DEFAULT_RUN_S = 300.0
-
-
-def _run_s_from_env() -> float:
-    """``$TB_MONITOR_HEARTBEAT_RUN_S``, or the default with a warning naming a bad value: a
-    typo in the environment must not stop the training script from importing us."""
-    raw = os.environ.get("TB_MONITOR_HEARTBEAT_RUN_S")
-    if raw is None:
-        return _DEFAULT_RUN_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        logging.getLogger(__name__).warning(
-            "TB_MONITOR_HEARTBEAT_RUN_S must be a positive number of seconds, got %r; using %g",
-            raw,
-            _DEFAULT_RUN_S,
-        )
-        return _DEFAULT_RUN_S
-    return value
-
-
 #: Longest run of keep-alives in one record, in seconds (of event time and of the writer's clock).
-RUN_S = _run_s_from_env()
+RUN_S = _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0)
 #: Payloads remembered as heartbeat or not; past it the memory starts over.
 _MEMO_LIMIT = 4096
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import free_port, tb_monitor_run
+from torchrun_jobs import free_port, tb_monitor_command, tb_monitor_run
 
 from tb_monitor import contract
 from tb_monitor.analysis.stragglers import stalls, stragglers
@@ -144,3 +145,44 @@ def test_a_collective_held_from_before_close_still_runs():
     assert hasattr(held, "__tb_monitor_timed__") and dist.barrier is not held
     with pytest.raises((ValueError, RuntimeError), match="process group"):
         held()  # torch's barrier itself: no process group in this test
+
+
+@pytest.mark.browser
+def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(tmp_path, monkeypatch):
+    """Rank 3 of a real torchrun job hangs before a collective: while the job still runs,
+    ``tb-monitor report`` exits 1 naming rank 3 as the rank the job waits for, and the Timeline's
+    Ranks view in Chromium under a live ``tensorboard --logdir`` names it too. The reading side's
+    stall floor is 3 s here (``TB_MONITOR_STALL_FLOOR_S``): the job's steps take milliseconds."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
+    from plugin_helpers import RanksTab, chromium, start_tensorboard, stop
+
+    monkeypatch.setenv("TB_MONITOR_STALL_FLOOR_S", "3")
+    logdir = tmp_path / "logs"
+    agents = _start(logdir, "--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
+    try:
+        deadline = time.monotonic() + 90
+        report = None
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            report = subprocess.run(
+                tb_monitor_command("report", str(logdir)), capture_output=True, text=True
+            )
+            if report.returncode == 1 and "STALLED: the job waits for" in report.stdout:
+                break  # (while starting up, a rank may read as stalled with no step yet)
+        assert report is not None and report.returncode == 1, report and report.stdout
+        assert "STALLED: the job waits for rank 3" in report.stdout
+        server = start_tensorboard(logdir, tmp_path, "--reload_interval=1")
+        try:
+            with chromium() as browser:
+                tab = RanksTab(browser, server.url)
+                try:
+                    waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
+                    waited.wait_for(timeout=60_000)
+                    assert waited.inner_text().startswith("rank 3 · the job waits for it")
+                finally:
+                    tab.close()
+        finally:
+            stop(server)
+        assert all(agent.poll() is None for agent in agents)  # named while the job runs
+    finally:
+        _stop(agents)

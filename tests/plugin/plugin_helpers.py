@@ -169,3 +169,24 @@ def chromium() -> Iterator:
             yield browser
         finally:
             browser.close()
+
+
+class RanksTab:
+    """The Timeline iframe switched to the Ranks view; page errors and dialogs recorded."""
+
+    def __init__(self, browser, url: str):
+        self.page = browser.new_page(viewport={"width": 1280, "height": 800})
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("dialog", lambda d: (self.errors.append(d.message), d.dismiss()))
+        self.page.goto(f"{url}/#{contract.PLUGIN_NAME}")
+        iframe = self.page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
+        self.frame = iframe.content_frame()
+        self.frame.wait_for_selector(".tl-summary:has-text('events')", timeout=60_000)
+        self.frame.locator("button.tl-view-toggle").click()
+        self.frame.wait_for_selector(".tl-ranks:not([hidden])", timeout=10_000)
+
+    def close(self) -> None:
+        self.page.close()
+        assert self.errors == [], self.errors

@@ -7,9 +7,8 @@ import threading
 import time
 
 import pytest
-from plugin_helpers import chromium, small_job, start_tensorboard, stop
+from plugin_helpers import RanksTab, chromium, small_job, start_tensorboard, stop
 
-from tb_monitor import contract
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.testing import generate_rank_windows, rank_window_scalars
 
@@ -24,27 +23,6 @@ def browser():
     """Debian's chromium driven by Playwright, for the module."""
     with chromium() as launched:
         yield launched
-
-
-class RanksTab:
-    """The Timeline iframe switched to the Ranks view; page errors and dialogs recorded."""
-
-    def __init__(self, browser, url: str):
-        self.page = browser.new_page(viewport={"width": 1280, "height": 800})
-        self.errors: list[str] = []
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.page.on("dialog", lambda d: (self.errors.append(d.message), d.dismiss()))
-        self.page.goto(f"{url}/#{contract.PLUGIN_NAME}")
-        iframe = self.page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
-        self.frame = iframe.content_frame()
-        self.frame.wait_for_selector(".tl-summary:has-text('events')", timeout=60_000)
-        self.frame.locator("button.tl-view-toggle").click()
-        self.frame.wait_for_selector(".tl-ranks:not([hidden])", timeout=10_000)
-
-    def close(self) -> None:
-        self.page.close()
-        assert self.errors == [], self.errors
 
 
 @pytest.fixture(scope="module")

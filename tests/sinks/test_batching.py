@@ -145,13 +145,13 @@ def test_keep_alives_get_no_text_line(tmp_path):
     assert len(list(readers.iter_timeline(tmp_path))) == 3
 
 
-def test_a_bad_run_length_in_the_environment_warns_and_keeps_the_default(monkeypatch, caplog):
-    """A typo in TB_MONITOR_HEARTBEAT_RUN_S is a warning naming it, never an import error."""
-    from tb_monitor.sinks import batching
+def test_a_bad_duration_in_the_environment_warns_and_keeps_the_default(monkeypatch, caplog):
+    """A typo in a TB_MONITOR_*_S variable is a warning naming it, never an import error."""
+    from tb_monitor import _env
 
     monkeypatch.setenv("TB_MONITOR_HEARTBEAT_RUN_S", "five minutes")
     with caplog.at_level(logging.WARNING):
-        assert batching._run_s_from_env() == 300.0
-    assert "'five minutes'" in caplog.text
+        assert _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0) == 300.0
+    assert "TB_MONITOR_HEARTBEAT_RUN_S" in caplog.text and "'five minutes'" in caplog.text
     monkeypatch.setenv("TB_MONITOR_HEARTBEAT_RUN_S", "60")
-    assert batching._run_s_from_env() == 60.0
+    assert _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0) == 60.0

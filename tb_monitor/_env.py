@@ -1,0 +1,33 @@
+"""Settings read from the environment: a bad value is a warning naming it, never an error.
+
+A typo in a job's environment must not stop the training script from importing or starting
+tb_monitor (docs/DESIGN.md, "Faults").
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+__all__ = ["seconds"]
+
+_log = logging.getLogger("tb_monitor")
+
+
+def seconds(name: str, default: float) -> float:
+    """``$name`` as a positive number of seconds, or ``default`` (with a warning when the
+    variable is set to something else)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        _log.warning(
+            "%s must be a positive number of seconds, got %r; using %g", name, raw, default
+        )
+        return default
+    return value
