@@ -52,6 +52,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 
 import numpy as np
 from tensorboard import context as tb_context
@@ -208,18 +209,42 @@ def _report_frames(frames: list[float]) -> None:
     )
 
 
+@dataclass
+class _Polled:
+    """What polling a route until it was done saw."""
+
+    first_s: float  # how long the first request took
+    longest_s: float  # the longest request
+    first: dict  # the first answer
+    first_at: float  # when it came (perf_counter)
+    done_at: float  # when the answer that was done came
+    data: dict  # that answer
+
+
+def _poll_until(
+    tb: TensorBoard, route: str, done, timeout_s: float, interval_s: float = 2.0
+) -> _Polled:
+    """Request ``route`` every ``interval_s`` until ``done(answer)``."""
+    deadline = time.monotonic() + timeout_s
+    polled = None
+    while time.monotonic() < deadline:
+        elapsed, data = tb.get(route)
+        now = time.perf_counter()
+        if polled is None:
+            polled = _Polled(elapsed, elapsed, data, now, now, data)
+        polled.longest_s, polled.done_at, polled.data = max(polled.longest_s, elapsed), now, data
+        if done(data):
+            return polled
+        time.sleep(interval_s)
+    raise RuntimeError(f"{route} was not done after {timeout_s:.0f} s: {polled and polled.data}")
+
+
 def _wait_all_loaded(tb: TensorBoard, total: int) -> tuple[float, float]:
     """Poll the route until every record is loaded and decoded; the first and longest requests."""
-    deadline = time.monotonic() + 900
-    first = longest = None
-    while time.monotonic() < deadline:
-        elapsed, data = tb.get(ROUTE + "?width=1000")
-        first = elapsed if first is None else first
-        longest = max(elapsed, longest or 0.0)
-        if data["total"] == total and not data["loading"]:
-            return first, longest
-        time.sleep(2.0)
-    raise RuntimeError("TensorBoard did not load every record in time")
+    polled = _poll_until(
+        tb, ROUTE + "?width=1000", lambda d: d["total"] == total and not d["loading"], 900
+    )
+    return polled.first_s, polled.longest_s
 
 
 def _warm_route(
@@ -250,15 +275,21 @@ def _open_tab(page, url: str):
     return frame
 
 
+def _drawn_figures(page, frame, app: str, frames_js: str) -> tuple[float, float, list[float]]:
+    """When ``window.<app>`` first drew, from navigation and from its iframe's start (s), and
+    the frame times ``frames_js`` measures (ms)."""
+    drawn = frame.evaluate(f"window.{app}.stats.firstRender")
+    first = (drawn - page.evaluate("performance.timeOrigin")) / 1000.0
+    own = (drawn - frame.evaluate("performance.timeOrigin")) / 1000.0
+    return first, own, frame.evaluate(frames_js)
+
+
 def browser_figures(browser, url: str) -> tuple[float, float, list[float]]:
     """First render from navigation and from the plugin's iframe start (s), frame times (ms)."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     try:
         frame = _open_tab(page, url)
-        drawn = frame.evaluate("window.tbTimeline.stats.firstRender")
-        first = (drawn - page.evaluate("performance.timeOrigin")) / 1000.0
-        own = (drawn - frame.evaluate("performance.timeOrigin")) / 1000.0
-        return first, own, frame.evaluate(_FRAMES_JS)
+        return _drawn_figures(page, frame, "tbTimeline", _FRAMES_JS)
     finally:
         page.close()
 
@@ -447,16 +478,13 @@ def ranks_in_process(ranks: int, hours: float, rounds: int) -> None:
 
 def _wait_ranks_loaded(tb: TensorBoard, ranks: int, windows: int) -> tuple[float, float]:
     """Poll the ranks route until every rank and window is there; the first and longest requests."""
-    deadline = time.monotonic() + 3600
-    first = longest = None
-    while time.monotonic() < deadline:
-        elapsed, data = tb.get(RANKS_ROUTE + "?width=1000")
-        first = elapsed if first is None else first
-        longest = max(elapsed, longest or 0.0)
-        if data["recorded"] >= ranks * windows and not data["loading"]:
-            return first, longest
-        time.sleep(2.0)
-    raise RuntimeError("TensorBoard did not load every rank window in time")
+    polled = _poll_until(
+        tb,
+        RANKS_ROUTE + "?width=1000",
+        lambda d: d["recorded"] >= ranks * windows and not d["loading"],
+        3600,
+    )
+    return polled.first_s, polled.longest_s
 
 
 def ranks_figures(browser, url: str) -> tuple[float, float, list[float]]:
@@ -470,10 +498,7 @@ def ranks_figures(browser, url: str) -> tuple[float, float, list[float]]:
         frame.wait_for_function(
             "() => window.tbRanks && window.tbRanks.stats.firstRender", timeout=300_000
         )
-        drawn = frame.evaluate("window.tbRanks.stats.firstRender")
-        first = (drawn - page.evaluate("performance.timeOrigin")) / 1000.0
-        own = (drawn - frame.evaluate("performance.timeOrigin")) / 1000.0
-        return first, own, frame.evaluate(_RANK_FRAMES_JS)
+        return _drawn_figures(page, frame, "tbRanks", _RANK_FRAMES_JS)
     finally:
         page.close()
 
@@ -729,23 +754,19 @@ def run_day(
         print(f"  on disk {size / 2**20:,.0f} MiB = {size / total:.1f} bytes/event")
         read_throughput(root)
         with TensorBoard(root) as tb:
-            start = tb.started
-            first_progress = None
-            while True:
-                elapsed, data = tb.get(ROUTE + "?width=1000")
-                now = time.perf_counter() - start
-                if first_progress is None:
-                    first_progress = now
-                    print(
-                        f"  first answer, with progress, after           {now:9.1f} s  {data['loading']}"
-                    )
-                if data["total"] == total and not data["loading"]:
-                    break
-                if now > 1200:
-                    raise RuntimeError(
-                        f"not loaded after {now:.0f} s: {data['total']:,} of {total:,}"
-                    )
-                time.sleep(1.0)
+            polled = _poll_until(
+                tb,
+                ROUTE + "?width=1000",
+                lambda d: d["total"] == total and not d["loading"],
+                1200,
+                interval_s=1.0,
+            )
+            first, now = polled.first_at - tb.started, polled.done_at - tb.started
+            print(
+                f"  first answer, with progress, after           {first:9.1f} s  "
+                f"{polled.first['loading']}"
+            )
+            data = polled.data
             _report("cold: tensorboard start to the full picture", now, TARGET_COLD_S, "s")
             time.sleep(3.0)
             _report(

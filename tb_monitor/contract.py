@@ -30,6 +30,7 @@ __all__ = [
     "decode_batch",
     "decode_record",
     "encode_batch",
+    "record_columns",
     "record_events",
     "is_heartbeat",
     "kind_of_tag",
@@ -302,14 +303,21 @@ def decode_batch(values: Sequence[str | bytes]) -> tuple[list[float], list[int],
     return times, ids, payloads
 
 
+def record_columns(
+    values: Sequence[str | bytes], wall_time: float, batched: bool
+) -> tuple[list[float], list[int], list[str]]:
+    """One timeline record of either version as ``decode_batch``'s columns: ``values`` are its
+    tensor's strings, ``batched`` whether the tensor has a dimension (version 2), ``wall_time``
+    the record's own (a version-1 event's time)."""
+    if batched:
+        return decode_batch(values)
+    raw = values[0]
+    return [wall_time], [0], [raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw]
+
+
 def record_events(
     values: Sequence[str | bytes], wall_time: float, batched: bool
 ) -> list[tuple[float, str]]:
-    """``(wall time, payload)`` of every event of one timeline record, either version:
-    ``values`` are its tensor's strings, ``batched`` whether the tensor has a dimension
-    (version 2), ``wall_time`` the record's own (a version-1 event's time)."""
-    if not batched:
-        raw = values[0]
-        return [(wall_time, raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw)]
-    times, ids, payloads = decode_batch(values)
+    """``(wall time, payload)`` of every event of one timeline record (see ``record_columns``)."""
+    times, ids, payloads = record_columns(values, wall_time, batched)
     return [(t, payloads[i]) for t, i in zip(times, ids, strict=True)]

@@ -277,9 +277,9 @@ def init(
     with _active_lock:
         previous = _active
         automatic = previous is not None and previous._automatic
-        if previous is not None and automatic:
+        if automatic:
             previous._automatic = False  # the script's own from now on
-    if previous is not None and automatic:
+    if automatic:
         return previous._adopt(run_dir, settings, rank_health)
     if previous is not None:
         _log.warning(

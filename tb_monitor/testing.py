@@ -52,6 +52,7 @@ __all__ = [
     "capture",
     "generate_job",
     "generate_rank_windows",
+    "rank_heartbeat_scalars",
     "rank_window_scalars",
     "manual_clock",
     "stat_implementations",
@@ -655,7 +656,8 @@ def _write_runs(args: tuple) -> tuple[dict[tuple[str, str], int], float, int]:
         nonlocal last, windows
         for run, recs in records.by_run.items():
             recs.sort(key=lambda r: r.wall_time)
-            last = max([last, *(r.wall_time for r in recs[-1:])])
+            if recs:
+                last = max(last, recs[-1].wall_time)
             with AsyncWriter(fs.join(logdir, run)) as writer:
                 for rec in recs:
                     writer.add_timeline(rec.kind, rec.payload, rec.wall_time)
@@ -773,6 +775,20 @@ def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> di
     }
 
 
+def rank_heartbeat_scalars(
+    steps: int, entered: int, left: int, in_collective_s: float, since_step_s: float
+) -> dict[str, float]:
+    """One heartbeat of one rank as ``rank_health`` writes it: steps taken, collectives entered
+    and left, time inside the current collective, time since the last step boundary."""
+    return {
+        "rank/steps.value": steps,
+        "rank/entered.value": entered,
+        "rank/left.value": left,
+        "rank/in_collective_s.value": in_collective_s,
+        "rank/since_step_s.value": since_step_s,
+    }
+
+
 def _write_rank_windows(args: tuple) -> int:
     (logdir, run_id, rank, windows, seed, slow, window_s, start, step_s, jitter, factor) = args
     rng = random.Random(seed * 1_000_003 + rank)
@@ -786,13 +802,8 @@ def _write_rank_windows(args: tuple) -> int:
             compute = compute_base * (1 + rng.uniform(-jitter, jitter))
             end = start + window_s * (i + 1) + rank * 0.003  # ranks close a window ms apart
             add(rank_window_scalars(compute, period - compute, steps), wall_time=end)
-        beat = {
-            "rank/steps.value": steps * windows,
-            "rank/entered.value": steps * windows,
-            "rank/left.value": steps * windows,
-            "rank/in_collective_s.value": 0.0,
-            "rank/since_step_s.value": period / 2,
-        }
+        done = steps * windows
+        beat = rank_heartbeat_scalars(done, done, done, 0.0, period / 2)
         writer.add_scalars(beat, wall_time=end + 0.5)
     return windows
 

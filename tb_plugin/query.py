@@ -122,13 +122,14 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
     # Filters are per record: an event is shown when its record is wanted. Without a filter,
     # the 18M events of a big job are never indexed, only compared by time.
     every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
-    times = cols.t if every else cols.t[wanted[cols.rec]]
+    shown = None if every else wanted[cols.rec]
+    times = cols.t if shown is None else cols.t[shown]
     total = int(len(times))
     extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
     inside = (cols.t >= start) & (cols.t <= end)
-    if not every:
-        inside &= wanted[cols.rec]
+    if shown is not None:
+        inside &= shown
     in_window = int(np.count_nonzero(inside))
     payload: dict[str, Any] = {
         "generation": snap.generation,

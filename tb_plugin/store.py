@@ -398,12 +398,9 @@ class TimelineStore(ProviderStore):
                 continue
             values = datum.numpy
             try:
-                if values.ndim:
-                    times, ids, payloads = contract.decode_batch(values.tolist())
-                else:
-                    raw = values.item()
-                    payload = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-                    times, ids, payloads = [float(datum.wall_time)], [0], [payload]
+                times, ids, payloads = contract.record_columns(
+                    values.reshape(-1).tolist(), float(datum.wall_time), values.ndim > 0
+                )
             except (ValueError, TypeError, AttributeError) as exc:
                 self._skip(run, tag, datum.step, exc)
                 continue
@@ -443,14 +440,13 @@ class TimelineStore(ProviderStore):
         first = len(self._t)
         one = len(recs) == 1  # a run of keep-alives, or a record of one event
         event_recs = [recs[0]] * len(ids) if one else [recs[i] for i in ids]
-        for rec in set(recs):
-            if rec is not None and records.row[rec] is not None:
-                row = records.row[rec]
-                self._span_rows.extend(
-                    {**row, "wall_time": times[k], "_id": first + k}
-                    for k, r in enumerate(event_recs)
-                    if r == rec
-                )
+        rows = records.row
+        if any(r is not None and rows[r] is not None for r in recs):  # keep-alives bound none
+            self._span_rows.extend(
+                {**rows[r], "wall_time": times[k], "_id": first + k}
+                for k, r in enumerate(event_recs)
+                if rows[r] is not None
+            )
         self._t.extend(times)
         self._rec.extend(event_recs)
         self._step.extend([min(int(step), 2**32 - 1)] * len(ids))
@@ -524,17 +520,14 @@ class TimelineStore(ProviderStore):
         sorted again at most every few times as long as sorting takes: sorting millions of
         events for every poll would slow the read itself (the lists they index only grow, so
         older columns stay valid)."""
-        reading = self._progress is not None
-        if self._columns is None and self._shown is not None and reading:
-            if_due = self._clock() >= self._resort_at
-            if not if_due:
-                return self._shown
+        stale_ok = self._progress is not None and self._clock() < self._resort_at
+        if self._columns is None and self._shown is not None and stale_ok:
+            return self._shown
         if self._columns is None:
             start = time.perf_counter()
-            self._shown = (self._sorted_columns(), self.generation)
+            self._sorted_columns()
             self._resort_at = self._clock() + 4 * (time.perf_counter() - start)
-        elif self._shown is None or self._shown[0] is not self._columns:
-            self._shown = (self._columns, self.generation)
+        self._shown = (self._sorted_columns(), self.generation)
         return self._shown
 
     def _sorted_columns(self) -> Columns:

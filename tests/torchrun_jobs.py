@@ -105,32 +105,39 @@ def run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
     return job
 
 
+def two_agent_command(
+    logdir: Path | str, script: Path | str, run_id: str, *script_args: str, max_restarts: int
+) -> list[str]:
+    """``tb-monitor run`` of one of a job's two agents (2 workers each, c10d on 127.0.0.1)."""
+    return tb_monitor_run(
+        "--logdir",
+        str(logdir),
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        str(script),
+        *script_args,
+    )
+
+
+def agent_env(**extra: str) -> dict[str, str]:
+    """The agents' environment: ours, one thread per worker, no inherited logdir, and ``extra``."""
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1"}
+    env.pop(contract.LOGDIR_ENV, None)
+    return {**env, **extra}
+
+
 def run_job_once(logdir: Path | str, *script_args: str, max_restarts: int) -> Job:
     """Run two agents of one job to the end and read the logdir back."""
     from conftest import need
 
     need("torch")
     run_id = f"job-{uuid.uuid4().hex[:8]}"
-    endpoint = f"127.0.0.1:{free_port()}"
-    command = tb_monitor_run(
-        "--logdir",
-        str(logdir),
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={endpoint}",
-        f"--rdzv-id={run_id}",
-        f"--max-restarts={max_restarts}",
-        str(SCRIPT),
-        *script_args,
-    )
-    env = {
-        **os.environ,
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "LOGLEVEL": "WARNING",
-        "OMP_NUM_THREADS": "1",
-    }
-    env.pop(contract.LOGDIR_ENV, None)
+    command = two_agent_command(logdir, SCRIPT, run_id, *script_args, max_restarts=max_restarts)
+    env = agent_env(LOGLEVEL="WARNING")
     started = time.time()
     agents = [
         subprocess.Popen(

@@ -17,7 +17,7 @@ import re
 import signal
 import sys
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -576,41 +576,30 @@ def restarts(source: Any) -> pandas.DataFrame:
     - ``rendezvous_s``: from the first node starting to join this round until the last one
       joined it.
     """
-    pandas_module = readers.need_pandas() if not _is_frame(source) else sys.modules["pandas"]
-    found = attempts(timeline_rows(source, "restarts"))
-    records = []
-    for a in found:
+
+    def row(a: Attempt) -> tuple:
         cause = a.root_cause
-        records.append(
-            (
-                a.job,
-                a.attempt,
-                a.start,
-                a.end,
-                a.duration_s,
-                a.outcome,
-                cause.rank if cause else None,
-                cause.host if cause else None,
-                cause.exception if cause else None,
-                cause.message if cause else None,
-                cause.reason if cause else None,
-                cause.traceback if cause else None,
-                cause.time if cause else math.nan,
-                cause.exit_code if cause else None,
-                cause.signal if cause else None,
-                a.time_lost_s if a.time_lost_s is not None else math.nan,
-                list(a.collateral_ranks),
-                list(a.failed_ranks),
-                list(a.ranks),
-                list(a.nodes),
-                list(a.nodes_joined),
-                list(a.nodes_left),
-                a.rendezvous_s,
-            )
+        return (
+            cause.rank if cause else None,
+            cause.host if cause else None,
+            cause.exception if cause else None,
+            cause.message if cause else None,
+            cause.reason if cause else None,
+            cause.traceback if cause else None,
+            cause.time if cause else math.nan,
+            cause.exit_code if cause else None,
+            cause.signal if cause else None,
+            a.time_lost_s if a.time_lost_s is not None else math.nan,
+            list(a.collateral_ranks),
+            list(a.failed_ranks),
+            list(a.ranks),
+            list(a.nodes),
+            list(a.nodes_joined),
+            list(a.nodes_left),
+            a.rendezvous_s,
         )
-    frame = pandas_module.DataFrame.from_records(records, columns=RESTARTS_COLUMNS)
-    for column in ("start", "end", "failed_at"):
-        frame[column] = pandas_module.to_datetime(frame[column], unit="s", utc=True)
+
+    frame = _attempt_frame(source, "restarts", row, RESTARTS_COLUMNS, "failed_at")
     return frame.astype(
         {
             "attempt": "int64",
@@ -635,23 +624,27 @@ def restart_summary(source: Any) -> pandas.DataFrame:
     the round before this attempt until the last node joined it: time the job spent not
     training).
     """
-    pandas_module = readers.need_pandas() if not _is_frame(source) else sys.modules["pandas"]
-    found = attempts(timeline_rows(source, "restart_summary"))
-    rows = [
-        (
-            a.job,
-            a.attempt,
-            a.start,
-            a.end,
-            a.duration_s,
-            a.outcome,
-            list(a.failed_ranks),
-            a.root_cause.rank if a.root_cause else None,
-            a.rendezvous_s,
-        )
-        for a in found
-    ]
-    frame = pandas_module.DataFrame.from_records(rows, columns=SUMMARY_COLUMNS)
-    for column in ("start", "end"):  # readable in a notebook, still exact to the microsecond
-        frame[column] = pandas_module.to_datetime(frame[column], unit="s", utc=True)
+
+    def row(a: Attempt) -> tuple:
+        cause = a.root_cause
+        return (list(a.failed_ranks), cause.rank if cause else None, a.rendezvous_s)
+
+    frame = _attempt_frame(source, "restart_summary", row, SUMMARY_COLUMNS)
     return frame.astype({"attempt": "int64", "first_failed_rank": "Int64"})  # Int64: NA, not NaN
+
+
+def _attempt_frame(
+    source: Any, caller: str, row: Callable[[Attempt], tuple], columns: tuple, *times: str
+) -> pandas.DataFrame:
+    """One row per attempt: its job, attempt, start, end, duration and outcome, then ``row``'s
+    columns; ``start``, ``end`` and ``times`` as UTC timestamps (readable in a notebook, still
+    exact to the microsecond)."""
+    pandas_module = readers.need_pandas() if not _is_frame(source) else sys.modules["pandas"]
+    records = [
+        (a.job, a.attempt, a.start, a.end, a.duration_s, a.outcome, *row(a))
+        for a in attempts(timeline_rows(source, caller))
+    ]
+    frame = pandas_module.DataFrame.from_records(records, columns=columns)
+    for column in ("start", "end", *times):
+        frame[column] = pandas_module.to_datetime(frame[column], unit="s", utc=True)
+    return frame

@@ -84,15 +84,12 @@ def _open_monitor() -> None:
 def _run(entry: Callable[[], object]) -> None:
     try:
         entry()
-    except Exception as exc:  # SystemExit and KeyboardInterrupt end the process as Python does
-        failure = exc
-    else:
-        return
-    # Handled here rather than left to the interpreter, so that the traceback printed and
-    # recorded (the worker hooks' excepthook) starts at the script, as in a plain run.
-    failure.with_traceback(_script_frames(failure.__traceback__))
-    sys.excepthook(type(failure), failure, failure.__traceback__)
-    raise SystemExit(1)
+    except Exception as failure:  # SystemExit and KeyboardInterrupt end it as Python does
+        # Handled here rather than left to the interpreter, so that the traceback printed and
+        # recorded (the worker hooks' excepthook) starts at the script, as in a plain run.
+        failure.with_traceback(_script_frames(failure.__traceback__))
+        sys.excepthook(type(failure), failure, failure.__traceback__)
+        raise SystemExit(1) from None
 
 
 def _script_frames(tb: TracebackType | None) -> TracebackType | None:

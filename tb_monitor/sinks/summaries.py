@@ -45,30 +45,22 @@ def _text_metadata() -> summary_pb2.SummaryMetadata:
     )
 
 
-def _utf8(value: str | bytes) -> bytes:
-    # A lone surrogate (from a str that came through JSON or a file name) is kept as its escape.
-    return value.encode("utf-8", "backslashreplace") if isinstance(value, str) else value
-
-
-def _string_tensor(value: str | bytes) -> tensor_pb2.TensorProto:
+def _string_tensor(*values: str | bytes, vector: bool = False) -> tensor_pb2.TensorProto:
+    """A string tensor: a scalar of one value, or (``vector``) a rank-1 tensor of them. A lone
+    surrogate (from a str that came through JSON or a file name) is kept as its escape."""
+    dims = [tensor_shape_pb2.TensorShapeProto.Dim(size=len(values))] if vector else []
     return tensor_pb2.TensorProto(
         dtype=types_pb2.DT_STRING,
-        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-        string_val=[_utf8(value)],
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(dim=dims),
+        string_val=[
+            v.encode("utf-8", "backslashreplace") if isinstance(v, str) else v for v in values
+        ],
     )
 
 
 def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
     """One timeline record: ``payload`` is the event's JSON exactly as torch serializes it."""
-    return summary_pb2.Summary(
-        value=[
-            summary_pb2.Summary.Value(
-                tag=contract.timeline_tag(kind),
-                metadata=timeline_metadata(),
-                tensor=_string_tensor(payload),
-            )
-        ]
-    )
+    return _timeline(kind, _string_tensor(payload))
 
 
 def timeline_batch_summary(
@@ -76,19 +68,14 @@ def timeline_batch_summary(
 ) -> summary_pb2.Summary:
     """Several timeline events in one record (content version 2, ``contract.encode_batch``):
     a rank-1 string tensor ``[index, payload_0, ...]``."""
-    values = [index, *payloads]
+    return _timeline(kind, _string_tensor(index, *payloads, vector=True))
+
+
+def _timeline(kind: str, tensor: tensor_pb2.TensorProto) -> summary_pb2.Summary:
     return summary_pb2.Summary(
         value=[
             summary_pb2.Summary.Value(
-                tag=contract.timeline_tag(kind),
-                metadata=timeline_metadata(),
-                tensor=tensor_pb2.TensorProto(
-                    dtype=types_pb2.DT_STRING,
-                    tensor_shape=tensor_shape_pb2.TensorShapeProto(
-                        dim=[tensor_shape_pb2.TensorShapeProto.Dim(size=len(values))]
-                    ),
-                    string_val=[_utf8(v) for v in values],
-                ),
+                tag=contract.timeline_tag(kind), metadata=timeline_metadata(), tensor=tensor
             )
         ]
     )

@@ -9,6 +9,7 @@ from conftest import need
 
 from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
 from tb_monitor.sinks import AsyncWriter
+from tb_monitor.testing import rank_heartbeat_scalars
 
 START = 1_741_000_000.0
 
@@ -28,17 +29,8 @@ def _write_rank(logdir, rank: int, windows: list[tuple[float, float, int]], beat
                 },
                 wall_time=end,
             )
-        for when, steps, entered, left, inside, since in beats:
-            writer.add_scalars(
-                {
-                    "rank/steps.value": steps,
-                    "rank/entered.value": entered,
-                    "rank/left.value": left,
-                    "rank/in_collective_s.value": inside,
-                    "rank/since_step_s.value": since,
-                },
-                wall_time=when,
-            )
+        for when, *beat in beats:
+            writer.add_scalars(rank_heartbeat_scalars(*beat), wall_time=when)
 
 
 def _job(logdir, slow_rank: int | None, factor: float, jitter: float = 0.05, n: int = 12):

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import free_port, tb_monitor_command, tb_monitor_run
+from torchrun_jobs import agent_env, tb_monitor_command, two_agent_command
 
-from tb_monitor import contract
 from tb_monitor.analysis.stragglers import stalls, stragglers
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_rank_health.py"
@@ -25,26 +24,9 @@ WINDOW_S = 1.0
 def _start(logdir: Path, *script_args: str) -> list[subprocess.Popen]:
     need("torch")
     need("pandas")
-    command = tb_monitor_run(
-        "--logdir",
-        str(logdir),
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        f"--rdzv-id=rh-{uuid.uuid4().hex[:8]}",
-        "--max-restarts=0",
-        str(SCRIPT),
-        *script_args,
-    )
-    env = {
-        **os.environ,
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "OMP_NUM_THREADS": "1",
-        "TB_MONITOR_RANK_WINDOW_S": str(WINDOW_S),
-        "TB_MONITOR_HEARTBEAT_S": "0.5",
-    }
-    env.pop(contract.LOGDIR_ENV, None)
+    run_id = f"rh-{uuid.uuid4().hex[:8]}"
+    command = two_agent_command(logdir, SCRIPT, run_id, *script_args, max_restarts=0)
+    env = agent_env(TB_MONITOR_RANK_WINDOW_S=str(WINDOW_S), TB_MONITOR_HEARTBEAT_S="0.5")
     return [
         subprocess.Popen(
             command,

@@ -14,7 +14,12 @@ from test_routes import App
 from tb_monitor import contract
 from tb_monitor.analysis.stragglers import longest_over, relative_scores
 from tb_monitor.sinks.writer import AsyncWriter
-from tb_monitor.testing import DEFAULT_START, generate_rank_windows, rank_window_scalars
+from tb_monitor.testing import (
+    DEFAULT_START,
+    generate_rank_windows,
+    rank_heartbeat_scalars,
+    rank_window_scalars,
+)
 from tb_plugin import ranks
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/ranks"
@@ -149,16 +154,7 @@ def test_longest_over_counts_consecutive_windows_a_rank_recorded():
 
 
 def _beat(writer, when, steps, entered, left, inside, since):
-    writer.add_scalars(
-        {
-            "rank/steps.value": steps,
-            "rank/entered.value": entered,
-            "rank/left.value": left,
-            "rank/in_collective_s.value": inside,
-            "rank/since_step_s.value": since,
-        },
-        wall_time=when,
-    )
+    writer.add_scalars(rank_heartbeat_scalars(steps, entered, left, inside, since), wall_time=when)
 
 
 def test_stall_names_the_rank_the_others_wait_for_and_refreshes_live(tmp_path):
