@@ -32,7 +32,7 @@ from tb_plugin import metadata
 from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
 from tb_plugin.ranks import RanksApp
 from tb_plugin.refresher import Refresher
-from tb_plugin.store import TimelineStore, UnknownEventError
+from tb_plugin.store import Snapshot, TimelineStore, UnknownEventError
 
 __all__ = ["TimelineLoader", "TimelinePlugin"]
 
@@ -41,6 +41,8 @@ _STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 _STATIC_PREFIX = "/static/"
 #: Experiments whose decoded timelines are kept (one background thread each).
 _MAX_EXPERIMENTS = 8
+#: Timeline payloads kept for the columns they were computed from.
+_MAX_PAYLOADS = 8
 
 
 def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Response:
@@ -74,6 +76,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
         self._refreshers_lock = threading.Lock()
         # Only these files are ever served: a request names one of them or gets a 404.
         self._static = _static_files(_STATIC_DIR)
+        self._payloads = _Payloads()
         self._ranks = RanksApp(self._provider, lambda r: self._fresh_store(r).snapshot().attempts)
         if self._provider is not None:
             self._refresher("")  # a local TensorBoard's one experiment: warm it up now
@@ -139,7 +142,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
     def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         try:
             query = Query.from_args(request.args)
-            return _json(request, timeline_payload(self._fresh_store(request).snapshot(), query))
+            return _json(request, self._payloads.get(self._fresh_store(request).snapshot(), query))
         except UnknownRunError as exc:
             return _error(request, str(exc), 404)
         except QueryError as exc:
@@ -163,6 +166,39 @@ class TimelinePlugin(base_plugin.TBPlugin):
         skipped = store.skipped()["count"]
         body = {"generation": store.generation, "loading": store.loading(), "skipped": skipped}
         return _json(request, body)
+
+
+class _Payloads:
+    """The timeline payloads served from the columns shown now, by query.
+
+    The frontend asks for the same window every few seconds; while a long first read goes on,
+    and whenever nothing new came, the columns it would be computed from are the same, so the
+    answer is too (but for how far loading is). Only the newest columns' payloads are kept:
+    older columns would otherwise stay in memory with them.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._columns: object = None
+        self._generation = -1
+        self._kept: dict[tuple[int, bool, Query], dict[str, Any]] = {}
+
+    def get(self, snap: Snapshot, query: Query) -> dict[str, Any]:
+        # Whether loading is done is part of the key: an unknown run is an error only then.
+        key = (snap.generation, snap.loading is None, query)
+        with self._lock:
+            payload = self._kept.get(key) if snap.columns is self._columns else None
+        if payload is None:
+            payload = timeline_payload(snap, query)
+            with self._lock:
+                if snap.columns is not self._columns:
+                    if snap.generation < self._generation:  # a slow request for older columns
+                        return {**payload, "loading": snap.loading}
+                    self._columns, self._generation, self._kept = snap.columns, snap.generation, {}
+                if len(self._kept) >= _MAX_PAYLOADS:
+                    self._kept.pop(next(iter(self._kept)))
+                self._kept[key] = payload
+        return {**payload, "loading": snap.loading}
 
 
 def _lift_sampling(samples_per_plugin: Any) -> dict[str, int]:

@@ -36,8 +36,6 @@ __all__ = [
 DETAIL_LIMIT = 150_000
 #: Width, in pixels, of one level-of-detail bucket.
 BUCKET_PX = 2
-#: A bucket holding states outside timeline.STATES ranks as RUNNING: the alarming ones still show.
-_UNKNOWN_SEVERITY = [state.name for state in timeline.STATES].index("RUNNING")
 
 
 class QueryError(ValueError):
@@ -165,10 +163,17 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         payload["events"] = _events(cols, rows, position, snap.names, snap.msgs)
     else:
         payload["mode"] = "buckets"
-        every_inside = in_window == len(cols.t)
-        t = cols.t if every_inside else cols.t[inside]
-        rec = cols.rec if every_inside else cols.rec[inside]
-        payload["buckets"] = _buckets(cols, t, rec, position, start, end, q.width)
+        buckets = None
+        # A binary search per lane and bucket edge beats a pass over the window's events when
+        # there are fewer edges than events (a whole day: 10M edges, 18M events).
+        if shown is None and len(lane_ids) * (_bins(start, end, q.width)[0] + 1) < in_window:
+            buckets = _lane_buckets(cols, lane_ids, start, end, q.width)
+        if buckets is None:
+            every_inside = in_window == len(cols.t)
+            t = cols.t if every_inside else cols.t[inside]
+            rec = cols.rec if every_inside else cols.rec[inside]
+            buckets = _buckets(cols, t, rec, position, start, end, q.width)
+        payload["buckets"] = buckets
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
     payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
     return payload
@@ -255,31 +260,84 @@ def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: i
     The events come sorted by (lane, time), so (lane, bucket) keys never decrease: buckets are
     runs of equal keys, found in one pass, not by sorting millions of keys.
     """
-    bins = max(1, width // BUCKET_PX)
-    span = end - start
-    b = np.minimum(((t - start) * (bins / span)).astype(np.int64), bins - 1)
+    bins, scale = _bins(start, end, width)
+    b = _bucket_of(t, start, scale, bins)
     key = position[cols.rec_lane][rec] * bins + b
     starts = np.flatnonzero(np.diff(key)) + 1
     starts = np.concatenate(([0], starts)) if len(key) else starts
     keys = key[starts]
     counts = np.diff(np.append(starts, len(key)))
-    severity = _severity_of(cols.rec_state)[rec]
+    every = rec is cols.rec  # the whole column: its severities are made once
+    severity = cols.event_severity[:-1] if every else cols.rec_severity[rec]
     worst = np.maximum.reduceat(severity, starts) if len(key) else severity[:0]
+    return _buckets_payload(start, end, bins, keys // bins, keys % bins, counts, worst)
+
+
+def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int) -> dict | None:
+    """``_buckets`` of every event of the window, from each lane's sorted times: a binary
+    search per lane and bucket edge instead of a pass over every event (a whole day of a
+    1,024-node job is 18M events in 5,000 lanes). The same buckets, to the event; None in the
+    rare window too narrow for its bucket edges to be found, which ``_buckets`` then serves."""
+    bins, scale = _bins(start, end, width)
+    inner = _bucket_edges(start, scale, bins)
+    if inner is None:
+        return None
+    edges = np.concatenate(([start], inner, [np.nextafter(end, np.inf)]))
+    ranks = cols.lane_rank[lane_ids]
+    firsts = cols.rank_start[ranks]
+    bounds = np.empty((len(lane_ids), bins + 1), dtype=np.int64)
+    for row, (lo, hi) in enumerate(
+        zip(firsts.tolist(), cols.rank_start[ranks + 1].tolist(), strict=True)
+    ):
+        bounds[row] = np.searchsorted(cols.t[lo:hi], edges)
+    bounds += firsts[:, None]
+    lanes, bucket = np.nonzero(np.diff(bounds, axis=1))  # by lane, then time: as _buckets
+    begin, stop = bounds[lanes, bucket], bounds[lanes, bucket + 1]
+    # The most severe state of each bucket's events: a max over [begin, stop), the ranges
+    # between buckets (every other one) dropped.
+    severity = cols.event_severity
+    ranges = np.column_stack((begin, stop)).ravel()
+    worst = np.maximum.reduceat(severity, ranges)[::2] if len(ranges) else severity[:0]
+    return _buckets_payload(start, end, bins, lanes, bucket, stop - begin, worst)
+
+
+def _bins(start: float, end: float, width: int) -> tuple[int, float]:
+    """Buckets across the window, and buckets per second."""
+    bins = max(1, width // BUCKET_PX)
+    return bins, bins / (end - start)
+
+
+def _bucket_of(t, start: float, scale: float, bins: int) -> np.ndarray:
+    """The bucket of each time: the one definition both ways of bucketing share."""
+    return np.minimum(((t - start) * scale).astype(np.int64), bins - 1)
+
+
+def _bucket_edges(start: float, scale: float, bins: int) -> np.ndarray | None:
+    """For k = 1 .. bins-1 the first time ``_bucket_of`` puts in bucket k or later, found to
+    the last bit (the estimate is a few units in the last place off), or None when that takes
+    long: a window only a few units wide."""
+    k = np.arange(1, bins)
+    edges = start + k / scale
+    for _ in range(64):
+        early = _bucket_of(edges, start, scale, bins) < k
+        below = np.nextafter(edges, -np.inf)
+        late = _bucket_of(below, start, scale, bins) >= k
+        if not (early.any() or late.any()):
+            return edges
+        edges = np.where(early, np.nextafter(edges, np.inf), np.where(late, below, edges))
+    return None
+
+
+def _buckets_payload(start, end, bins, lanes, bucket, counts, worst) -> dict:
     return {
-        "count": int(len(keys)),
+        "count": int(len(counts)),
         "bins": bins,
-        "bin_width": span / bins,
-        "lane": _b64(keys // bins, "<u4"),
-        "bin": _b64(keys % bins, "<u4"),
+        "bin_width": (end - start) / bins,
+        "lane": _b64(lanes, "<u4"),
+        "bin": _b64(bucket, "<u4"),
         "n": _b64(counts, "<u4"),
         "state": _b64(worst, "<u2"),
     }
-
-
-def _severity_of(state: np.ndarray) -> np.ndarray:
-    # The store interns timeline.STATES first, so a known state's id is its severity (and the
-    # payload's states and colours line up with it).
-    return np.where(state < len(timeline.STATES), state, _UNKNOWN_SEVERITY)
 
 
 def _intervals_payload(iv: dict[str, np.ndarray], position, start: float, end: float) -> dict:

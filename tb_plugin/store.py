@@ -5,7 +5,7 @@ per request for a 100k-event job). :class:`TimelineStore` decodes each record on
 payloads (keep-alive heartbeats) only once in all, reads only what a refresh finds new, in chunks
 so a query during a long first decode answers with what is there, and hands
 :mod:`tb_plugin.query` a :class:`Snapshot` of sorted numpy columns. A record may hold several
-events (content version 2, ``tb_monitor.contract.record_events``); each is an event here. An
+events (content versions 2 and 3, ``tb_monitor.contract.decode_records``); each is an event here. An
 event costs its time, its record's id and its step (16 bytes), so a 1,024-node day fits.
 
 A record under a timeline tag whose payload cannot be decoded (not JSON, not an object, not
@@ -46,6 +46,7 @@ __all__ = [
     "CHUNK_RECORDS",
     "ProviderStore",
     "REFRESH_INTERVAL_S",
+    "RESORT_GROWTH",
     "Columns",
     "Snapshot",
     "TimelineStore",
@@ -54,9 +55,12 @@ __all__ = [
 
 #: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
 REFRESH_INTERVAL_S = 1.0
+#: While a first read goes on, the sorted columns are renewed when the events grew this much.
+RESORT_GROWTH = 2.0
 #: About this many records are read from the provider at a time, so a first decode shows progress.
 CHUNK_RECORDS = 50_000
 _MAX_STEPS = 2**31 - 1
+_RUNNING = [state.name for state in timeline.STATES].index("RUNNING")
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
 _log = logging.getLogger(__name__)
@@ -140,6 +144,7 @@ class Columns:
     rec: np.ndarray
     ids: np.ndarray  # position in the store's append-only columns
     lane_rank: np.ndarray  # lane id -> display position
+    rank_start: np.ndarray  # display position -> its first event (one more: the end)
     intervals: dict[str, np.ndarray]
     rec_lane: np.ndarray
     rec_state: np.ndarray
@@ -149,6 +154,20 @@ class Columns:
     rec_name: np.ndarray
     rec_msg: np.ndarray
     rec_count: np.ndarray  # events per record
+
+    @functools.cached_property
+    def rec_severity(self) -> np.ndarray:
+        """Per record, how alarming its state is: its id, as the store interns
+        ``timeline.STATES`` first in order of severity; a state outside them ranks as RUNNING,
+        so the alarming ones still show in a bucket that holds it."""
+        known = self.rec_state < len(timeline.STATES)
+        return np.where(known, self.rec_state, _RUNNING).astype(np.uint8)
+
+    @functools.cached_property
+    def event_severity(self) -> np.ndarray:
+        """Per event its record's severity, and a 0 after the last event (so a range may end
+        with the column): what a bucket's most severe state is a max over. Made once."""
+        return np.append(self.rec_severity[self.rec], np.uint8(0))
 
     @property
     def lane(self) -> np.ndarray:
@@ -309,7 +328,7 @@ class TimelineStore(ProviderStore):
         self.generation = 0
         # Append-only columns, one entry per event; an event's id is its position here.
         self._t = array.array("d")
-        self._rec = array.array("i")  # its record in self._records
+        self._rec = array.array("i")  # its record in self._records (a C int: np.intc)
         self._step = array.array("I")  # the step of the TensorBoard record holding it
         self._records = _Records()
         self._lanes = _Interner()  # tb_monitor.timeline.Lane values
@@ -328,8 +347,8 @@ class TimelineStore(ProviderStore):
         self._span_rows: list[dict[str, Any]] = []
         self._columns: Columns | None = None
         self._shown: tuple[Columns, int] | None = None  # the columns last handed out
-        self._resort_at = -math.inf
         self._attempts: list[dict[str, Any]] = []
+        self._analysed: tuple[list[Attempt], dict[str, np.ndarray]] | None = None
         self._skipped_count = 0
         self._skipped: list[dict[str, Any]] = []  # the first _SKIPPED_DETAILS of them
 
@@ -353,6 +372,7 @@ class TimelineStore(ProviderStore):
             )
             stale: dict[str, list[str]] = {}
             expected = 0
+            left_behind = False
             for run, tags in listing.items():
                 for tag, series in tags.items():
                     if contract.kind_of_tag(tag) is None:
@@ -362,9 +382,12 @@ class TimelineStore(ProviderStore):
                     if series.max_step <= self._last_step.get(key, -1):
                         continue
                     if settled_only and listed != series.max_step:
+                        left_behind = True
                         continue
                     stale.setdefault(run, []).append(tag)
                     expected += series.max_step + 1
+            if settled_only and not left_behind:  # it reads all there is: a full refresh
+                self._last_refresh = now
             if stale:
                 read = functools.partial(self._read, ctx)
                 self._read_in_chunks(stale, listing, CHUNK_RECORDS, expected, read)
@@ -392,65 +415,60 @@ class TimelineStore(ProviderStore):
         last = self._last_step.get((run, tag), -1)
         if kind is None or not series:
             return 0
-        added = 0
-        for datum in series:
-            if datum.step <= last:
-                continue
-            values = datum.numpy
-            try:
-                times, ids, payloads = contract.record_columns(
-                    values.reshape(-1).tolist(), float(datum.wall_time), values.ndim > 0
-                )
-            except (ValueError, TypeError, AttributeError) as exc:
-                self._skip(run, tag, datum.step, exc)
-                continue
-            added += self._append(run, kind, datum.step, times, ids, payloads)
+        fresh = [datum for datum in series if datum.step > last]
         self._last_step[(run, tag)] = max(last, series[-1].step)
-        return added
+        if not fresh:
+            return 0
+        decoded = contract.decode_records(
+            (d.numpy.reshape(-1).tolist(), float(d.wall_time), d.numpy.ndim > 0) for d in fresh
+        )
+        for position, why in decoded.errors:
+            self._skip(run, tag, fresh[position].step, f"ValueError: {why}")
+        steps = np.array([min(d.step, 2**32 - 1) for d in fresh], dtype=np.uintc)
+        return self._append(run, kind, steps, decoded)
 
     def _append(
-        self,
-        run: str,
-        kind: str,
-        step: int,
-        times: list[float],
-        ids: list[int],
-        payloads: list[str],
+        self, run: str, kind: str, steps: np.ndarray, decoded: contract.DecodedRecords
     ) -> int:
-        """Append one TensorBoard record's events (``contract.decode_batch``'s columns); return
-        how many were decodable."""
-        known, records = self._records.ids, self._records
-        recs: list[int | None] = []
-        for raw in payloads:
+        """Append the events of one series' new records (``steps``: each record's TensorBoard
+        step); return how many were decodable. Whole columns at a time: a day holds millions."""
+        known, rows = self._records.ids, self._records.row
+        recs: list[int] = []  # per payload its record, -1 when undecodable
+        for position, raw in enumerate(decoded.payloads):
             rec = known.get((run, kind, raw))
             if rec is None:
                 try:
                     row = contract.decode_record(kind, raw)
                 except (ValueError, TypeError, AttributeError) as exc:
                     # A foreign or corrupt record under our tag: skip it rather than fail the view.
+                    users = np.flatnonzero(decoded.payload == position)[:1]
+                    step = int(steps[decoded.record[users]][0]) if len(users) else -1
                     self._skip(run, contract.timeline_tag(kind), step, exc)
-                    recs.append(None)
+                    recs.append(-1)
                     continue
                 row.update(run=run, kind=kind, wall_time=0.0)
                 rec = known[(run, kind, raw)] = self._decode(row, raw)
             recs.append(rec)
-        if None in recs:  # drop the undecodable events
-            kept = [k for k, i in enumerate(ids) if recs[i] is not None]
-            times, ids = [times[k] for k in kept], [ids[k] for k in kept]
-        first = len(self._t)
-        one = len(recs) == 1  # a run of keep-alives, or a record of one event
-        event_recs = [recs[0]] * len(ids) if one else [recs[i] for i in ids]
-        rows = records.row
-        if any(r is not None and rows[r] is not None for r in recs):  # keep-alives bound none
+        payload_rec = np.asarray(recs, dtype=np.intc)
+        payload, times, event_steps = decoded.payload, decoded.times, steps[decoded.record]
+        if -1 in recs:  # drop the undecodable events
+            kept = payload_rec[payload] >= 0
+            payload, times, event_steps = payload[kept], times[kept], event_steps[kept]
+        event_recs = payload_rec[payload]
+        bounding = [r >= 0 and rows[r] is not None for r in recs]  # keep-alives bound none
+        if any(bounding):
+            first = len(self._t)
+            where = np.flatnonzero(np.asarray(bounding)[payload])
             self._span_rows.extend(
-                {**rows[r], "wall_time": times[k], "_id": first + k}
-                for k, r in enumerate(event_recs)
-                if rows[r] is not None
+                {**rows[r], "wall_time": t, "_id": first + k}
+                for k, r, t in zip(
+                    where.tolist(), event_recs[where].tolist(), times[where].tolist(), strict=True
+                )
             )
-        self._t.extend(times)
-        self._rec.extend(event_recs)
-        self._step.extend([min(int(step), 2**32 - 1)] * len(ids))
-        return len(ids)
+        self._t.frombytes(times.tobytes())
+        self._rec.frombytes(event_recs.tobytes())
+        self._step.frombytes(event_steps.tobytes())
+        return len(times)
 
     def _skip(self, run: str, tag: str, step: int, exc: Exception) -> None:
         self._skipped_count += 1
@@ -517,16 +535,14 @@ class TimelineStore(ProviderStore):
 
     def _current_columns(self) -> tuple[Columns, int]:
         """The sorted columns and their generation. While a long first read goes on, they are
-        sorted again at most every few times as long as sorting takes: sorting millions of
-        events for every poll would slow the read itself (the lists they index only grow, so
-        older columns stay valid)."""
-        stale_ok = self._progress is not None and self._clock() < self._resort_at
-        if self._columns is None and self._shown is not None and stale_ok:
-            return self._shown
-        if self._columns is None:
-            start = time.perf_counter()
-            self._sorted_columns()
-            self._resort_at = self._clock() + 4 * (time.perf_counter() - start)
+        sorted again only once the events have doubled since the columns last handed out:
+        sorting millions of events for every poll would slow the read itself, and this way all
+        the sorts of a first read cost about twice the last one (the lists the columns index
+        only grow, so older columns stay valid)."""
+        shown = self._shown
+        loading = self._progress is not None and self._columns is None
+        if loading and shown is not None and len(self._t) < RESORT_GROWTH * len(shown[0].t):
+            return shown
         self._shown = (self._sorted_columns(), self.generation)
         return self._shown
 
@@ -542,12 +558,13 @@ class TimelineStore(ProviderStore):
             len(lanes)
         )
         rec_lane = _column(records.lane, np.int64)
-        order = _lane_time_order(t, lane_rank[rec_lane[rec]]).astype(np.int32)
+        event_rank = lane_rank[rec_lane[rec]]
+        order = _lane_time_order(t, event_rank).astype(np.int32)
         sorted_rec = rec[order]
+        rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(event_rank, minlength=len(lanes)), out=rank_start[1:])
 
-        marks = timeline.spans(self._span_rows)
-        found = attempts(self._span_rows, marks)
-        marks = mark_restarts(marks, found)
+        found, intervals = self._analysis(float(t.max()) if len(t) else 0.0)
         # Collateral ranks' ending events are drawn as stopped by the restart, not as failures:
         # each takes its record's twin in that state.
         stopped = [row["_id"] for a in found for row in a.collateral_records]
@@ -566,7 +583,8 @@ class TimelineStore(ProviderStore):
             rec=sorted_rec,
             ids=order,
             lane_rank=lane_rank,
-            intervals=self._intervals(marks, float(t.max()) if len(t) else 0.0),
+            rank_start=rank_start,
+            intervals=intervals,
             rec_lane=table(records.lane),
             rec_state=table(records.state),
             rec_kind=table(records.kind),
@@ -577,6 +595,16 @@ class TimelineStore(ProviderStore):
             rec_count=np.bincount(sorted_rec, minlength=len(records)),
         )
         return self._columns
+
+    def _analysis(self, last_time: float) -> tuple[list[Attempt], dict[str, np.ndarray]]:
+        """The attempts and the intervals drawn (``timeline.spans``, restarts marked). Python
+        over every bounding event, so while a first read goes on, the sorts that show its
+        progress reuse the last ones: the analysis runs again once the read is done."""
+        if self._progress is None or self._analysed is None:
+            marks = timeline.spans(self._span_rows)
+            found = attempts(self._span_rows, marks)
+            self._analysed = (found, self._intervals(mark_restarts(marks, found), last_time))
+        return self._analysed
 
     def _stopped_twin(self, rec: int) -> int:
         """The record drawn like ``rec`` but in state STOPPED_BY_RESTART (made once)."""

@@ -168,7 +168,7 @@ def iter_timeline(
     logdir: str | os.PathLike[str], report: DamageReport | None = None
 ) -> Iterator[TimelineRecord]:
     """Every timeline event under ``logdir``, in file order (see ``tb_monitor.contract``): a
-    record of several events (content version 2) yields each of them.
+    record of several events (content versions 2 and 3) yields each of them.
 
     A batched record whose index does not describe its payloads is counted (``bad_payload``)
     and left out. Given a ``report``, each payload is also checked to be a JSON object here,

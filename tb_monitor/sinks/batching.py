@@ -1,4 +1,4 @@
-"""Timeline events gathered into content-version-2 records on the writer's thread.
+"""Timeline events gathered into batched records (content version 3) on the writer's thread.
 
 A 1,024-node job's rendezvous records a keep-alive per node every 5 s: 17 million a day, each
 the same JSON but for the time it was written. One record per event costs TensorBoard's loaders

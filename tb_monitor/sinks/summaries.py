@@ -66,7 +66,7 @@ def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
 def timeline_batch_summary(
     kind: str, index: str, payloads: list[str] | list[str | bytes]
 ) -> summary_pb2.Summary:
-    """Several timeline events in one record (content version 2, ``contract.encode_batch``):
+    """Several timeline events in one record (content version 3, ``contract.encode_batch``):
     a rank-1 string tensor ``[index, payload_0, ...]``."""
     return _timeline(kind, _string_tensor(index, *payloads, vector=True))
 

@@ -479,7 +479,7 @@ class AsyncWriter:
         return out
 
     def _encode_batches(self, batches: list[Batch]) -> bytearray:
-        """One timeline record per batch (content version 2, ``contract.encode_batch``)."""
+        """One timeline record per batch (content version 3, ``contract.encode_batch``)."""
         out = bytearray()
         for batch in batches:
             kind = contract.kind_of_tag(batch.tag)

@@ -147,6 +147,28 @@ def test_a_bucket_takes_its_most_severe_state(snap, monkeypatch):
     assert by_lane["node-x (pid 9999)"] == "RUNNING"
 
 
+@pytest.mark.parametrize("width", [2, 7, 300, 20000])
+def test_per_lane_buckets_are_the_buckets_of_a_pass_over_every_event(snap, width):
+    """Unfiltered buckets found by a binary search per lane and edge equal, to the event, the
+    buckets of a pass over every event, windows ending on event times included."""
+    cols = snap.columns
+    t = np.sort(cols.t)
+    lane_ids = np.unique(cols.rec_lane[cols.rec_count > 0])
+    lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
+    position = np.full(len(snap.lanes), -1, dtype=np.int64)
+    position[lane_ids] = np.arange(len(lane_ids))
+    windows = [(t[0], t[-1]), (t[len(t) // 3], t[2 * len(t) // 3]), (t[5] - 0.5, t[5] + 1e-6)]
+    for start, end in windows:
+        start, end = float(start), float(end)
+        inside = (cols.t >= start) & (cols.t <= end)
+        passed = query_module._buckets(
+            cols, cols.t[inside], cols.rec[inside], position, start, end, width
+        )
+        searched = query_module._lane_buckets(cols, lane_ids, start, end, width)
+        assert searched == passed
+        assert searched["count"] > 0
+
+
 def test_intervals_outside_the_window_are_left_out(snap):
     """Only intervals overlapping the window are sent."""
     full = timeline_payload(snap, Query())

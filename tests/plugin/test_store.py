@@ -95,6 +95,21 @@ def test_settled_only_refresh_waits_for_a_second_listing(job):
     assert len(store.snapshot().columns.t) == job.total_events
 
 
+def test_a_settled_only_refresh_that_left_nothing_behind_makes_the_store_fresh(job):
+    """A background poll that found every series settled counts as a full refresh: a request
+    right after it does not list the provider again; one that left a series behind does not."""
+    now = [100.0]
+    provider = CountingProvider(local_provider(job.logdir))
+    store = TimelineStore(provider, clock=lambda: now[0])
+    ctx = tb_context.RequestContext()
+    store.refresh(ctx, force=True, settled_only=True)  # first sight: every series "moved"
+    assert not store.refreshed_within(REFRESH_INTERVAL_S)
+    store.refresh(ctx, force=True, settled_only=True)  # all held still: all read
+    assert store.refreshed_within(REFRESH_INTERVAL_S)
+    store.refresh(ctx)
+    assert provider.listings == 2
+
+
 def test_corrupt_records_are_skipped(tmp_path):
     """A record under the timeline tag that is not a contract record is skipped, not fatal."""
     job = small_job(tmp_path / "logs", nodes=2, workers_per_node=1, events=0)

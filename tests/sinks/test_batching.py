@@ -1,14 +1,18 @@
-"""Content version 2: timeline events gathered into records, keep-alives into runs, every
+"""Content versions 2 and 3: timeline events gathered into records, keep-alives into runs, every
 event still read back on its own; version-1 logdirs still load."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -121,11 +125,87 @@ def test_a_version_1_run_continued_in_version_2_loads_whole(tmp_path):
     assert store.snapshot().columns.t.tolist() == [T0, T0 + 5, T0 + 10]
 
 
-def test_an_index_that_does_not_match_its_payloads_is_rejected():
-    """decode_batch names a batch whose positions point past its payloads."""
-    index = json.dumps({"t0": T0, "dt": [0, 1], "p": [0, 3]})
+def test_an_index_that_does_not_match_its_payloads_is_left_out_and_named():
+    """decode_records leaves out a batch whose positions point past its payloads, names it,
+    and keeps the records around it."""
+    good = [contract.encode_batch([T0, T0 + 5], [0, 0]), BEAT]
+    bad = [json.dumps({"t0": T0, "dt": [0, 1], "p": [0, 3]}), BEAT]
+    decoded = contract.decode_records([(good, T0, True), (bad, T0, True), (good, T0, True)])
+    assert decoded.record.tolist() == [0, 0, 2, 2]
+    assert [
+        (position, "does not describe its 1 payloads" in why) for position, why in decoded.errors
+    ] == [(1, True)]
+
+
+def _index(t0: float, offsets: list[int], positions: list[int], version: int) -> str:
+    """A batch index as content version 2 (JSON lists) or 3 (base64 little-endian) writes it."""
+    if version == 2:
+        return json.dumps({"t0": t0, "dt": offsets, "p": positions})
+    return json.dumps(
+        {
+            "t0": t0,
+            "dt_le64": base64.b64encode(np.asarray(offsets, "<i8").tobytes()).decode(),
+            "p_le32": base64.b64encode(np.asarray(positions, "<u4").tobytes()).decode(),
+        }
+    )
+
+
+@pytest.mark.parametrize("positions", [[0.0], [True], ["0"], [None]])
+def test_version_2_positions_that_are_not_integers_are_rejected(positions):
+    """A version-2 index whose positions are not JSON integers (floats, booleans, strings) is bad."""
+    index = json.dumps({"t0": T0, "dt": [0], "p": positions})
+    with pytest.raises(ValueError, match="not integers"):
+        contract.record_events([index, BEAT], T0, True)
+
+
+@pytest.mark.parametrize(
+    "index",
+    [
+        {"t0": T0, "dt_le64": "AAAA"},  # 3 bytes: no whole int64
+        {"t0": T0, "dt_le64": "not base64!"},
+        {"t0": T0, "dt_le64": base64.b64encode(bytes(16)).decode(), "p_le32": "AAAAAA=="},
+        {"t0": "noon", "dt_le64": base64.b64encode(bytes(8)).decode()},
+    ],
+)
+def test_a_damaged_version_3_index_is_named(index):
+    """A version-3 index whose arrays are cut short, not base64, or whose t0 is no number is bad."""
     with pytest.raises(ValueError, match="does not describe its 1 payloads"):
-        contract.decode_batch([index, BEAT])
+        contract.record_events([json.dumps(index), BEAT], T0, True)
+
+
+def test_version_2_and_3_indexes_give_the_same_events():
+    """A record written by content version 2 (JSON lists) reads exactly as its version-3 twin."""
+    offsets, positions = [0, 5_000_001, 9_999_999], [1, 0, 1]
+    events = [
+        contract.record_events([_index(T0, offsets, positions, version), BEAT, JOIN], T0, True)
+        for version in (2, 3)
+    ]
+    assert events[0] == events[1] == [(T0, JOIN), (T0 + 5.000001, BEAT), (T0 + 9.999999, JOIN)]
+
+
+def test_the_writer_leaves_out_positions_when_every_event_is_the_first_payload():
+    """A run of keep-alives stores no positions (``p_le32``): every event is payload 0."""
+    index = json.loads(contract.encode_batch([T0, T0 + 5, T0 + 10], [0, 0, 0]))
+    assert set(index) == {"t0", "dt_le64"}
+    assert contract.record_events([json.dumps(index), BEAT], T0, True) == [
+        (T0, BEAT),
+        (T0 + 5, BEAT),
+        (T0 + 10, BEAT),
+    ]
+
+
+@given(
+    t0=st.floats(1e9, 2e9),
+    offsets=st.lists(st.integers(0, 10**11), min_size=1, max_size=50),
+    records=st.integers(1, 4),
+    version=st.sampled_from([2, 3]),
+)
+def test_decoded_times_are_the_doubles_python_computes(t0, offsets, records, version):
+    """decode_records' vectorized times equal t0 + dt * 1e-6 computed one event at a time."""
+    index = _index(t0, offsets, [0] * len(offsets), version)
+    decoded = contract.decode_records([([index, BEAT], 0.0, True)] * records)
+    assert decoded.times.tolist() == [t0 + d * 1e-6 for d in offsets] * records
+    assert decoded.payload.tolist() == [r for r in range(records) for _ in offsets]
 
 
 def test_keep_alives_get_no_text_line(tmp_path):
