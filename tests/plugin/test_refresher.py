@@ -124,3 +124,53 @@ def test_a_failed_refresh_does_not_end_the_thread(job, gated):
         wait_for(lambda: _total(store) == job.total_events, timeout=60, what="the retry")
     finally:
         refresher.stop(timeout=30)
+
+
+class SteppedProvider(GatedProvider):
+    """A real data provider whose reads after the first each wait for a step of the test."""
+
+    def __init__(self, inner):
+        super().__init__(inner)
+        self.steps = threading.Semaphore(0)
+
+    def read_tensors(self, *args, **kwargs):
+        self.reads += 1
+        if self.reads > 1:
+            assert self.steps.acquire(timeout=60), "the test never took the next step"
+        return self.inner.read_tensors(*args, **kwargs)
+
+
+def test_while_loading_the_picture_is_resorted_only_when_it_doubled_early_in_the_read(
+    job, monkeypatch
+):
+    """During a long first read, the columns handed out are sorted again only once the events
+    have doubled and the read is not yet a quarter done; once done, they hold every event."""
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)
+    provider = SteppedProvider(local_provider(job.logdir))
+    store = TimelineStore(provider)
+    refresher = Refresher(store, poll_s=60).start()
+    try:
+        refresher.request(tb_context.RequestContext(), wait_s=0)
+        loading = wait_for(store.loading, what="the first read")
+        shown = store.snapshot().columns
+        resorts = 0
+        for _ in range(loading["expected"]):
+            done = (store.loading() or {}).get("done")
+            if done is None:
+                break
+            provider.steps.release()
+            wait_for(lambda d=done: (store.loading() or {}).get("done", -1) != d, what="a read")
+            progress = store.loading()
+            events = len(store._t)  # decoded so far, sorted or not
+            columns = store.snapshot().columns
+            if columns is not shown:
+                resorts += 1
+                assert events >= 2 * len(shown.t)
+                assert progress is None or 4 * progress["done"] < progress["expected"]
+                shown = columns
+        assert resorts >= 1
+        refresher.request(tb_context.RequestContext(), wait_s=60)
+        assert len(store.snapshot().columns.t) == job.total_events
+    finally:
+        provider.steps.release(1000)
+        refresher.stop(timeout=30)
