@@ -255,14 +255,17 @@ def _events(cols: Columns, rows: np.ndarray, position, names, msgs) -> dict[str,
 
 
 def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: int) -> dict:
-    """Per lane and bucket of ``BUCKET_PX`` pixels: how many events and the most severe state.
-
-    The events come sorted by (lane, time), so (lane, bucket) keys never decrease: buckets are
-    runs of equal keys, found in one pass, not by sorting millions of keys.
-    """
+    """Per lane and bucket of ``BUCKET_PX`` pixels: how many events and the most severe state."""
     bins, scale = _bins(start, end, width)
-    b = _bucket_of(t, start, scale, bins)
-    key = position[cols.rec_lane][rec] * bins + b
+    runs = _bucket_runs(cols, t, rec, position[cols.rec_lane][rec], start, scale, bins)
+    return _buckets_payload(start, end, bins, *runs)
+
+
+def _bucket_runs(cols: Columns, t, rec, lane, start: float, scale: float, bins: int):
+    """(lane, bucket, events, most severe state) of the buckets of some events sorted by (lane,
+    time), ``lane`` their lanes' positions: (lane, bucket) keys never decrease, so buckets are
+    runs of equal keys, found in one pass, not by sorting millions of keys."""
+    key = lane * bins + _bucket_of(t, start, scale, bins)
     starts = np.flatnonzero(np.diff(key)) + 1
     starts = np.concatenate(([0], starts)) if len(key) else starts
     keys = key[starts]
@@ -270,35 +273,53 @@ def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: i
     every = rec is cols.rec  # the whole column: its severities are made once
     severity = cols.event_severity[:-1] if every else cols.rec_severity[rec]
     worst = np.maximum.reduceat(severity, starts) if len(key) else severity[:0]
-    return _buckets_payload(start, end, bins, keys // bins, keys % bins, counts, worst)
+    return keys // bins, keys % bins, counts, worst
 
 
 def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int) -> dict | None:
-    """``_buckets`` of every event of the window, from each lane's sorted times: a binary
-    search per lane and bucket edge instead of a pass over every event (a whole day of a
-    1,024-node job is 18M events in 5,000 lanes). The same buckets, to the event; None in the
-    rare window too narrow for its bucket edges to be found, which ``_buckets`` then serves."""
+    """``_buckets`` of every event of the window, from each lane's sorted times. A lane with
+    more events than buckets (a node's 17,000 keep-alives a day) is searched, a binary search
+    per bucket edge; the others' few events are bucketed one by one. The same buckets, to the
+    event; None in the rare window too narrow for its bucket edges to be found, which
+    ``_buckets`` then serves."""
     bins, scale = _bins(start, end, width)
     inner = _bucket_edges(start, scale, bins)
     if inner is None:
         return None
-    edges = np.concatenate(([start], inner, [np.nextafter(end, np.inf)]))
     ranks = cols.lane_rank[lane_ids]
-    firsts = cols.rank_start[ranks]
-    bounds = np.empty((len(lane_ids), bins + 1), dtype=np.int64)
-    for row, (lo, hi) in enumerate(
-        zip(firsts.tolist(), cols.rank_start[ranks + 1].tolist(), strict=True)
-    ):
+    firsts, lasts = cols.rank_start[ranks], cols.rank_start[ranks + 1]
+    big = lasts - firsts > bins
+    edges = np.concatenate(([start], inner, [np.nextafter(end, np.inf)]))
+    searched = _searched_runs(cols, np.flatnonzero(big), firsts[big], lasts[big], edges)
+    rows, firsts, lasts = np.flatnonzero(~big), firsts[~big], lasts[~big]
+    lengths = lasts - firsts
+    events = np.repeat(firsts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+    lane = np.repeat(rows, lengths)
+    t = cols.t[events]
+    kept = (t >= start) & (t <= end)
+    events, t, lane = events[kept], t[kept], lane[kept]
+    passed = _bucket_runs(cols, t, cols.rec[events], lane, start, scale, bins)
+    lanes, bucket, counts, worst = (np.concatenate(p) for p in zip(searched, passed, strict=True))
+    order = np.argsort(lanes * bins + bucket, kind="stable")  # by lane, then time: as _buckets
+    return _buckets_payload(
+        start, end, bins, lanes[order], bucket[order], counts[order], worst[order]
+    )
+
+
+def _searched_runs(cols: Columns, rows, firsts, lasts, edges: np.ndarray):
+    """``_bucket_runs`` of whole lanes (``rows``: their positions), by binary search."""
+    bounds = np.empty((len(rows), len(edges)), dtype=np.int64)
+    for row, (lo, hi) in enumerate(zip(firsts.tolist(), lasts.tolist(), strict=True)):
         bounds[row] = np.searchsorted(cols.t[lo:hi], edges)
     bounds += firsts[:, None]
-    lanes, bucket = np.nonzero(np.diff(bounds, axis=1))  # by lane, then time: as _buckets
-    begin, stop = bounds[lanes, bucket], bounds[lanes, bucket + 1]
+    row, bucket = np.nonzero(np.diff(bounds, axis=1))
+    begin, stop = bounds[row, bucket], bounds[row, bucket + 1]
     # The most severe state of each bucket's events: a max over [begin, stop), the ranges
     # between buckets (every other one) dropped.
     severity = cols.event_severity
     ranges = np.column_stack((begin, stop)).ravel()
     worst = np.maximum.reduceat(severity, ranges)[::2] if len(ranges) else severity[:0]
-    return _buckets_payload(start, end, bins, lanes, bucket, stop - begin, worst)
+    return rows[row], bucket, stop - begin, worst
 
 
 def _bins(start: float, end: float, width: int) -> tuple[int, float]:
