@@ -180,24 +180,23 @@ class _Payloads:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._columns: object = None
-        self._generation = -1
-        self._kept: dict[tuple[int, bool, Query], dict[str, Any]] = {}
+        self._generation = -1  # the columns': a slow request for older ones keeps nothing
+        self._kept: dict[tuple[bool, Query], dict[str, Any]] = {}
 
     def get(self, snap: Snapshot, query: Query) -> dict[str, Any]:
         # Whether loading is done is part of the key: an unknown run is an error only then.
-        key = (snap.generation, snap.loading is None, query)
+        key = (snap.loading is None, query)
         with self._lock:
             payload = self._kept.get(key) if snap.columns is self._columns else None
         if payload is None:
             payload = timeline_payload(snap, query)
             with self._lock:
-                if snap.columns is not self._columns:
-                    if snap.generation < self._generation:  # a slow request for older columns
-                        return {**payload, "loading": snap.loading}
+                if snap.columns is not self._columns and snap.generation >= self._generation:
                     self._columns, self._generation, self._kept = snap.columns, snap.generation, {}
-                if len(self._kept) >= _MAX_PAYLOADS:
-                    self._kept.pop(next(iter(self._kept)))
-                self._kept[key] = payload
+                if snap.columns is self._columns:
+                    if len(self._kept) >= _MAX_PAYLOADS:
+                        self._kept.pop(next(iter(self._kept)))
+                    self._kept[key] = payload
         return {**payload, "loading": snap.loading}
 
 

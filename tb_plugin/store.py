@@ -46,6 +46,7 @@ __all__ = [
     "CHUNK_RECORDS",
     "ProviderStore",
     "REFRESH_INTERVAL_S",
+    "RESORT_BEFORE",
     "RESORT_GROWTH",
     "Columns",
     "Snapshot",
@@ -55,8 +56,10 @@ __all__ = [
 
 #: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
 REFRESH_INTERVAL_S = 1.0
-#: While a first read goes on, the sorted columns are renewed when the events grew this much.
+#: While a first read goes on, the sorted columns are renewed when the events grew this much,
+#: and only while less than this share of the read is done.
 RESORT_GROWTH = 2.0
+RESORT_BEFORE = 0.25
 #: About this many records are read from the provider at a time, so a first decode shows progress.
 CHUNK_RECORDS = 50_000
 _MAX_STEPS = 2**31 - 1
@@ -542,7 +545,7 @@ class TimelineStore(ProviderStore):
         shown, progress = self._shown, self._progress
         if progress is not None and self._columns is None and shown is not None:
             doubled = len(self._t) >= RESORT_GROWTH * len(shown[0].t)
-            if not doubled or 4 * progress[0] >= progress[1]:
+            if not doubled or progress[0] >= RESORT_BEFORE * progress[1]:
                 return shown
         self._shown = (self._sorted_columns(), self.generation)
         return self._shown
