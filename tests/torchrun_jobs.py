@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,24 +85,37 @@ class Job:
         ]
 
 
-def _lost_the_port(job: Job) -> bool:
-    """Whether the job failed because its rendezvous port was taken after free_port chose it."""
+#: What a job's output says when it failed for the machine's sake (see the module's docstring).
+MACHINE_FAULTS = ("eaddrinuse", "address already in use", "rendezvousclosederror")
+
+
+def machine_fault(job: Job) -> str | None:
+    """The machine's fault a failed job names in its output, or None (the job's own failure)."""
+    if all(code == 0 for code in job.returncodes):
+        return None
     output = job.output.lower()
-    failed = any(code != 0 for code in job.returncodes)
-    return failed and ("eaddrinuse" in output or "address already in use" in output)
+    return next((fault for fault in MACHINE_FAULTS if fault in output), None)
 
 
-def run_job(logdir: Path, *script_args: str, max_restarts: int) -> Job:
-    """Run two agents of one job to the end and read the logdir back.
+def _retry(path: Path | str) -> Path | str:
+    return path.with_name(f"{path.name}-retry") if isinstance(path, Path) else f"{path}-retry"
 
-    Another process may take the free port between choosing it and the agent binding it; such a
-    job is run once more on a new port (into a fresh logdir), and only then.
-    """
+
+def run_job(logdir: Path | str, *script_args: str, max_restarts: int) -> Job:
+    """Run two agents of one job to the end and read the logdir back; once more, into
+    ``LOGDIR-retry`` on a new port and run id (and a fresh ``--marker``, so a fail-once job fails
+    again), when the first run failed for the machine's sake."""
     job = run_job_once(logdir, *script_args, max_restarts=max_restarts)
-    if _lost_the_port(job):
-        job = run_job_once(
-            logdir.with_name(f"{logdir.name}-retry"), *script_args, max_restarts=max_restarts
+    fault = machine_fault(job)
+    if fault is not None:
+        warnings.warn(
+            f"job {job.run_id} failed with {fault!r}, the machine's fault: run again", stacklevel=2
         )
+        args = [
+            _retry(arg) if before == "--marker" else arg
+            for before, arg in zip(("", *script_args), script_args, strict=False)
+        ]
+        job = run_job_once(_retry(logdir), *map(str, args), max_restarts=max_restarts)
     return job
 
 
@@ -213,4 +227,4 @@ def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
         logdir = f"s3://{s3_server.make_bucket()}/jobs/exp7"
         args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
         args += ("--fail-exc", "ValueError", "--fail-step", "3")
-        return run_job_once(logdir, *args, max_restarts=MAX_RESTARTS)
+        return run_job(logdir, *args, max_restarts=MAX_RESTARTS)
