@@ -1,12 +1,13 @@
 """Timeline records, decoded once into columns, because the data provider is slow to read.
 
-TensorBoard hands back every record as a numpy-wrapped protobuf (about 10 µs a record: seconds
-per request for a 100k-event job). :class:`TimelineStore` decodes each record once, identical
-payloads (keep-alive heartbeats) only once in all, reads only what a refresh finds new, in chunks
-so a query during a long first decode answers with what is there, and hands
-:mod:`tb_plugin.query` a :class:`Snapshot` of sorted numpy columns. A record may hold several
-events (content versions 2 and 3, ``tb_monitor.contract.decode_records``); each is an event here. An
-event costs its time, its record's id and its step (16 bytes), so a 1,024-node day fits.
+Reading a record through TensorBoard's data provider costs microseconds
+(:mod:`tb_plugin.records`): seconds per request for a big job. :class:`TimelineStore` decodes
+each record once, identical payloads (keep-alive heartbeats) only once in all, reads only what
+a refresh finds new, in chunks so a query during a long first decode answers with what is
+there, and hands :mod:`tb_plugin.query` a :class:`Snapshot` of sorted numpy columns. A record
+may hold several events (content versions 2 and 3, ``tb_monitor.contract.decode_records``);
+each is an event here. An event costs its time and its record's id (12 bytes), so a
+1,024-node day fits.
 
 A record under a timeline tag whose payload cannot be decoded (not JSON, not an object, not
 text) is skipped, never fatal: it is logged with its run, tag and step (the provider knows no
@@ -21,6 +22,8 @@ Lanes, intervals and the order of states are :mod:`tb_monitor.timeline`'s (``lan
 from __future__ import annotations
 
 import array
+import bisect
+import ctypes
 import functools
 import logging
 import math
@@ -41,6 +44,7 @@ from tb_monitor.analysis.restarts import (
     attempts,
     mark_restarts,
 )
+from tb_plugin.records import Series, read_series
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -62,7 +66,6 @@ RESORT_GROWTH = 2.0
 RESORT_BEFORE = 0.25
 #: About this many records are read from the provider at a time, so a first decode shows progress.
 CHUNK_RECORDS = 50_000
-_MAX_STEPS = 2**31 - 1
 _RUNNING = [state.name for state in timeline.STATES].index("RUNNING")
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
@@ -249,6 +252,18 @@ def _chunks(
     return out
 
 
+def _release_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system. A long read frees hundreds of MB of
+    passing objects (the provider's replies, decoded chunks) in small blocks, which glibc
+    keeps for the process (a 1,024-node day: ~0.1 GiB of TensorBoard's RSS at rest). Elsewhere
+    than glibc, nothing to do."""
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return
+    trim(0)
+
+
 def _lane_time_order(t: np.ndarray, lane: np.ndarray) -> np.ndarray:
     """The order sorting events by (lane, time): one stable sort of a 64-bit key of lane and
     microseconds (events arrive in runs already sorted, which a stable sort merges in near
@@ -301,12 +316,15 @@ class ProviderStore:
     ) -> None:
         """``read(runs, tags)`` for every stale run, about ``limit`` points at a time."""
         self._progress = (0, expected)
+        chunks = _chunks(stale, listing, limit)
         try:
-            for runs, tags, size in _chunks(stale, listing, limit):
+            for runs, tags, size in chunks:
                 read(runs, tags)
                 self._progress = (self._progress[0] + size, expected)
         finally:
             self._progress = None
+        if len(chunks) > 1:
+            _release_freed_memory()
 
 
 class TimelineStore(ProviderStore):
@@ -332,7 +350,11 @@ class TimelineStore(ProviderStore):
         # Append-only columns, one entry per event; an event's id is its position here.
         self._t = array.array("d")
         self._rec = array.array("i")  # its record in self._records (a C int: np.intc)
-        self._step = array.array("I")  # the step of the TensorBoard record holding it
+        # The TensorBoard records the events came in, as appended: each one's first event id
+        # and its step (an event's step is its record's: a record per event would cost a day
+        # 70 MB, a record per run of keep-alives costs nothing).
+        self._record_first = array.array("q")
+        self._record_step = array.array("I")
         self._records = _Records()
         self._lanes = _Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
@@ -397,38 +419,35 @@ class TimelineStore(ProviderStore):
             return self.generation
 
     def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
-        data = self._provider.read_tensors(
-            ctx,
-            experiment_id=self._eid,
-            plugin_name=contract.PLUGIN_NAME,
-            downsample=_MAX_STEPS,
-            run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
-        )
+        data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
         with self._lock:
             added = 0
             for run in runs:
                 for tag in tags:
-                    added += self._ingest(run, tag, data.get(run, {}).get(tag, []))
+                    series = data.get(run, {}).get(tag)
+                    if series is not None:
+                        added += self._ingest(run, tag, series)
             if added:
                 self.generation += 1
                 self._columns = None
 
-    def _ingest(self, run: str, tag: str, series: list[tb_provider.TensorDatum]) -> int:
+    def _ingest(self, run: str, tag: str, series: Series) -> int:
         kind = contract.kind_of_tag(tag)
         last = self._last_step.get((run, tag), -1)
-        if kind is None or not series:
+        if kind is None or not series.steps:
             return 0
-        fresh = [datum for datum in series if datum.step > last]
-        self._last_step[(run, tag)] = max(last, series[-1].step)
+        self._last_step[(run, tag)] = max(last, series.steps[-1])
+        fresh = [i for i, step in enumerate(series.steps) if step > last]
         if not fresh:
             return 0
-        decoded = contract.decode_records(
-            (d.numpy.reshape(-1).tolist(), float(d.wall_time), d.numpy.ndim > 0) for d in fresh
-        )
+        records = series.records
+        if len(fresh) < len(records):
+            records = [records[i] for i in fresh]
+        decoded = contract.decode_records(records)
         for position, why in decoded.errors:
-            self._skip(run, tag, fresh[position].step, f"ValueError: {why}")
-        steps = np.array([min(d.step, 2**32 - 1) for d in fresh], dtype=np.uintc)
-        return self._append(run, kind, steps, decoded)
+            self._skip(run, tag, series.steps[fresh[position]], f"ValueError: {why}")
+        steps = np.minimum(np.asarray(series.steps, dtype=np.int64)[fresh], 2**32 - 1)
+        return self._append(run, kind, steps.astype(np.uintc), decoded)
 
     def _append(
         self, run: str, kind: str, steps: np.ndarray, decoded: contract.DecodedRecords
@@ -453,11 +472,14 @@ class TimelineStore(ProviderStore):
                 rec = known[(run, kind, raw)] = self._decode(row, raw)
             recs.append(rec)
         payload_rec = np.asarray(recs, dtype=np.intc)
-        payload, times, event_steps = decoded.payload, decoded.times, steps[decoded.record]
+        payload, times, record = decoded.payload, decoded.times, decoded.record
         if -1 in recs:  # drop the undecodable events
             kept = payload_rec[payload] >= 0
-            payload, times, event_steps = payload[kept], times[kept], event_steps[kept]
+            payload, times, record = payload[kept], times[kept], record[kept]
         event_recs = payload_rec[payload]
+        starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
+        self._record_first.frombytes((starts + len(self._t)).astype(np.int64).tobytes())
+        self._record_step.frombytes(steps[record[starts]].tobytes())
         bounding = [r >= 0 and rows[r] is not None for r in recs]  # keep-alives bound none
         if any(bounding):
             first = len(self._t)
@@ -470,7 +492,6 @@ class TimelineStore(ProviderStore):
             )
         self._t.frombytes(times.tobytes())
         self._rec.frombytes(event_recs.tobytes())
-        self._step.frombytes(event_steps.tobytes())
         return len(times)
 
     def _skip(self, run: str, tag: str, step: int, exc: Exception) -> None:
@@ -663,7 +684,7 @@ class TimelineStore(ProviderStore):
                 "id": event_id,
                 "run": self._runs.values[records.run[rec]],
                 "kind": kind,
-                "step": self._step[event_id],
+                "step": self._record_step[bisect.bisect_right(self._record_first, event_id) - 1],
                 "wall_time": self._t[event_id],
                 "lane": self._lanes.values[records.lane[rec]].label,
                 "fields": contract.decode_record(kind, raw),

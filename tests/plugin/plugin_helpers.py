@@ -60,6 +60,25 @@ def local_provider(logdir) -> data_provider.MultiplexerDataProvider:
     return data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
 
 
+def data_server_provider(logdir) -> Any:
+    """TensorBoard's Rust data server (what ``--load_fast=true`` runs) over a logdir, loaded
+    once with every timeline record kept, and the ``GrpcDataProvider`` talking to it. The server
+    exits with the test process (it dies when its stdin closes)."""
+    from tensorboard.data import server_ingester
+    from tensorboard.util import grpc_util
+
+    binary = server_ingester.get_server_binary()
+    ingester = server_ingester.SubprocessServerDataIngester(
+        binary,
+        str(logdir),
+        reload_interval=0,  # load once
+        channel_creds_type=grpc_util.ChannelCredsType.LOCAL,
+        samples_per_plugin={contract.PLUGIN_NAME: 0},
+    )
+    ingester.start()
+    return ingester.data_provider
+
+
 def refreshed_store(logdir) -> Any:
     """A TimelineStore over ``logdir`` through TensorBoard's own data provider, refreshed once."""
     from tensorboard import context as tb_context

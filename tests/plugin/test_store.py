@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 
 import numpy as np
 import pytest
 from plugin_helpers import local_provider, refreshed_store, small_job
 from tensorboard import context as tb_context
+from tensorboard.data.provider import RunTagFilter
 
 from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -134,6 +136,33 @@ def test_event_reads_back_every_field(store):
     assert json.loads(details["raw"])["name"] == "torchelastic.worker.status.FAILED"
 
 
+def test_every_events_step_is_that_of_the_tensorboard_record_it_came_in(store, job):
+    """Each event's details name the step of the TensorBoard record holding it, batched or not."""
+    ctx = tb_context.RequestContext()
+    provider = local_provider(job.logdir)
+    listing = provider.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
+    expected = Counter()
+    for run, tags in listing.items():
+        for tag in tags:
+            kind = contract.kind_of_tag(tag)
+            for datum in provider.read_tensors(
+                ctx,
+                experiment_id="",
+                plugin_name=contract.PLUGIN_NAME,
+                downsample=10**6,
+                run_tag_filter=RunTagFilter(runs=[run], tags=[tag]),
+            )[run][tag]:
+                values = datum.numpy.reshape(-1).tolist()
+                decoded = contract.decode_records([(values, datum.wall_time, datum.numpy.ndim)])
+                expected.update((run, kind, datum.step, t) for t in decoded.times.tolist())
+    got = Counter()
+    for event_id in range(len(store.snapshot().columns.t)):
+        details = store.event(ctx, event_id)
+        got[(details["run"], details["kind"], details["step"], details["wall_time"])] += 1
+    assert got == expected
+    assert max(step for _, _, step, _ in got) > 0
+
+
 @pytest.mark.parametrize("event_id", [-1, 10**9])
 def test_unknown_event_ids_raise(store, event_id):
     """An id the store does not hold raises UnknownEventError naming it."""
@@ -161,3 +190,17 @@ def test_identical_payloads_are_decoded_once(tmp_path, monkeypatch):
         for i in range(5):
             writer.add_timeline(contract.RENDEZVOUS, beat.serialize(), job.end + 1 + i)
     assert decodes(job.logdir, job.total_events + 5) == before + 1
+
+
+def test_a_read_in_several_chunks_gives_freed_memory_back_once_at_its_end(job, monkeypatch):
+    """After a read in several chunks (a big first read), the heap's free pages go back to the
+    system once; a one-chunk read (a live job's poll) does not pay for it."""
+    import tb_plugin.store as store_module
+
+    trims = []
+    monkeypatch.setattr(store_module, "_release_freed_memory", lambda: trims.append(1))
+    TimelineStore(local_provider(job.logdir)).refresh(tb_context.RequestContext(), force=True)
+    assert trims == []
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)
+    TimelineStore(local_provider(job.logdir)).refresh(tb_context.RequestContext(), force=True)
+    assert trims == [1]
