@@ -52,6 +52,8 @@ COLLECTIVES = (
 )
 
 _current: RankHealth | None = None
+#: The step owner once ``step()`` was called: no optimizer's ``id()`` (never negative).
+_MANUAL = -1
 
 
 def current() -> RankHealth | None:
@@ -89,6 +91,7 @@ class RankHealth:
         self._collective_s = Stat(
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
+        self._add_step = self._step_s.add
         self._beats = {
             name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
             for name in ("steps", "entered", "left", "in_collective_s", "since_step_s")
@@ -99,8 +102,8 @@ class RankHealth:
         self._entered = 0
         self._left = 0
         self._in_since: float | None = None
-        self._manual = False
-        self._step_owner: int | None = None  # id of the optimizer whose steps count
+        # id of the optimizer whose steps count; _MANUAL once tb_monitor.step() was called
+        self._step_owner: int | None = None
         self._undo: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._closed = False
@@ -110,23 +113,26 @@ class RankHealth:
 
     def _boundary(self) -> None:
         now = self._clock()
-        self._step_s.add(now - self._last_step)
+        self._add_step(now - self._last_step)
         self._last_step = now
         self._steps += 1
 
     def manual_step(self) -> None:
         """An explicit step boundary; from now on only these count."""
-        self._manual = True
+        self._step_owner = _MANUAL
         self._boundary()
 
     def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._manual:
-            return
-        owner = id(optimizer)
-        if self._step_owner is None:
-            self._step_owner = owner
-        if owner == self._step_owner:
-            self._boundary()
+        # Every optimizer step of the job pays this: one comparison when it is the optimizer
+        # whose steps count, and _boundary inlined (a call and two lookups less).
+        if id(optimizer) != self._step_owner:
+            if self._step_owner is not None:  # another optimizer's, or manual steps count
+                return
+            self._step_owner = id(optimizer)
+        now = self._clock()
+        self._add_step(now - self._last_step)
+        self._last_step = now
+        self._steps += 1
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)

@@ -1,0 +1,97 @@
+"""Which calls mark a step boundary: real torch optimizers, gradient accumulation, ``step()``."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import timedelta
+
+import pytest
+
+from tb_monitor.integrations.rank_health import RankHealth, step
+from tb_monitor.testing import capture
+
+
+@pytest.fixture
+def recorded(torch):
+    """Run ``loop(model)`` under an installed RankHealth (its clock ticks 1 s a reading) and
+    return the scalars its windows and last heartbeat wrote, by tag."""
+
+    def run(loop) -> dict[str, float]:
+        ticks = itertools.count()
+        with capture() as captured:
+            recorder = RankHealth(
+                window=timedelta(hours=1), heartbeat_s=3600, clock=lambda: float(next(ticks))
+            ).install()
+            loop(torch.nn.Linear(2, 2))
+            recorder.close()
+        return {scalar.tag: scalar.value for scalar in captured.scalars()}
+
+    return run
+
+
+def _stepped(torch, optimizer, model, times: int) -> None:
+    for _ in range(times):
+        model(torch.ones(1, 2)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_every_step_of_an_optimizer_is_a_boundary(torch, recorded, name):
+    """Each ``step()`` of SGD, Adam or AdamW ends one step window sample, with no code change."""
+
+    def loop(model):
+        _stepped(torch, getattr(torch.optim, name)(model.parameters(), lr=0.1), model, 5)
+
+    scalars = recorded(loop)
+    assert scalars["rank/step_s.count"] == 5
+    assert scalars["rank/steps.value"] == 5
+
+
+def test_gradient_accumulation_counts_one_step_per_optimizer_step(torch, recorded):
+    """Four backward passes per ``step()`` are one step, not four."""
+
+    def loop(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(3):
+            for _ in range(4):
+                model(torch.ones(1, 2)).sum().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+    assert recorded(loop)["rank/step_s.count"] == 3
+
+
+def test_with_several_optimizers_the_first_one_seen_marks_steps(torch, recorded):
+    """A GAN-style loop stepping two optimizers counts the first one's steps only."""
+
+    def loop(model):
+        first = torch.optim.SGD(model.parameters(), lr=0.1)
+        second = torch.optim.Adam(model.parameters(), lr=0.1)
+        for _ in range(4):
+            _stepped(torch, first, model, 1)
+            _stepped(torch, second, model, 2)
+
+    assert recorded(loop)["rank/step_s.count"] == 4
+
+
+def test_once_step_is_called_only_it_marks_boundaries(torch, recorded):
+    """After ``tb_monitor.step()``, optimizer steps no longer count."""
+
+    def loop(model):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        _stepped(torch, optimizer, model, 2)
+        for _ in range(3):
+            step()
+            _stepped(torch, optimizer, model, 1)
+
+    assert recorded(loop)["rank/step_s.count"] == 5
+
+
+def test_steps_after_close_are_not_recorded(torch):
+    """``close()`` removes the hook: later optimizer steps cost nothing and count nothing."""
+    recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600).install()
+    recorder.close()
+    model = torch.nn.Linear(2, 2)
+    _stepped(torch, torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
+    assert recorder._steps == 0
