@@ -13,17 +13,34 @@
   is the object torch serialized (``Event.serialize()`` / ``RdzvEvent.serialize()``), untouched:
   ``Event.deserialize(json.dumps(line["event"]))`` gives torch's event back.
 - ``csv``: the scalars, columns ``run, tag, step, wall_time, value``.
+
+Memory on a big job (a 1,024-node day: 17.8M events in 5,120 runs, 347 MiB on disk; as a list
+of rows that is several GiB). Every format also holds the event file being read (the readers
+read a file whole: tens of KiB a run there).
+
+- ``csv`` holds nothing: rows go to the output as ``readers.iter_scalars`` yields them.
+- ``jsonl`` holds ``chunk_lines`` rendered lines (:data:`CHUNK_LINES`, ~120 MB at the default):
+  an external merge sort spills each sorted chunk to a temporary file (temporary files as large
+  as the output, removed afterwards) and merges them, so its memory does not grow with the job.
+- ``chrome-trace`` holds every event: the Trace Event Format is one JSON object, and Perfetto
+  cannot open a trace over ~2 GB anyway. It is meant for jobs Perfetto can open (hours of a few
+  hundred nodes, or a window of a day); export a day as ``jsonl``.
 """
 
 from __future__ import annotations
 
 import csv
+import heapq
+import itertools
 import json
 import logging
+import math
+import operator
 import os
 import sys
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import IO, Any, TypeVar
 
 from tb_monitor.analysis.restarts import attempts, mark_restarts
@@ -32,6 +49,7 @@ from tb_monitor.progress import progress as _progress
 from tb_monitor.timeline import Lane, Span, spans
 
 __all__ = [
+    "CHUNK_LINES",
     "FORMATS",
     "WRITERS",
     "to_chrome_trace",
@@ -144,33 +162,146 @@ def _trace_event(span: Span, pid: int, tid: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
+#: Lines ``write_jsonl`` sorts in memory at once (~600 bytes each for torchelastic's events:
+#: ~120 MB); a logdir with more is sorted in chunks spilled to temporary files, then merged.
+CHUNK_LINES = 200_000
+
+#: Sorted chunks merged at once: open files, each with its read buffer. More are merged in rounds.
+_FAN_IN = 128
+
+#: A buffered line: (wall time, read sequence, the line without its newline).
+_Line = tuple[float, int, str]
+_WALL_TIME = operator.itemgetter(0)
+
+
 def write_jsonl(
     logdir: str | os.PathLike[str],
     out: str | os.PathLike[str] | IO[str],
     *,
     progress: bool | None = None,
+    chunk_lines: int = CHUNK_LINES,
 ) -> int:
     """Write one line per timeline event, in time order: ``{"run", "kind", "wall_time", "event"}``.
 
-    ``event`` is torch's own JSON object for the event. Returns the number of lines.
+    ``event`` is torch's own JSON object for the event. Returns the number of lines. Events of
+    equal times keep their read order. At most ``chunk_lines`` lines are held in memory: a
+    bigger logdir is sorted in chunks on disk and merged (the same output, in bounded memory),
+    in a temporary directory as large as the output, where ``tempfile`` puts it (``TMPDIR``;
+    a ``/tmp`` on tmpfs is memory), removed afterwards.
     """
-    records = _collect(logdir, readers.iter_timeline, "timeline events", progress)
-    records.sort(key=lambda record: record.wall_time)
-    written = 0
-    with _opened(out) as stream, _progress("jsonl", len(records), progress) as advance:
-        for record in records:
+    if chunk_lines < 1:
+        raise ValueError(f"chunk_lines must be at least 1, got {chunk_lines!r}")
+    path = _existing(logdir)
+    with ExitStack() as stack:  # the temporary files and directory, removed even on error
+        spilled: list[str] = []
+        directory = ""
+        buffer: list[_Line] = []
+        read = 0
+        render = _Lines()
+        with _progress("read", None, progress) as advance:
+            for record in readers.iter_timeline(path):
+                read += 1
+                advance()
+                line = render(record)
+                if line is None:
+                    continue
+                if len(buffer) == chunk_lines:  # only when one more comes: no spill if all fit
+                    if not directory:
+                        directory = stack.enter_context(
+                            tempfile.TemporaryDirectory(prefix="tb-monitor-export-")
+                        )
+                    spilled.append(_spill(buffer, directory, len(spilled)))
+                    buffer = []
+                buffer.append((record.wall_time, read, line))
+        if not read:
+            raise ValueError(f"logdir {path!r} holds no timeline events")
+        buffer.sort(key=_WALL_TIME)  # stable: equal times stay in read order
+        total = len(buffer) + chunk_lines * len(spilled)  # every spilled chunk was full
+        for number in itertools.count():  # the oldest (smallest) first, just enough of them
+            if len(spilled) <= _FAN_IN:
+                break
+            group = spilled[: min(_FAN_IN, len(spilled) - _FAN_IN + 1)]
+            del spilled[: len(group)]
+            spilled.append(_merge_spilled(group, os.path.join(directory, f"merged-{number:06d}")))
+        runs = [_spilled_lines(stack.enter_context(_open_spilled(name))) for name in spilled]
+        with _opened(out) as stream, _progress("jsonl", total, progress) as advance:
+            for _, _, line in heapq.merge(*runs, buffer):
+                stream.write(line + "\n")
+                advance()
+    return total
+
+
+class _Lines:
+    """Records as JSON lines, without their newline: the text ``json.dumps`` gives for the whole
+    line, with each distinct payload parsed and dumped once (a node's keep-alives, most of a big
+    job's events, repeat one payload)."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, str] = {}  # payload: its event's JSON
+        self.heads: dict[tuple[str, str], str] = {}  # (run, kind): the line up to its time
+
+    def __call__(self, record: readers.TimelineRecord) -> str | None:
+        """The record's line; None (and a warning) when its payload is not JSON."""
+        event = self.events.get(record.payload)
+        if event is None:
             try:
-                event = json.loads(record.payload)
+                event = json.dumps(json.loads(record.payload), separators=(",", ":"))
             except ValueError:  # as the other formats, the plugin and the readers do
                 _log.warning("run %r: unreadable %s record left out", record.run, record.kind)
-                advance()
-                continue
-            line = {"run": record.run, "kind": record.kind, "wall_time": record.wall_time}
-            line["event"] = event
-            stream.write(json.dumps(line, separators=(",", ":")) + "\n")
-            written += 1
-            advance()
-    return written
+                return None
+            if len(self.events) >= 10_000:
+                self.events.clear()
+            self.events[record.payload] = event
+        head = self.heads.get((record.run, record.kind))
+        if head is None:
+            if len(self.heads) >= 100_000:
+                self.heads.clear()
+            head = f'{{"run":{json.dumps(record.run)},"kind":{json.dumps(record.kind)},"wall_time":'
+            self.heads[record.run, record.kind] = head
+        wall_time = record.wall_time
+        number = repr(wall_time) if math.isfinite(wall_time) else json.dumps(wall_time)
+        return f'{head}{number},"event":{event}}}'
+
+
+def _spill(buffer: list[_Line], directory: str, number: int) -> str:
+    """Sort ``buffer`` and write it to a new file in ``directory``; the file's path.
+
+    Each line is stored after its key, the time as ``float.hex`` (exact) and the read sequence,
+    so that merging the files gives exactly the order of one sort in memory.
+    """
+    buffer.sort(key=_WALL_TIME)
+    path = os.path.join(directory, f"chunk-{number:06d}")
+    with _open_spilled(path, "w") as stream:
+        _write_spilled(stream, buffer)
+    return path
+
+
+def _merge_spilled(names: list[str], path: str) -> str:
+    """Merge sorted spilled files into a new one at ``path`` (and delete them); ``path``."""
+    with ExitStack() as files, _open_spilled(path, "w") as stream:
+        runs = [_spilled_lines(files.enter_context(_open_spilled(name))) for name in names]
+        _write_spilled(stream, heapq.merge(*runs))
+    for name in names:
+        os.remove(name)
+    return path
+
+
+def _open_spilled(path: str, mode: str = "r") -> IO[str]:
+    # Lines are ASCII (json.dumps escapes the rest) and hold no newline; no translation.
+    return open(path, mode, encoding="utf-8", newline="\n")
+
+
+def _write_spilled(stream: IO[str], lines: Iterable[_Line]) -> None:
+    stream.writelines(
+        f"{float.hex(float(wall_time))} {sequence} {line}\n" for wall_time, sequence, line in lines
+    )
+
+
+def _spilled_lines(stream: IO[str]) -> Iterator[_Line]:
+    """The lines of a spilled file, with their keys, as they were buffered."""
+    for text in stream:
+        wall_time, sequence, line = text.split(" ", 2)
+        yield float.fromhex(wall_time), int(sequence), line[:-1]
 
 
 _CSV_COLUMNS = ("run", "tag", "step", "wall_time", "value")
@@ -182,15 +313,25 @@ def write_csv(
     *,
     progress: bool | None = None,
 ) -> int:
-    """Write the logdir's scalars as CSV (``run, tag, step, wall_time, value``); returns rows."""
-    rows = _collect(logdir, readers.iter_scalars, "scalars", progress)
-    with _opened(out, newline="") as stream, _progress("csv", len(rows), progress) as advance:
+    """Write the logdir's scalars as CSV (``run, tag, step, wall_time, value``); returns rows.
+
+    Rows are written as they are read, so memory does not grow with the logdir. The first one is
+    read before the output is opened: a logdir without scalars leaves no file behind.
+    """
+    path = _existing(logdir)
+    rows = readers.iter_scalars(path)
+    first = next(rows, None)
+    if first is None:
+        raise ValueError(f"logdir {path!r} holds no scalars")
+    written = 0
+    with _opened(out, newline="") as stream, _progress("csv", None, progress) as advance:
         writer = csv.writer(stream)
         writer.writerow(_CSV_COLUMNS)
-        for row in rows:
+        for row in itertools.chain((first,), rows):
             writer.writerow(row)
+            written += 1
             advance()
-    return len(rows)
+    return written
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,9 +346,7 @@ def _collect(
     progress: bool | None,
 ) -> list[T]:
     """Every row ``read(logdir)`` yields; ValueError naming the logdir when there are none."""
-    path = os.fspath(logdir)
-    if not fs.isdir(path):
-        raise ValueError(f"logdir {path!r} does not exist or is not a directory")
+    path = _existing(logdir)
     rows = []
     with _progress("read", None, progress) as advance:
         for row in read(path):
@@ -216,6 +355,14 @@ def _collect(
     if not rows:
         raise ValueError(f"logdir {path!r} holds no {what}")
     return rows
+
+
+def _existing(logdir: str | os.PathLike[str]) -> str:
+    """The logdir's path; ValueError naming it when it is no directory."""
+    path = os.fspath(logdir)
+    if not fs.isdir(path):
+        raise ValueError(f"logdir {path!r} does not exist or is not a directory")
+    return path
 
 
 @contextmanager

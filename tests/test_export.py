@@ -5,10 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import tempfile
+import tracemalloc
 from collections import Counter
 
 import pytest
 from conftest import need
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 from tb_monitor import cli, contract, export
 from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
@@ -228,3 +233,218 @@ def test_jsonl_leaves_out_an_unreadable_record_and_keeps_the_rest(logdir, tmp_pa
     assert cli.main(["export", str(logdir), "--format", "jsonl", "-o", str(out)]) == 0
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [line["wall_time"] for line in lines] == [1.0, 3.0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded memory on big logdirs: jsonl sorted in chunks on disk, csv streamed
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tied(tmp_path_factory):
+    """24 runs of a job, plus a run whose events share their times with the job's and each
+    other's (and one unreadable record): the logdir and its event count."""
+    root = tmp_path_factory.mktemp("tied") / "logs"
+    job = generate_job(root, nodes=8, workers_per_node=2, restarts=2, events=1_500)
+    times = sorted({record.wall_time for record in readers.iter_timeline(root)})[::50]
+    with AsyncWriter(root / "job" / "tïed") as writer:  # a run name json.dumps escapes
+        for i, wall_time in enumerate(times):
+            event = Event(f"tie-{i}", EventSource.AGENT, timestamp=i).serialize()
+            writer.add_timeline(contract.AGENT, event, wall_time=wall_time)
+            writer.add_timeline(contract.WORKER, event, wall_time=wall_time)
+        writer.add_timeline(contract.AGENT, "not json{", wall_time=times[3])
+    return root, job.total_events + 2 * len(times)
+
+
+def _jsonl(logdir, **kwargs) -> str:
+    out = io.StringIO()
+    export.write_jsonl(logdir, out, progress=False, **kwargs)
+    return out.getvalue()
+
+
+def _jsonl_held_in_memory(logdir) -> str:
+    """The export as it was before chunks: every record held, one stable sort by time."""
+    lines = []
+    for record in sorted(readers.iter_timeline(logdir), key=lambda record: record.wall_time):
+        try:
+            event = json.loads(record.payload)
+        except ValueError:
+            continue
+        line = {"run": record.run, "kind": record.kind, "wall_time": record.wall_time}
+        line["event"] = event
+        lines.append(json.dumps(line, separators=(",", ":")) + "\n")
+    return "".join(lines)
+
+
+def test_jsonl_is_the_stable_time_sort_of_every_readable_record(tied, caplog):
+    """The lines are json.dumps of each record, by time, equal times in read order, bad ones out."""
+    logdir, events = tied
+    times = Counter(record.wall_time for record in readers.iter_timeline(logdir))
+    assert max(times.values()) >= 3  # ties across runs and kinds
+    text = _jsonl(logdir)
+    assert text == _jsonl_held_in_memory(logdir)
+    assert text.count("\n") == events
+    assert "unreadable agent record left out" in caplog.text
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chunk_lines=st.integers(min_value=1, max_value=2_000))
+@example(chunk_lines=1)  # every line its own file: several rounds of merges
+@example(chunk_lines=1_555)  # one line too many for one chunk
+def test_jsonl_in_small_chunks_writes_the_same_text_as_in_one(tied, chunk_lines):
+    """However small the chunks (spilled to disk and merged), the text is that of one sort."""
+    logdir, events = tied
+    assert events == 1_556
+    assert _jsonl(logdir, chunk_lines=chunk_lines) == _jsonl(logdir, chunk_lines=10**9)
+
+
+class _Watching(io.TextIOBase):
+    """An output stream that notes what the temporary root holds at its first write and can
+    fail at a given line, as a full disk would."""
+
+    def __init__(self, root, fail_at: int | None = None) -> None:
+        self.root, self.fail_at = root, fail_at
+        self.lines = 0
+        self.seen: list[str] | None = None
+
+    def write(self, text: str) -> int:
+        if self.seen is None:
+            self.seen = os.listdir(self.root)
+        self.lines += 1
+        if self.lines == self.fail_at:
+            raise OSError(28, "No space left on device")
+        return len(text)
+
+
+@pytest.fixture
+def temp_root(tmp_path, monkeypatch):
+    """tempfile's directory, empty, for this test alone."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_jsonl_removes_its_temporary_files_when_done(tied, temp_root):
+    """Chunks spilled while writing are in a temporary directory that is gone afterwards."""
+    logdir, events = tied
+    out = _Watching(temp_root)
+    assert export.write_jsonl(logdir, out, progress=False, chunk_lines=100) == events
+    assert out.lines == events
+    assert len(out.seen) == 1 and out.seen[0].startswith("tb-monitor-export-")
+    assert os.listdir(temp_root) == []
+
+
+def test_jsonl_removes_its_temporary_files_when_writing_fails(tied, temp_root):
+    """An output that fails midway raises, and the spilled chunks are removed all the same."""
+    logdir, _ = tied
+    out = _Watching(temp_root, fail_at=500)
+    with pytest.raises(OSError, match="No space left"):
+        export.write_jsonl(logdir, out, progress=False, chunk_lines=100)
+    assert out.lines == 500 and out.seen
+    assert os.listdir(temp_root) == []
+
+
+def test_jsonl_spills_nothing_when_every_line_fits_in_one_chunk(tied, temp_root):
+    """With ``chunk_lines`` at the number of lines, nothing is written to the temporary root."""
+    logdir, events = tied
+    out = _Watching(temp_root)
+    assert export.write_jsonl(logdir, out, progress=False, chunk_lines=events) == events
+    assert out.seen == []
+
+
+def test_jsonl_rejects_chunks_of_no_lines(tied):
+    """``chunk_lines`` below 1 is a ValueError naming it."""
+    with pytest.raises(ValueError, match="chunk_lines"):
+        export.write_jsonl(tied[0], io.StringIO(), chunk_lines=0)
+
+
+def _peak(write, *args, **kwargs) -> int:
+    """The peak of Python's traced allocations while ``write`` runs, in bytes."""
+    tracemalloc.start()
+    try:
+        write(*args, **kwargs)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_jsonl_memory_is_bounded_by_chunk_lines(tmp_path):
+    """Writing 10k events in chunks of 250 lines peaks at under a third of holding them all."""
+    logdir = tmp_path / "logs"
+    generate_job(logdir, nodes=16, workers_per_node=2, events=10_000)
+    out = tmp_path / "events.jsonl"
+    whole = _peak(export.write_jsonl, logdir, out, progress=False, chunk_lines=10**9)
+    expected = out.read_bytes()
+    chunked = _peak(export.write_jsonl, logdir, out, progress=False, chunk_lines=250)
+    assert out.read_bytes() == expected
+    assert chunked < whole / 3, (chunked, whole)
+
+
+def _scalar_runs(logdir, runs: int) -> int:
+    """``runs`` runs of 100 steps of 20 scalars each; the number of scalars."""
+    for run in range(runs):
+        with AsyncWriter(logdir / "job" / f"rank-{run}") as writer:
+            for step in range(100):
+                scalars = {f"loss/{tag}": step + tag / 20 for tag in range(20)}
+                writer.add_scalars(scalars, wall_time=1_000.0 + step)
+    return runs * 100 * 20
+
+
+def test_csv_memory_does_not_grow_with_the_rows(tmp_path):
+    """Writing 8 times the scalars peaks no higher, and below holding the smaller logdir's rows."""
+    small, big = tmp_path / "small", tmp_path / "big"
+    rows = {small: _scalar_runs(small, 1), big: _scalar_runs(big, 8)}
+    peaks = {}
+    for logdir in (small, big):
+        out = tmp_path / f"{logdir.name}.csv"
+        peaks[logdir] = _peak(export.write_csv, logdir, out, progress=False)
+        with open(out, newline="") as f:
+            assert sum(1 for _ in csv.reader(f)) == rows[logdir] + 1
+    held = _peak(list, readers.iter_scalars(small))  # the small logdir's rows, all held
+    assert peaks[big] < 1.5 * peaks[small], peaks
+    assert peaks[big] < held, (peaks[big], held)
+
+
+def test_csv_rows_are_the_scalars_in_read_order(tmp_path):
+    """Each row is one scalar as ``readers.iter_scalars`` yields it, runs and steps in order."""
+    logdir = tmp_path / "logs"
+    _scalar_runs(logdir, 3)
+    out = io.StringIO()
+    assert export.write_csv(logdir, out, progress=False) == 6_000
+    expected = io.StringIO()
+    csv.writer(expected).writerows([readers.SCALAR_COLUMNS, *readers.iter_scalars(logdir)])
+    assert out.getvalue() == expected.getvalue()
+
+
+def test_csv_progress_counts_rows_without_a_total(logdir, capsys):
+    """With progress on, stderr shows the rows written so far (their number is not known ahead)."""
+    _scalar_runs(logdir, 1)
+    export.write_csv(logdir, io.StringIO(), progress=True)
+    assert "csv: 2000\n" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("fmt", "where", "message"),
+    [
+        ("jsonl", "missing", "does not exist"),
+        ("jsonl", "empty", "holds no timeline events"),
+        ("csv", "missing", "does not exist"),
+        ("csv", "empty", "holds no scalars"),
+        ("csv", "job", "holds no scalars"),  # timeline events only: read to the end first
+    ],
+)
+def test_nothing_to_export_raises_naming_the_logdir_and_leaves_no_file(
+    tmp_path, fmt, where, message
+):
+    """A missing logdir or one without rows is a ValueError naming it; no output file is made."""
+    path = tmp_path / where
+    if where != "missing":
+        path.mkdir()
+    if where == "job":
+        generate_job(path, nodes=1, workers_per_node=1)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=message) as raised:
+        export.WRITERS[fmt](path, out, progress=False)
+    assert repr(str(path)) in str(raised.value)
+    assert not out.exists()
