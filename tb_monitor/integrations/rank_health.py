@@ -4,8 +4,9 @@ detection read (``tb_monitor.analysis.stragglers``).
 In synchronous data-parallel training every rank's step *period* is the same: the fast ranks wait
 in the collective for the slow one. What tells ranks apart is how long each waits in collectives
 (the straggler waits least) and which rank has not entered the collective the others are in (a
-hang). So each rank records, as Stats (one window per ``window``; the training thread pays one
-``perf_counter`` and one ``Stat.add`` per step and per collective):
+hang). So each rank records, as Stats (one window per ``window``; per step the training thread
+pays one ``perf_counter`` and an append, the Stat's work waiting for the window's end on the
+timer thread; per collective one ``perf_counter`` more and one ``Stat.add``):
 
 - ``rank/step_s`` (COUNT, SUM, MIN, MAX): seconds between step boundaries. A boundary is an
   optimizer's ``step()`` (torch's global optimizer step post-hook; with several optimizers the
@@ -24,10 +25,11 @@ hang). So each rank records, as Stats (one window per ``window``; the training t
 
 from __future__ import annotations
 
+import collections
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
@@ -54,6 +56,9 @@ COLLECTIVES = (
 _current: RankHealth | None = None
 #: The step owner once ``step()`` was called: no optimizer's ``id()`` (never negative).
 _MANUAL = -1
+#: Step times waiting for their window's end, at most (a window of a million steps is not a
+#: real loop; past it the oldest are dropped rather than memory grown).
+_MAX_PENDING_STEPS = 1 << 20
 
 
 def current() -> RankHealth | None:
@@ -72,6 +77,41 @@ def step() -> None:
         recorder.manual_step()
 
 
+class _FedStat(Stat):
+    """A Stat whose samples wait elsewhere until its window ends: ``feed()`` adds them just
+    before each window is taken (on the timer thread), at a flush and when it closes, so the
+    producer pays only for queueing them. A forked child ``forget()``s the parent's, as the
+    Stat forgets its window."""
+
+    def __init__(
+        self,
+        name: str,
+        aggregations: Iterable[Aggregation],
+        window: timedelta,
+        feed: Callable[[], None],
+        forget: Callable[[], None],
+    ) -> None:
+        self._feed, self._forget = feed, forget  # first: the timer may end a window at once
+        super().__init__(name, aggregations, window)
+
+    def _reset_after_fork(self) -> None:
+        self._forget()
+        super()._reset_after_fork()
+
+    def _end_window(self) -> None:
+        self._feed()
+        super()._end_window()
+
+    def _exit(self) -> None:
+        self._feed()
+        super()._exit()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._feed()
+        super().close()
+
+
 class RankHealth:
     """Installs the step hook and the collective wrappers into torch; ``close()`` undoes both."""
 
@@ -83,22 +123,26 @@ class RankHealth:
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self._clock = clock
-        self._step_s = Stat(
+        self._last_step = clock()
+        self._steps = 0
+        # The training thread's step times, moved into rank/step_s off it (_drain_steps).
+        self._stamps: collections.deque[float] = collections.deque(maxlen=_MAX_PENDING_STEPS)
+        self._drain_lock = threading.Lock()
+        self._step_s = _FedStat(
             "rank/step_s",
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
             window,
+            self._drain_steps,
+            self._forget_steps,
         )
         self._collective_s = Stat(
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
-        self._add_step = self._step_s.add
         self._beats = {
             name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
             for name in ("steps", "entered", "left", "in_collective_s", "since_step_s")
         }
         self._heartbeat_s = heartbeat_s
-        self._last_step = clock()
-        self._steps = 0
         self._entered = 0
         self._left = 0
         self._in_since: float | None = None
@@ -111,28 +155,37 @@ class RankHealth:
 
     # -- recording (the training thread) -------------------------------------------------------
 
-    def _boundary(self) -> None:
-        now = self._clock()
-        self._add_step(now - self._last_step)
-        self._last_step = now
-        self._steps += 1
-
     def manual_step(self) -> None:
         """An explicit step boundary; from now on only these count."""
         self._step_owner = _MANUAL
-        self._boundary()
+        self._stamps.append(self._clock())
 
-    def _optimizer_stepped(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        # Every optimizer step of the job pays this: one comparison when it is the optimizer
-        # whose steps count, and _boundary inlined (a call and two lookups less).
-        if id(optimizer) != self._step_owner:
-            if self._step_owner is not None:  # another optimizer's, or manual steps count
-                return
-            self._step_owner = id(optimizer)
-        now = self._clock()
-        self._add_step(now - self._last_step)
-        self._last_step = now
-        self._steps += 1
+    def _step_hook(self) -> Callable[[Any, Any, Any], None]:
+        """The optimizer step post-hook: a plain function, since every step of the job pays
+        it. The optimizer whose steps count costs one comparison and one append (in torch's
+        step wrapper no more than an empty hook, where a bound method doing the Stat's work
+        cost ~2 µs); the first optimizer seen becomes that one."""
+        stamp, clock, me = self._stamps.append, self._clock, self
+
+        def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if id(optimizer) == me._step_owner:
+                stamp(clock())
+            elif me._step_owner is None:  # not another optimizer's, nor manual steps
+                me._step_owner = id(optimizer)
+                stamp(clock())
+
+        return optimizer_stepped
+
+    def _drain_steps(self) -> None:
+        """Move the queued step times into rank/step_s (at each window's end, and before a
+        heartbeat reports): each step's time since the one before."""
+        with self._drain_lock:
+            stamps, add, last, steps = self._stamps, self._step_s.add, self._last_step, 0
+            while stamps:
+                now = stamps.popleft()  # the only consumer, under the lock: never empty here
+                add(now - last)
+                last, steps = now, steps + 1
+            self._last_step, self._steps = last, self._steps + steps
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
@@ -151,10 +204,18 @@ class RankHealth:
         collective.__tb_monitor_timed__ = function  # type: ignore[attr-defined]
         return collective
 
+    def _forget_steps(self) -> None:
+        """In a forked child (a DataLoader worker): the parent's steps are the parent's, and
+        its lock may have been held by one of the parent's threads."""
+        self._drain_lock = threading.Lock()
+        self._stamps.clear()
+
     # -- heartbeats (a daemon thread) -----------------------------------------------------------
 
     def beat(self) -> None:
         """Record one heartbeat now (the daemon thread calls this every ``heartbeat_s``)."""
+        if not self._step_s.closed:
+            self._drain_steps()
         now = self._clock()
         since = self._in_since
         self._beats["steps"].add(self._steps)
@@ -175,7 +236,7 @@ class RankHealth:
         import torch.distributed as dist
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        handle = register_optimizer_step_post_hook(self._optimizer_stepped)
+        handle = register_optimizer_step_post_hook(self._step_hook())
         self._undo.append(handle.remove)
         for name in COLLECTIVES:
             original = getattr(dist, name, None)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import os
 from datetime import timedelta
 
 import pytest
 
 from tb_monitor.integrations.rank_health import RankHealth, step
-from tb_monitor.testing import capture
+from tb_monitor.testing import capture, manual_clock
 
 
 @pytest.fixture
@@ -95,3 +96,41 @@ def test_steps_after_close_are_not_recorded(torch):
     model = torch.nn.Linear(2, 2)
     _stepped(torch, torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
     assert recorder._steps == 0
+
+
+def test_each_step_lands_in_the_window_it_was_taken_in(torch):
+    """Steps wait off the Stat until their window ends, yet each window counts its own."""
+    ticks = itertools.count()
+    with capture() as captured, manual_clock() as wall:
+        recorder = RankHealth(
+            window=timedelta(seconds=10), heartbeat_s=3600, clock=lambda: float(next(ticks))
+        ).install()
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        _stepped(torch, optimizer, model, 3)
+        wall.advance(10)
+        _stepped(torch, optimizer, model, 2)
+        recorder.close()
+    counts = [s.value for s in captured.scalars() if s.tag == "rank/step_s.count"]
+    assert counts == [3, 2]
+
+
+def test_a_forked_child_does_not_count_its_parents_steps(torch):
+    """A forked child (a DataLoader worker) forgets the steps its parent had not yet recorded."""
+    recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600).install()
+    try:
+        model = torch.nn.Linear(2, 2)
+        _stepped(torch, torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it would record, and leave at once
+            recorder.beat()
+            os.write(write, str(recorder._steps).encode())
+            os._exit(0)
+        os.close(write)
+        child_steps = int(os.read(read, 64).decode())
+        os.waitpid(pid, 0)
+        recorder.beat()
+        assert (child_steps, recorder._steps) == (0, 3)
+    finally:
+        recorder.close()
