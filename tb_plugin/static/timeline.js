@@ -15,6 +15,7 @@ import { bindKeys, bindPointer } from "./input.js";
 
 const POLL_MS = 5000;
 const LOADING_POLL_MS = 700; // while the server is still decoding the job's first records
+const EMPTY_POLL_MS = 1000; // while there is nothing to show: TensorBoard may still be starting
 const LABEL_W = 230; // the lane labels' column (style.css --label-w), for the first request
 const MIN_SPAN_S = 0.001;
 
@@ -122,7 +123,11 @@ export class Timeline {
       const status = await fetchStatus();
       if (!status) return;
       const { generation, loading } = status;
-      if (generation !== this.generation && !loading) await this.refetch({});
+      // A read under way that this view has not shown yet: show it growing (refetch asks
+      // again while it lasts). Otherwise only news, fitted when nothing was shown before.
+      if (loading ? !this.loadingTimer : generation !== this.generation) {
+        await this.refetch({ fit: !this.total && !this.userZoomed });
+      }
     } catch {
       // The server may be restarting; the next poll tries again.
     }
@@ -133,6 +138,8 @@ export class Timeline {
   async refetch({ fit = false, ready = null } = {}) {
     const seq = ++this.fetchSeq;
     clearTimeout(this.loadingTimer);
+    clearTimeout(this.emptyTimer);
+    this.loadingTimer = this.emptyTimer = null;
     // Before the stylesheet lays the page out, the plot's width is estimated from the window.
     const width = Math.max(200, this.width || window.innerWidth - LABEL_W);
     let params;
@@ -166,11 +173,15 @@ export class Timeline {
       this.loadingTimer = setTimeout(() => this.refetch({ fit: fit && !this.userZoomed }), LOADING_POLL_MS);
     } else {
       this.setStatus("");
+      // Nothing yet (TensorBoard may not have loaded the logdir): look again soon, not at the
+      // next regular poll, so a first read's progress shows from its first second.
+      if (!payload.total) this.emptyTimer = setTimeout(() => this.poll(), EMPTY_POLL_MS);
     }
   }
 
   load(payload, fit) {
     this.generation = payload.generation;
+    this.total = payload.total;
     this.data = decodePayload(payload);
     if (fit || !this.view) {
       this.view = { start: payload.window[0], end: payload.window[1] };

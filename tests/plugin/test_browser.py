@@ -255,3 +255,26 @@ def test_reload_shows_new_events_keeping_zoom_and_selection(browser, tmp_path):
     finally:
         page.close()
         stop(server)
+
+
+def test_a_tab_opened_before_any_event_fits_the_first_ones_when_they_come(browser, tmp_path):
+    """On an empty logdir the tab keeps looking, and fits the view to a job once it arrives."""
+    logdir = tmp_path / "logs"
+    logdir.mkdir()
+    server = start_tensorboard(logdir, tmp_path, "--reload_interval=1")
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    try:
+        tab = Tab(page, server.url)
+        tab.wait_summary("0 events, 0 lanes")
+        job = small_job(logdir, nodes=2, workers_per_node=1)
+        tab.wait_summary(f"{job.total_events:,} events, {expected_lanes(2, 2)} lanes")
+        view = wait_for(
+            lambda: (v := tab.view())["start"] <= job.start and v["end"] >= job.end and v,
+            timeout=30,
+            what="the view to fit the job",
+        )
+        assert view["end"] - view["start"] < 2 * (job.end - job.start)
+        assert tab.errors == [] and tab.dialogs == []
+    finally:
+        page.close()
+        stop(server)
