@@ -13,9 +13,11 @@ timer thread; per collective one ``perf_counter`` more and one ``Stat.add``):
   first one seen marks steps, and gradient accumulation counts one step per ``step()``), or an
   explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts);
 - ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
-  called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...; an ``async_op`` is timed
-  to its launch). DDP's gradient buckets are reduced in C++ and are not seen: their wait is part
-  of the step;
+  called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...). An ``async_op``'s work is
+  timed to its completion by its future's callback, off the training thread (gloo: when the
+  collective is done; NCCL completes the future once the work is queued on the GPU, so there
+  it is timed to its launch). DDP's gradient buckets are reduced in C++ and are not seen: their
+  wait is part of the step;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
   sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
@@ -128,6 +130,7 @@ class RankHealth:
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
         self._stamps: collections.deque[float] = collections.deque(maxlen=_MAX_PENDING_STEPS)
         self._drain_lock = threading.Lock()
+        self._async_lock = threading.Lock()
         self._step_s = _FedStat(
             "rank/step_s",
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
@@ -192,17 +195,40 @@ class RankHealth:
         def collective(*args: Any, **kwargs: Any) -> Any:
             if self._closed:  # held since before close (``from torch.distributed import ...``)
                 return function(*args, **kwargs)
-            self._entered += 1
+            self._entered = seq = self._entered + 1
             start = self._in_since = self._clock()
+            work = None
             try:
-                return function(*args, **kwargs)
+                work = function(*args, **kwargs)
+                return work
             finally:
                 self._in_since = None
-                self._left = self._entered
-                self._collective_s.add(self._clock() - start)
+                if work is None or not self._completes_later(work, seq, start):
+                    self._left = seq
+                    self._collective_s.add(self._clock() - start)
 
         collective.__tb_monitor_timed__ = function  # type: ignore[attr-defined]
         return collective
+
+    def _completes_later(self, work: Any, seq: int, start: float) -> bool:
+        """Whether an ``async_op``'s work is timed to its completion, by its future's callback
+        on the backend's thread; False (timed to its launch) when it has no future."""
+        try:
+            future = work.get_future()
+            future.add_done_callback(functools.partial(self._async_done, seq, start))
+        except Exception:  # not a Work, or a backend without futures
+            return False
+        return True
+
+    def _async_done(self, seq: int, start: float, future: Any) -> None:
+        """An async collective completed (or failed): on the backend's thread, which must not
+        see an exception."""
+        try:
+            self._collective_s.add(self._clock() - start)
+            with self._async_lock:
+                self._left = max(self._left, seq)
+        except Exception:  # closed meanwhile: nothing records it any more
+            pass
 
     def _forget_steps(self) -> None:
         """In a forked child (a DataLoader worker): the parent's steps are the parent's, and

@@ -16,16 +16,18 @@ from conftest import need
 from torchrun_jobs import agent_env, tb_monitor_command, two_agent_command
 
 from tb_monitor.analysis.stragglers import stalls, stragglers
+from tb_monitor.logdir import readers
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_rank_health.py"
+ASYNC_SCRIPT = Path(__file__).parent / "scripts" / "async_collective.py"
 WINDOW_S = 1.0
 
 
-def _start(logdir: Path, *script_args: str) -> list[subprocess.Popen]:
+def _start(logdir: Path, *script_args: str, script: Path = SCRIPT) -> list[subprocess.Popen]:
     need("torch")
     need("pandas")
     run_id = f"rh-{uuid.uuid4().hex[:8]}"
-    command = two_agent_command(logdir, SCRIPT, run_id, *script_args, max_restarts=0)
+    command = two_agent_command(logdir, script, run_id, *script_args, max_restarts=0)
     env = agent_env(TB_MONITOR_RANK_WINDOW_S=str(WINDOW_S), TB_MONITOR_HEARTBEAT_S="0.5")
     return [
         subprocess.Popen(
@@ -168,3 +170,17 @@ def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(tmp_path,
         assert all(agent.poll() is None for agent in agents)  # named while the job runs
     finally:
         _stop(agents)
+
+
+def test_an_async_collective_is_timed_to_its_completion(tmp_path):
+    """An ``async_op`` all_reduce that the last rank joins 1.5 s late counts, on the ranks that
+    launched it at once, the time until it completed (not its launch), and is then left."""
+    logdir = tmp_path / "logs"
+    assert _finish(_start(logdir, "--late-s", "1.5", script=ASYNC_SCRIPT)) == [0, 0]
+    by_run: dict[str, dict[str, float]] = {}
+    for scalar in readers.iter_scalars(logdir):
+        by_run.setdefault(scalar.run.rsplit("/", 1)[-1], {})[scalar.tag] = scalar.value
+    rank0 = by_run["rank-0"]
+    assert rank0["rank/collective_s.count"] == 1
+    assert rank0["rank/collective_s.max"] >= 1.0
+    assert rank0["rank/left.value"] == rank0["rank/entered.value"] == 1
