@@ -49,7 +49,7 @@ def main() -> None:
         return None
 
     wrapped = recorder._timed(collective)
-    hook = recorder._step_hook()
+    hook = recorder._step_hook
 
     def empty_hook(optimizer, args, kwargs) -> None:
         return None

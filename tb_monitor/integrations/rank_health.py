@@ -5,8 +5,9 @@ In synchronous data-parallel training every rank's step *period* is the same: th
 in the collective for the slow one. What tells ranks apart is how long each waits in collectives
 (the straggler waits least) and which rank has not entered the collective the others are in (a
 hang). So each rank records, as Stats (one window per ``window``; per step the training thread
-pays one ``perf_counter`` and an append, the Stat's work waiting for the window's end on the
-timer thread; per collective one ``perf_counter`` more and one ``Stat.add``):
+pays a C hook that reads the clock into a buffer (``_stepclock.c``; a plain Python function
+where it is not built), the Stat's work waiting for the window's end on the timer thread; per
+collective two ``perf_counter`` readings and one ``Stat.add``):
 
 - ``rank/step_s`` (COUNT, SUM, MIN, MAX): seconds between step boundaries. A boundary is an
   optimizer's ``step()`` (torch's global optimizer step post-hook; with several optimizers the
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -59,8 +61,58 @@ _current: RankHealth | None = None
 #: The step owner once ``step()`` was called: no optimizer's ``id()`` (never negative).
 _MANUAL = -1
 #: Step times waiting for their window's end, at most (a window of a million steps is not a
-#: real loop; past it the oldest are dropped rather than memory grown).
+#: real loop, and without the timer thread that drains them nothing would record them).
 _MAX_PENDING_STEPS = 1 << 20
+
+
+class _PyStepClock:
+    """The step hook in Python: where the C one (``_stepclock.StepClock``) is not built, with
+    ``TB_MONITOR_PURE_PYTHON=1``, or with an injected clock. The same interface, but the hook
+    is ``hook``, a plain function: a bound method costs more in torch's step wrapper."""
+
+    def __init__(self, clock: Callable[[], float], max_pending: int) -> None:
+        self._clock = clock
+        self._times: collections.deque[float] = collections.deque(maxlen=max_pending)
+        self._owner: int | None = None  # id() of the optimizer whose steps count, or _MANUAL
+        keep, me = self._times.append, self
+
+        def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
+            if id(optimizer) == me._owner:
+                keep(clock())
+            elif me._owner is None:  # the first optimizer seen, unless manual steps count
+                me._owner = id(optimizer)
+                keep(clock())
+
+        self.hook = optimizer_stepped
+
+    def manual(self) -> None:
+        self._owner = _MANUAL
+        self._times.append(self._clock())
+
+    def drain(self) -> list[float]:
+        times, out = self._times, []
+        while times:  # one consumer (RankHealth's lock): never empty inside
+            out.append(times.popleft())
+        return out
+
+    def clear(self) -> None:
+        self._times.clear()
+
+
+def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, Any], None]]:
+    """The step clock for ``clock`` and its optimizer step post-hook: the C one where it is
+    built and reads the same clock (``time.perf_counter`` on Linux), else ``_PyStepClock``."""
+    pure = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
+    if clock is time.perf_counter and not pure:
+        try:
+            from tb_monitor.integrations._stepclock import StepClock
+        except ImportError:  # not built, or not Linux, or a free-threaded build
+            pass
+        else:
+            c_clock = StepClock(_MAX_PENDING_STEPS)
+            return c_clock, c_clock
+    py_clock = _PyStepClock(clock, _MAX_PENDING_STEPS)
+    return py_clock, py_clock.hook
 
 
 def current() -> RankHealth | None:
@@ -128,7 +180,7 @@ class RankHealth:
         self._last_step = clock()
         self._steps = 0
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
-        self._stamps: collections.deque[float] = collections.deque(maxlen=_MAX_PENDING_STEPS)
+        self._step_clock, self._step_hook = _step_clock(clock)
         self._drain_lock = threading.Lock()
         self._async_lock = threading.Lock()
         self._step_s = _FedStat(
@@ -149,8 +201,6 @@ class RankHealth:
         self._entered = 0
         self._left = 0
         self._in_since: float | None = None
-        # id of the optimizer whose steps count; _MANUAL once tb_monitor.step() was called
-        self._step_owner: int | None = None
         self._undo: list[Callable[[], None]] = []
         self._stop = threading.Event()
         self._closed = False
@@ -160,35 +210,18 @@ class RankHealth:
 
     def manual_step(self) -> None:
         """An explicit step boundary; from now on only these count."""
-        self._step_owner = _MANUAL
-        self._stamps.append(self._clock())
-
-    def _step_hook(self) -> Callable[[Any, Any, Any], None]:
-        """The optimizer step post-hook: a plain function, since every step of the job pays
-        it. The optimizer whose steps count costs one comparison and one append (in torch's
-        step wrapper no more than an empty hook, where a bound method doing the Stat's work
-        cost ~2 µs); the first optimizer seen becomes that one."""
-        stamp, clock, me = self._stamps.append, self._clock, self
-
-        def optimizer_stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
-            if id(optimizer) == me._step_owner:
-                stamp(clock())
-            elif me._step_owner is None:  # not another optimizer's, nor manual steps
-                me._step_owner = id(optimizer)
-                stamp(clock())
-
-        return optimizer_stepped
+        self._step_clock.manual()
 
     def _drain_steps(self) -> None:
-        """Move the queued step times into rank/step_s (at each window's end, and before a
+        """Move the step clock's times into rank/step_s (at each window's end, and before a
         heartbeat reports): each step's time since the one before."""
         with self._drain_lock:
-            stamps, add, last, steps = self._stamps, self._step_s.add, self._last_step, 0
-            while stamps:
-                now = stamps.popleft()  # the only consumer, under the lock: never empty here
+            add, last = self._step_s.add, self._last_step
+            times = self._step_clock.drain()
+            for now in times:
                 add(now - last)
-                last, steps = now, steps + 1
-            self._last_step, self._steps = last, self._steps + steps
+                last = now
+            self._last_step, self._steps = last, self._steps + len(times)
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
@@ -234,7 +267,7 @@ class RankHealth:
         """In a forked child (a DataLoader worker): the parent's steps are the parent's, and
         its lock may have been held by one of the parent's threads."""
         self._drain_lock = threading.Lock()
-        self._stamps.clear()
+        self._step_clock.clear()
 
     # -- heartbeats (a daemon thread) -----------------------------------------------------------
 
@@ -262,7 +295,7 @@ class RankHealth:
         import torch.distributed as dist
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        handle = register_optimizer_step_post_hook(self._step_hook())
+        handle = register_optimizer_step_post_hook(self._step_hook)
         self._undo.append(handle.remove)
         for name in COLLECTIVES:
             original = getattr(dist, name, None)

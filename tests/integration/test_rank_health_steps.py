@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,17 +13,38 @@ from tb_monitor.integrations.rank_health import RankHealth, step
 from tb_monitor.testing import capture, manual_clock
 
 
+def _c_step_clock() -> type:
+    """The C step hook's type; the test is skipped where it is not built (it is on Linux)."""
+    module = pytest.importorskip("tb_monitor.integrations._stepclock")
+    if not hasattr(module, "StepClock"):
+        pytest.skip("the C step clock is built on Linux only")
+    return module.StepClock
+
+
+@pytest.fixture(params=["python", "c"])
+def clock(request):
+    """The step clock's two implementations: the pure-Python hook (an injected clock ticking
+    1 s a reading) and the C hook (``time.perf_counter``, where ``_stepclock`` is built)."""
+    if request.param == "python":
+        ticks = itertools.count()
+        return lambda: float(next(ticks))
+    _c_step_clock()
+    return time.perf_counter
+
+
 @pytest.fixture
-def recorded(torch):
-    """Run ``loop(model)`` under an installed RankHealth (its clock ticks 1 s a reading) and
-    return the scalars its windows and last heartbeat wrote, by tag."""
+def recorded(torch, clock):
+    """Run ``loop(model)`` under an installed RankHealth and return the scalars its windows and
+    last heartbeat wrote, by tag."""
 
     def run(loop) -> dict[str, float]:
-        ticks = itertools.count()
         with capture() as captured:
             recorder = RankHealth(
-                window=timedelta(hours=1), heartbeat_s=3600, clock=lambda: float(next(ticks))
+                window=timedelta(hours=1), heartbeat_s=3600, clock=clock
             ).install()
+            assert type(recorder._step_clock).__name__ == (
+                "_PyStepClock" if clock is not time.perf_counter else "StepClock"
+            )
             loop(torch.nn.Linear(2, 2))
             recorder.close()
         return {scalar.tag: scalar.value for scalar in captured.scalars()}
@@ -98,13 +120,10 @@ def test_steps_after_close_are_not_recorded(torch):
     assert recorder._steps == 0
 
 
-def test_each_step_lands_in_the_window_it_was_taken_in(torch):
+def test_each_step_lands_in_the_window_it_was_taken_in(torch, clock):
     """Steps wait off the Stat until their window ends, yet each window counts its own."""
-    ticks = itertools.count()
     with capture() as captured, manual_clock() as wall:
-        recorder = RankHealth(
-            window=timedelta(seconds=10), heartbeat_s=3600, clock=lambda: float(next(ticks))
-        ).install()
+        recorder = RankHealth(window=timedelta(seconds=10), heartbeat_s=3600, clock=clock).install()
         model = torch.nn.Linear(2, 2)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         _stepped(torch, optimizer, model, 3)
@@ -115,9 +134,9 @@ def test_each_step_lands_in_the_window_it_was_taken_in(torch):
     assert counts == [3, 2]
 
 
-def test_a_forked_child_does_not_count_its_parents_steps(torch):
+def test_a_forked_child_does_not_count_its_parents_steps(torch, clock):
     """A forked child (a DataLoader worker) forgets the steps its parent had not yet recorded."""
-    recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600).install()
+    recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600, clock=clock).install()
     try:
         model = torch.nn.Linear(2, 2)
         _stepped(torch, torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
@@ -134,3 +153,18 @@ def test_a_forked_child_does_not_count_its_parents_steps(torch):
         assert (child_steps, recorder._steps) == (0, 3)
     finally:
         recorder.close()
+
+
+def test_the_c_step_clock_reads_the_clock_perf_counter_reads():
+    """The C hook's times and ``time.perf_counter`` share a clock: heartbeats subtract one
+    from the other."""
+    before = time.perf_counter()
+    now = _c_step_clock().now()
+    after = time.perf_counter()
+    assert before <= now <= after
+
+
+def test_the_c_step_clock_refuses_a_buffer_of_no_steps():
+    """``StepClock(0)`` is a ValueError naming the value."""
+    with pytest.raises(ValueError, match="got 0"):
+        _c_step_clock()(0)
