@@ -224,21 +224,27 @@ class RankHealth:
             self._last_step, self._steps = last, self._steps + len(times)
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
+        # Every collective of the job pays the wrapper: what it calls is bound once, here.
+        clock, add, me = self._clock, self._collective_s.add, self
+
         @functools.wraps(function)
         def collective(*args: Any, **kwargs: Any) -> Any:
-            if self._closed:  # held since before close (``from torch.distributed import ...``)
+            if me._closed:  # held since before close (``from torch.distributed import ...``)
                 return function(*args, **kwargs)
-            self._entered = seq = self._entered + 1
-            start = self._in_since = self._clock()
+            me._entered = seq = me._entered + 1
+            start = me._in_since = clock()
             work = None
             try:
                 work = function(*args, **kwargs)
                 return work
             finally:
-                self._in_since = None
-                if work is None or not self._completes_later(work, seq, start):
-                    self._left = seq
-                    self._collective_s.add(self._clock() - start)
+                me._in_since = None
+                if work is None or not me._completes_later(work, seq, start):
+                    me._left = seq
+                    try:  # noqa: SIM105 (free until raised; contextlib.suppress is not)
+                        add(clock() - start)
+                    except RuntimeError:  # closed while it ran: nothing records it any more
+                        pass
 
         collective.__tb_monitor_timed__ = function  # type: ignore[attr-defined]
         return collective

@@ -131,6 +131,23 @@ def test_a_collective_held_from_before_close_still_runs():
         held()  # torch's barrier itself: no process group in this test
 
 
+def test_a_collective_that_ends_after_close_returns_its_result():
+    """A collective still running when the recorder closes (another thread closed it) returns
+    what torch returned: the closed Stat does not raise into the training loop."""
+    need("torch")
+    from datetime import timedelta
+
+    from tb_monitor.integrations.rank_health import RankHealth
+
+    recorder = RankHealth(window=timedelta(seconds=60), heartbeat_s=3600).install()
+
+    def closed_meanwhile() -> str:
+        recorder.close()
+        return "torch's result"
+
+    assert recorder._timed(closed_meanwhile)() == "torch's result"
+
+
 @pytest.mark.browser
 def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(tmp_path, monkeypatch):
     """Rank 3 of a real torchrun job hangs before a collective: while the job still runs,
