@@ -420,14 +420,17 @@ class TimelineStore(ProviderStore):
 
     def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
         data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
-        with self._lock:
-            added = 0
-            for run in runs:
+        added = 0
+        for run in runs:
+            # A run at a time: decoding a chunk takes seconds, and a request waiting for the
+            # lock meanwhile would not even see how far the read is.
+            with self._lock:
                 for tag in tags:
                     series = data.get(run, {}).get(tag)
                     if series is not None:
                         added += self._ingest(run, tag, series)
-            if added:
+        if added:
+            with self._lock:
                 self.generation += 1
                 self._columns = None
 

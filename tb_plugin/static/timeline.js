@@ -123,8 +123,10 @@ export class Timeline {
       const status = await fetchStatus();
       if (!status) return;
       const { generation, loading } = status;
-      // A read under way that this view has not shown yet: show it growing (refetch asks
-      // again while it lasts). Otherwise only news, fitted when nothing was shown before.
+      // A read under way that this view has not shown yet: say how far it is at once (the
+      // status is cheap, a first picture of millions of events is not), and show it growing
+      // (refetch asks again while it lasts). Otherwise only news, fitted when nothing was shown.
+      if (loading && !this.loadingTimer) this.showLoading(loading);
       if (loading ? !this.loadingTimer : generation !== this.generation) {
         await this.refetch({ fit: !this.total && !this.userZoomed });
       }
@@ -153,12 +155,15 @@ export class Timeline {
         width: width * 2,
       });
     }
-    this.setStatus("Loading…");
+    if (!this.loadingShown) this.setStatus("Loading…"); // a read's progress stays up meanwhile
     let payload;
     try {
       payload = await fetchTimeline(params);
     } catch (err) {
-      if (seq === this.fetchSeq) this.setStatus(`Could not load the timeline: ${err.message}`, true);
+      if (seq === this.fetchSeq) {
+        this.loadingShown = false;
+        this.setStatus(`Could not load the timeline: ${err.message}`, true);
+      }
       return;
     }
     await ready;
@@ -168,15 +173,22 @@ export class Timeline {
     const loading = payload.loading;
     if (loading) {
       // Partial data: show it, say how far the server is, and ask again soon.
-      const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
-      this.setStatus(`Loading events… ${pct}% (${count(loading.done, "record")} of ${loading.expected.toLocaleString("en-US")} read)`);
+      this.showLoading(loading);
       this.loadingTimer = setTimeout(() => this.refetch({ fit: fit && !this.userZoomed }), LOADING_POLL_MS);
     } else {
+      this.loadingShown = false;
       this.setStatus("");
       // Nothing yet (TensorBoard may not have loaded the logdir): look again soon, not at the
       // next regular poll, so a first read's progress shows from its first second.
       if (!payload.total) this.emptyTimer = setTimeout(() => this.poll(), EMPTY_POLL_MS);
     }
+  }
+
+  showLoading(loading) {
+    const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
+    this.loadingShown = true;
+    this.setStatus(`Loading events… ${pct}% (${count(loading.done, "record")} of ${loading.expected.toLocaleString("en-US")} read)`);
+    if (!this.total) this.empty.textContent = "Loading events…";
   }
 
   load(payload, fit) {
