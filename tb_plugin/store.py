@@ -296,10 +296,16 @@ class ProviderStore:
         self._clock = clock
         self._last_refresh = -math.inf
         self._progress: tuple[int, int] | None = None
+        self._read_all = False  # a full refresh has read everything it listed
 
     def refreshed_within(self, seconds: float) -> bool:
         """Whether a full refresh started less than ``seconds`` ago."""
         return self._clock() - self._last_refresh < seconds
+
+    def has_read_all(self) -> bool:
+        """Whether a full refresh has read everything it listed: from then on a request may
+        answer from the store at once while the next refresh runs behind it."""
+        return self._read_all
 
     def loading(self) -> dict[str, int] | None:
         """How far a refresh that is reading is, or None when none is."""
@@ -416,6 +422,7 @@ class TimelineStore(ProviderStore):
             if stale:
                 read = functools.partial(self._read, ctx)
                 self._read_in_chunks(stale, listing, CHUNK_RECORDS, expected, read)
+            self._read_all = self._read_all or not left_behind
             return self.generation
 
     def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:

@@ -202,3 +202,23 @@ def test_no_rank_data_is_an_empty_view(tmp_path):
     small_job(tmp_path, nodes=1, workers_per_node=1, restarts=0)
     body = App(tmp_path).json(ROUTE)
     assert body["ranks"] == [] and body["bins"] == 0 and body["stragglers"] == []
+
+
+def test_once_everything_is_read_a_request_answers_at_once(slow_job, monkeypatch):
+    """Before the first full read a request waits a little for it; after it, a request answers
+    from the store at once and leaves the next refresh to run behind it."""
+    waits = []
+    original = ranks.Refresher.request
+
+    def request(self, ctx, wait_s=ranks.ANSWER_WAIT_S):
+        waits.append(wait_s)
+        return original(self, ctx, wait_s)
+
+    monkeypatch.setattr(ranks.Refresher, "request", request)
+    app = ranks.RanksApp(local_provider(slow_job.logdir))
+    ctx = tb_context.RequestContext()
+    first = app.store("", ctx)
+    assert waits == [ranks.ANSWER_WAIT_S]
+    first.refresh(ctx, force=True)  # what the first request's round does
+    assert app.store("", ctx).has_read_all()
+    assert waits == [ranks.ANSWER_WAIT_S, 0.0]
