@@ -53,6 +53,7 @@ from tb_monitor.analysis.stragglers import (
     relative_scores,
     stalled_ranks,
 )
+from tb_plugin.records import MAX_STEPS
 from tb_plugin.refresher import ANSWER_WAIT_S, Refresher
 from tb_plugin.store import ProviderStore
 
@@ -86,7 +87,6 @@ CHUNK_POINTS = 200_000
 BUCKET_PX = 2
 #: A cell's level 1..255 stands for log2(relative) from -LEVEL_SPAN to +LEVEL_SPAN (0: no data).
 LEVEL_SPAN = 1.0
-_MAX_STEPS = 2**31 - 1
 _DEFAULT_WINDOW_S = 10.0
 
 
@@ -297,7 +297,7 @@ class RankStore(ProviderStore):
             ctx,
             experiment_id=self._eid,
             plugin_name=SCALARS_PLUGIN,
-            downsample=_MAX_STEPS,
+            downsample=MAX_STEPS,
             run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
         )
         with self._lock:

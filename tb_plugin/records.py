@@ -18,10 +18,10 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
 
-__all__ = ["Series", "read_series"]
+__all__ = ["MAX_STEPS", "Series", "read_series"]
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
-_MAX_STEPS = 2**31 - 1
+MAX_STEPS = 2**31 - 1
 
 
 class Series(NamedTuple):
@@ -49,7 +49,7 @@ def read_series(
         ctx,
         experiment_id=experiment_id,
         plugin_name=plugin_name,
-        downsample=_MAX_STEPS,
+        downsample=MAX_STEPS,
         run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
     )
     return {
@@ -84,7 +84,7 @@ def _read_grpc(
     request.plugin_filter.plugin_name = plugin_name
     request.run_tag_filter.runs.names.extend(sorted(runs))
     request.run_tag_filter.tags.names.extend(sorted(tags))
-    request.downsample.num_points = _MAX_STEPS
+    request.downsample.num_points = MAX_STEPS
     response = stub.ReadTensors(request)
     out: dict[str, dict[str, Series]] = {}
     for run_entry in response.runs:

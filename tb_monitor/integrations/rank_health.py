@@ -30,13 +30,13 @@ from __future__ import annotations
 
 import collections
 import functools
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
+from tb_monitor import _stat
 from tb_monitor._stat import Aggregation, Stat
 
 __all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
@@ -102,8 +102,7 @@ class _PyStepClock:
 def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, Any], None]]:
     """The step clock for ``clock`` and its optimizer step post-hook: the C one where it is
     built and reads the same clock (``time.perf_counter`` on Linux), else ``_PyStepClock``."""
-    pure = os.environ.get("TB_MONITOR_PURE_PYTHON", "") not in ("", "0")
-    if clock is time.perf_counter and not pure:
+    if clock is time.perf_counter and not _stat._PURE_PYTHON:
         try:
             from tb_monitor.integrations._stepclock import StepClock
         except ImportError:  # not built, or not Linux, or a free-threaded build
