@@ -15,10 +15,12 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts);
 - ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
   called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...). An ``async_op``'s work is
-  timed to its completion by its future's callback, off the training thread (gloo: when the
-  collective is done; NCCL completes the future once the work is queued on the GPU, so there
-  it is timed to its launch). DDP's gradient buckets are reduced in C++ and are not seen: their
-  wait is part of the step;
+  timed to its completion off the training thread: gloo's by its future's callback; NCCL's,
+  whose future completes once the kernel is queued, by the CUDA events NCCL records around the
+  kernel, read once a poller thread sees the work done (``_device_works``; ``install`` sets
+  ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless the environment sets
+  it). A blocking NCCL call returns once its kernel is queued, and is timed to that. DDP's
+  gradient buckets are reduced in C++ and are not seen: their wait is part of the step;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
   sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -38,6 +41,7 @@ from typing import Any
 
 from tb_monitor import _stat
 from tb_monitor._stat import Aggregation, Stat
+from tb_monitor.integrations._device_works import DeviceWorks
 
 __all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
 
@@ -187,11 +191,15 @@ class RankHealth:
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
             window,
             self._drain_steps,
-            self._forget_steps,
+            self._forget_parents,
         )
         self._collective_s = Stat(
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
+        self._device_works = DeviceWorks(self._collectives_left, clock)
+        from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
+
+        self._future_done: Callable[[Any], bool] = Future.done
         self._beats = {
             name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
             for name in ("steps", "entered", "left", "in_collective_s", "since_step_s")
@@ -249,30 +257,43 @@ class RankHealth:
         return collective
 
     def _completes_later(self, work: Any, seq: int, start: float) -> bool:
-        """Whether an ``async_op``'s work is timed to its completion, by its future's callback
-        on the backend's thread; False (timed to its launch) when it has no future."""
+        """Whether an ``async_op``'s work is timed to its completion, off the training thread:
+        by its future's callback on the backend's thread (gloo), or, when the future is done
+        before the work (NCCL: once the kernel is queued), by the device-works poller. False
+        (timed now) when it is done already, or has no future."""
         try:
             future = work.get_future()
-            future.add_done_callback(functools.partial(self._async_done, seq, start))
+            if not self._future_done(future):
+                future.add_done_callback(functools.partial(self._async_done, seq, start))
+                return True
+            if work.is_completed():
+                return False
         except Exception:  # not a Work, or a backend without futures
             return False
-        return True
+        return self._device_works.add(work, seq, start)
 
     def _async_done(self, seq: int, start: float, future: Any) -> None:
-        """An async collective completed (or failed): on the backend's thread, which must not
-        see an exception."""
+        """An async collective's future completed (or failed): on the backend's thread."""
+        self._collectives_left(seq, [self._clock() - start])
+
+    def _collectives_left(self, last_seq: int, seconds: list[float]) -> None:
+        """Collectives up to ``last_seq`` ended after ``seconds`` each: called off the training
+        thread, by threads that must not see an exception."""
         try:
-            self._collective_s.add(self._clock() - start)
+            add = self._collective_s.add
+            for each in seconds:
+                add(each)
             with self._async_lock:
-                self._left = max(self._left, seq)
+                self._left = max(self._left, last_seq)
         except Exception:  # closed meanwhile: nothing records it any more
             pass
 
-    def _forget_steps(self) -> None:
-        """In a forked child (a DataLoader worker): the parent's steps are the parent's, and
-        its lock may have been held by one of the parent's threads."""
+    def _forget_parents(self) -> None:
+        """In a forked child (a DataLoader worker): the parent's steps and device works are the
+        parent's, and its lock may have been held by one of the parent's threads."""
         self._drain_lock = threading.Lock()
         self._step_clock.clear()
+        self._device_works.forget()
 
     # -- heartbeats (a daemon thread) -----------------------------------------------------------
 
@@ -300,6 +321,9 @@ class RankHealth:
         import torch.distributed as dist
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
+        # NCCL reads it when a group is created: the groups created from now on record the
+        # CUDA events that time asynchronous collectives (an explicit setting is kept).
+        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         handle = register_optimizer_step_post_hook(self._step_hook)
         self._undo.append(handle.remove)
         for name in COLLECTIVES:
@@ -322,6 +346,7 @@ class RankHealth:
         self._stop.set()
         while self._undo:
             self._undo.pop()()
+        self._device_works.close()
         self.beat()
         for stat in (self._step_s, self._collective_s, *self._beats.values()):
             stat.close()
