@@ -28,6 +28,7 @@ from datetime import timedelta
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from tb_monitor.integrations._device_works import DeviceWorks
 from tb_monitor.integrations.rank_health import RankHealth
 
 
@@ -50,6 +51,15 @@ def main() -> None:
         p.grad = torch.zeros_like(p)
     no_op = _NoOpOptimizer(model.parameters())
     recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600)
+    # Timing NCCL on the GPU (TB_MONITOR_NCCL_TIMING=1) as on a GPU outside a graph capture:
+    # torch.cuda.is_initialized() is asked as there (its answer inverted, no CUDA here); the
+    # capture check (one more pybind call) and the poller's CUDA mode switch cannot run here.
+    recorder._device_works = DeviceWorks(
+        recorder._collectives_left,
+        time.perf_counter,
+        on_device=lambda: not torch.cuda.is_initialized(),
+        thread_setup=lambda: True,
+    )
 
     def collective() -> None:
         return None

@@ -15,11 +15,13 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts);
 - ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
   called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...). An ``async_op``'s work is
-  timed to its completion off the training thread: gloo's by its future's callback; NCCL's,
-  whose future completes once the kernel is queued, by the CUDA events NCCL records around the
-  kernel, read once a poller thread sees the work done (``_device_works``; ``install`` sets
-  ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless the environment sets
-  it). A blocking NCCL call returns once its kernel is queued, and is timed to that. DDP's
+  timed to its completion off the training thread by its future's callback (gloo). NCCL
+  completes the future once the kernel is queued, so there it is timed to its launch, unless
+  ``TB_MONITOR_NCCL_TIMING=1``: then by the CUDA events NCCL records around the kernel, read
+  once a poller thread sees the work done (``_device_works``, opt-in until it has run on a GPU;
+  ``install`` then sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
+  the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
+  to that. DDP's
   gradient buckets are reduced in C++ and are not seen: their wait is part of the step;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
@@ -41,6 +43,7 @@ from typing import Any
 
 from tb_monitor import _stat
 from tb_monitor._stat import Aggregation, Stat
+from tb_monitor.integrations import _device_works
 from tb_monitor.integrations._device_works import DeviceWorks
 
 __all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
@@ -196,7 +199,11 @@ class RankHealth:
         self._collective_s = Stat(
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
-        self._device_works = DeviceWorks(self._collectives_left, clock)
+        self._device_works = (
+            DeviceWorks(self._collectives_left, clock)
+            if _device_works.enabled(os.environ)
+            else None
+        )
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 
         self._future_done: Callable[[Any], bool] = Future.done
@@ -266,11 +273,10 @@ class RankHealth:
             if not self._future_done(future):
                 future.add_done_callback(functools.partial(self._async_done, seq, start))
                 return True
-            if work.is_completed():
-                return False
+            device = self._device_works
+            return device is not None and device.add(work, seq, start)
         except Exception:  # not a Work, or a backend without futures
             return False
-        return self._device_works.add(work, seq, start)
 
     def _async_done(self, seq: int, start: float, future: Any) -> None:
         """An async collective's future completed (or failed): on the backend's thread."""
@@ -293,7 +299,8 @@ class RankHealth:
         parent's, and its lock may have been held by one of the parent's threads."""
         self._drain_lock = threading.Lock()
         self._step_clock.clear()
-        self._device_works.forget()
+        if self._device_works is not None:
+            self._device_works.forget()
 
     # -- heartbeats (a daemon thread) -----------------------------------------------------------
 
@@ -321,9 +328,10 @@ class RankHealth:
         import torch.distributed as dist
         from torch.optim.optimizer import register_optimizer_step_post_hook
 
-        # NCCL reads it when a group is created: the groups created from now on record the
-        # CUDA events that time asynchronous collectives (an explicit setting is kept).
-        os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
+        if self._device_works is not None:
+            # NCCL reads it when a group is created: the groups created from now on record the
+            # CUDA events that time asynchronous collectives (an explicit setting is kept).
+            os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         handle = register_optimizer_step_post_hook(self._step_hook)
         self._undo.append(handle.remove)
         for name in COLLECTIVES:
@@ -346,7 +354,8 @@ class RankHealth:
         self._stop.set()
         while self._undo:
             self._undo.pop()()
-        self._device_works.close()
+        if self._device_works is not None:
+            self._device_works.close()
         self.beat()
         for stat in (self._step_s, self._collective_s, *self._beats.values()):
             stat.close()
