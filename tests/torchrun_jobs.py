@@ -12,6 +12,7 @@ loggers take their level from it, and our capture must not lose anything to it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -169,10 +170,7 @@ def run_job_once(logdir: Path | str, *script_args: str, max_restarts: int) -> Jo
         for agent in agents:
             outputs.append(agent.communicate(timeout=JOB_TIMEOUT)[0])
     finally:
-        for agent in agents:
-            if agent.poll() is None:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
+        stop_agents(agents)
     return Job(
         run_id=run_id,
         returncodes=[agent.returncode for agent in agents],
@@ -228,3 +226,34 @@ def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
         args = ("--fail-rank", str(FAIL_RANK), "--fail", "once", "--marker", str(tmp / "failed"))
         args += ("--fail-exc", "ValueError", "--fail-step", "3")
         return run_job(logdir, *args, max_restarts=MAX_RESTARTS)
+
+
+def stop_agents(agents: list[subprocess.Popen]) -> None:
+    """Kill each agent still running with every process under it. torchrun starts each worker
+    in a session of its own, so killing the agent's process group alone leaves the workers of a
+    hung job running after the test (blocked in a collective for gloo's 30 minutes)."""
+    for agent in agents:
+        if agent.poll() is None:
+            for pid in [*_descendants(agent.pid), agent.pid]:  # found before any is reparented
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(agent.pid, signal.SIGKILL)
+        agent.wait()
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        children.setdefault(parent, []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

@@ -3,8 +3,6 @@ recorded with no tb_monitor call in the loop and found by tb_monitor.analysis.st
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import agent_env, tb_monitor_command, two_agent_command
+from torchrun_jobs import agent_env, stop_agents, tb_monitor_command, two_agent_command
 
 from tb_monitor.analysis.stragglers import stalls, stragglers
 from tb_monitor.logdir import readers
@@ -41,18 +39,11 @@ def _start(logdir: Path, *script_args: str, script: Path = SCRIPT) -> list[subpr
     ]
 
 
-def _stop(agents: list[subprocess.Popen]) -> None:
-    for agent in agents:
-        if agent.poll() is None:
-            os.killpg(agent.pid, signal.SIGKILL)
-        agent.wait()
-
-
 def _finish(agents: list[subprocess.Popen]) -> list[int]:
     try:
         return [agent.wait(120) for agent in agents]
     finally:
-        _stop(agents)
+        stop_agents(agents)
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +100,7 @@ def test_the_hanging_rank_is_named_while_the_job_still_runs(tmp_path):
                 named = waited
         assert all(agent.poll() is None for agent in agents)  # still running
     finally:
-        _stop(agents)
+        stop_agents(agents)
     assert named == [3]
 
 
@@ -186,7 +177,7 @@ def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(tmp_path,
             stop(server)
         assert all(agent.poll() is None for agent in agents)  # named while the job runs
     finally:
-        _stop(agents)
+        stop_agents(agents)
 
 
 def test_an_async_collective_is_timed_to_its_completion(tmp_path):

@@ -23,6 +23,7 @@ from torchrun_jobs import (
     OTHER_FAIL_RANK,
     SCRIPT,
     Job,
+    stop_agents,
     tb_monitor_run,
 )
 from torchrun_jobs import timeline as _timeline
@@ -214,9 +215,7 @@ def test_signal_flushes_and_exits_like_torchrun(tmp_path, signum):
         agent.send_signal(signum)
         _, stderr = agent.communicate(timeout=JOB_TIMEOUT)
     finally:
-        if agent.poll() is None:
-            os.killpg(agent.pid, signal.SIGKILL)
-            agent.wait()
+        stop_agents([agent])
     assert agent.returncode == 1, stderr
     assert "SignalException" in stderr
     failed = [e for e in _timeline(logdir) if e["kind"] == "agent" and e["state"] == "FAILED"]
