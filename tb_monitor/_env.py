@@ -10,9 +10,26 @@ import logging
 import math
 import os
 
-__all__ = ["seconds"]
+__all__ = ["flag", "seconds"]
 
 _log = logging.getLogger("tb_monitor")
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def flag(name: str, default: bool) -> bool:
+    """``$name`` as a switch (1/true/yes/on, 0/false/no/off, any case), or ``default`` (with a
+    warning when the variable is set to something else)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    _log.warning(
+        "%s must be 1 or 0 (true/false, yes/no, on/off), got %r; using %d", name, raw, default
+    )
+    return default
 
 
 def seconds(name: str, default: float) -> float:

@@ -304,7 +304,7 @@ def init(
         if torch:
             monitor._bridge_torch(event_handler, metric_handler, logging_handler)
             if rank_health is None:
-                rank_health = os.environ.get("TB_MONITOR_RANK_HEALTH", "1") not in ("0", "false")
+                rank_health = _env.flag("TB_MONITOR_RANK_HEALTH", True)
             if rank_health:
                 monitor._record_rank_health()
         if worker.in_worker():

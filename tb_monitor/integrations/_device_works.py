@@ -36,6 +36,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tb_monitor import _env
+
 __all__ = ["DeviceWorks", "enabled"]
 
 _log = logging.getLogger("tb_monitor")
@@ -43,9 +45,9 @@ _log = logging.getLogger("tb_monitor")
 _CAPTURE_MODE_THREAD_LOCAL = 1
 
 
-def enabled(environ: Any) -> bool:
+def enabled() -> bool:
     """Whether asynchronous NCCL collectives are timed on the GPU (``TB_MONITOR_NCCL_TIMING``)."""
-    return environ.get("TB_MONITOR_NCCL_TIMING", "0").lower() not in ("0", "false", "")
+    return _env.flag("TB_MONITOR_NCCL_TIMING", False)
 
 
 def _cuda_ready() -> bool:

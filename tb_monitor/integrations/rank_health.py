@@ -200,9 +200,7 @@ class RankHealth:
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
         self._device_works = (
-            DeviceWorks(self._collectives_left, clock)
-            if _device_works.enabled(os.environ)
-            else None
+            DeviceWorks(self._collectives_left, clock) if _device_works.enabled() else None
         )
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 
