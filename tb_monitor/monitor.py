@@ -198,7 +198,11 @@ class Monitor:
 
         window = _env.seconds("TB_MONITOR_RANK_WINDOW_S", 10.0)
         heartbeat = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
-        recorder = RankHealth(window=timedelta(seconds=window), heartbeat_s=heartbeat)
+        recorder = RankHealth(
+            window=timedelta(seconds=window),
+            heartbeat_s=heartbeat,
+            flight_recorder_after_s=_env.seconds("TB_MONITOR_FR_AFTER_S", 10.0),
+        )
         self._rank_health = recorder.install().close
         self._undo.append(self._rank_health)
 

@@ -776,17 +776,26 @@ def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> di
 
 
 def rank_heartbeat_scalars(
-    steps: int, entered: int, left: int, in_collective_s: float, since_step_s: float
+    steps: int,
+    entered: int,
+    left: int,
+    in_collective_s: float,
+    since_step_s: float,
+    fr_seq: int | None = None,
 ) -> dict[str, float]:
     """One heartbeat of one rank as ``rank_health`` writes it: steps taken, collectives entered
-    and left, time inside the current collective, time since the last step boundary."""
-    return {
+    and left, time inside the current collective, time since the last step boundary, and, for a
+    rank that read torch's Flight Recorder while stalled, its newest collective there."""
+    beat = {
         "rank/steps.value": steps,
         "rank/entered.value": entered,
         "rank/left.value": left,
         "rank/in_collective_s.value": in_collective_s,
         "rank/since_step_s.value": since_step_s,
     }
+    if fr_seq is not None:
+        beat["rank/fr_seq.value"] = fr_seq
+    return beat
 
 
 def _write_rank_windows(args: tuple) -> int:

@@ -78,6 +78,7 @@ BEAT_TAGS = {
     "rank/left.value": "left",
     "rank/in_collective_s.value": "in_collective_s",
     "rank/since_step_s.value": "since_step_s",
+    "rank/fr_seq.value": "fr_seq",
 }
 #: A refresh lists the provider's series at most this often (seconds).
 REFRESH_INTERVAL_S = 1.0

@@ -152,11 +152,12 @@ def stalled_ranks(
     """The stalled ranks from each rank's newest heartbeat values.
 
     ``beats[rank]`` holds ``wall_time`` (when its newest heartbeat was logged) and the heartbeat
-    Stats' values by name: ``since_step_s``, ``entered``, ``left``, ``in_collective_s``.
-    Returns dicts with ``rank``, ``since_step_s``, ``entered``, ``left``, ``in_collective`` and
-    ``waited_for`` (the rank the others wait for: outside a collective while others are inside
-    one, or behind in the sequence of collectives entered), the waited-for first, then longest
-    stalled first.
+    Stats' values by name: ``since_step_s``, ``entered``, ``left``, ``in_collective_s``, and
+    ``fr_seq`` where the rank read torch's Flight Recorder. Returns dicts with ``rank``,
+    ``since_step_s``, ``entered``, ``left``, ``in_collective``, ``fr_seq`` and ``waited_for``
+    (the rank the others wait for: outside a collective while others are inside one, or behind
+    in the sequence of collectives entered from Python, or in the Flight Recorder's, which
+    DDP's collectives pass through too), the waited-for first, then longest stalled first.
     """
     if not beats:
         return []
@@ -177,14 +178,24 @@ def stalled_ranks(
                 "entered": int(beat.get("entered") or 0),
                 "left": int(beat.get("left") or 0),
                 "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
+                "fr_seq": _flight_recorder_seq(beat.get("fr_seq")),
             }
         )
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
+    fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
     for row in rows:
-        row["waited_for"] = (not row["in_collective"] and inside_any) or row["entered"] < most
+        behind_fr = row["fr_seq"] is not None and row["fr_seq"] < fr_most
+        row["waited_for"] = (
+            (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
+        )
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
+
+
+def _flight_recorder_seq(value: float | None) -> int | None:
+    """A heartbeat's ``fr_seq``: None when absent or -1 (no current value: steps resumed)."""
+    return None if value is None or value < 0 else int(value)
 
 
 def _wide(scalars: pandas.DataFrame, window_s: float) -> pandas.DataFrame:
@@ -281,15 +292,16 @@ def stalls(
     window_s: float = 10.0,
 ) -> pandas.DataFrame:
     """One row per rank whose progress stopped: ``rank``, ``since_step_s`` (from its last
-    heartbeat), ``entered``, ``left``, ``in_collective``, and ``waited_for`` (True for the rank
-    the others wait for). Empty when nothing is stalled.
+    heartbeat), ``entered``, ``left``, ``in_collective``, ``fr_seq`` (its newest collective in
+    torch's Flight Recorder, None where not read), and ``waited_for`` (True for the rank the
+    others wait for). Empty when nothing is stalled.
 
     A rank is stalled when its last heartbeat says no step boundary for more than ``factor``
     times its median step time (at least ``floor_s``), or its heartbeats stopped that long
     before ``now`` (default: the newest heartbeat of any rank).
     """
     pd = readers.need_pandas()
-    columns = ["rank", "since_step_s", "entered", "left", "in_collective", "waited_for"]
+    columns = ["rank", "since_step_s", "entered", "left", "in_collective", "fr_seq", "waited_for"]
     scalars = _scalars(source)
     beats = scalars[scalars["tag"].str.startswith("rank/") & scalars["tag"].str.endswith(".value")]
     if beats.empty or "rank/since_step_s.value" not in set(beats["tag"]):
@@ -301,7 +313,7 @@ def stalls(
     latest["rank"] = latest.index.map(rank_of)
     latest = latest[latest["rank"].notna()].set_index("rank")
     typical = rank_windows(scalars, window_s=window_s).groupby("rank")["step_s"].median()
-    names = ("since_step_s", "entered", "left", "in_collective_s")
+    names = ("since_step_s", "entered", "left", "in_collective_s", "fr_seq")
     newest_beats = {
         int(rank): {
             "wall_time": float(beat["wall_time"]),

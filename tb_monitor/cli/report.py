@@ -38,7 +38,7 @@ JSON schema (``--json``; ``schema`` is 1, bumped on incompatible change; times a
         "stalled": true,                 # a rank is stalled and not every job has ended
         "stalls": [                      # the rank the others wait for first
           {"rank": 3, "since_step_s": 45.0, "entered": 5, "left": 5,
-           "in_collective": false, "waited_for": true}
+           "in_collective": false, "fr_seq": null, "waited_for": true}
         ],
         "waited_for": [3]
       },
@@ -214,6 +214,7 @@ def rank_health(logdir: str) -> dict[str, Any] | None:
                 "entered": int(r.entered),
                 "left": int(r.left),
                 "in_collective": bool(r.in_collective),
+                "fr_seq": None if pd.isna(r.fr_seq) else int(r.fr_seq),
                 "waited_for": bool(r.waited_for),
             }
             for r in stalled.itertuples()
@@ -356,6 +357,7 @@ def _render_ranks(ranks: dict[str, Any]) -> list[str]:
         lines.append(
             f"  {label:<15} rank {s['rank']}: {what} · no step for {_duration(s['since_step_s'])}"
             f" · collectives entered {s['entered']}, left {s['left']}"
+            + ("" if s["fr_seq"] is None else f" · Flight Recorder at collective {s['fr_seq']}")
         )
     return lines
 

@@ -21,13 +21,15 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   once a poller thread sees the work done (``_device_works``, opt-in until it has run on a GPU;
   ``install`` then sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
   the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
-  to that. DDP's
-  gradient buckets are reduced in C++ and are not seen: their wait is part of the step;
+  to that. DDP's gradient buckets are reduced in C++ and are not timed: their wait is part of
+  the step;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
   sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
   seconds inside the current collective, 0 outside one), ``rank/since_step_s`` (VALUE: seconds
-  since the last step boundary).
+  since the last step boundary), and, while no step came for ``flight_recorder_after_s``,
+  ``rank/fr_seq`` (VALUE: the newest collective of the default group in torch's Flight
+  Recorder, which also sees DDP's; -1 once steps resume).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from tb_monitor import _stat
 from tb_monitor._stat import Aggregation, Stat
 from tb_monitor.integrations import _device_works
 from tb_monitor.integrations._device_works import DeviceWorks
+from tb_monitor.integrations._flight_recorder import last_collective_seq
 
 __all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
 
@@ -70,6 +73,8 @@ _MANUAL = -1
 #: Step times waiting for their window's end, at most (a window of a million steps is not a
 #: real loop, and without the timer thread that drains them nothing would record them).
 _MAX_PENDING_STEPS = 1 << 20
+#: While a rank makes no step, the Flight Recorder is read again after this long (seconds).
+_FR_EVERY_S = 30.0
 
 
 class _PyStepClock:
@@ -181,6 +186,8 @@ class RankHealth:
         window: timedelta = timedelta(seconds=10),
         heartbeat_s: float = 5.0,
         clock: Callable[[], float] = time.perf_counter,
+        flight_recorder_after_s: float = 10.0,
+        last_collective: Callable[[], int | None] = last_collective_seq,
     ) -> None:
         self._clock = clock
         self._last_step = clock()
@@ -207,8 +214,11 @@ class RankHealth:
         self._future_done: Callable[[Any], bool] = Future.done
         self._beats = {
             name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
-            for name in ("steps", "entered", "left", "in_collective_s", "since_step_s")
+            for name in ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
         }
+        self._fr_after_s, self._last_collective = flight_recorder_after_s, last_collective
+        self._fr_seq: int | None = None  # while stalled: the Flight Recorder's newest, if read
+        self._fr_read_at: float | None = None
         self._heartbeat_s = heartbeat_s
         self._entered = 0
         self._left = 0
@@ -313,6 +323,23 @@ class RankHealth:
         self._beats["left"].add(self._left)
         self._beats["in_collective_s"].add(0.0 if since is None else now - since)
         self._beats["since_step_s"].add(now - self._last_step)
+        self._beat_flight_recorder(now, now - self._last_step)
+
+    def _beat_flight_recorder(self, now: float, since_step: float) -> None:
+        """While no step came for ``flight_recorder_after_s``: the newest collective of the
+        default group in torch's Flight Recorder (``rank/fr_seq``), which DDP's and other C++
+        collectives pass through too, read at most every ``_FR_EVERY_S`` (a read holds the GIL
+        for tens of ms); once steps resume, -1 (no current value)."""
+        if since_step < self._fr_after_s:
+            if self._fr_read_at is not None:
+                self._fr_seq = self._fr_read_at = None
+                self._beats["fr_seq"].add(-1.0)
+            return
+        if self._fr_read_at is None or now - self._fr_read_at >= _FR_EVERY_S:
+            self._fr_read_at = now
+            self._fr_seq = self._last_collective()
+        if self._fr_seq is not None:
+            self._beats["fr_seq"].add(float(self._fr_seq))
 
     def _run(self) -> None:
         while not self._stop.wait(self._heartbeat_s):

@@ -16,7 +16,8 @@ START = 1_741_000_000.0
 
 def _write_rank(logdir, rank: int, windows: list[tuple[float, float, int]], beats=()) -> None:
     """Windows of (compute_s, collective_s, steps), 10 s each, and heartbeats
-    (time, steps, entered, left, in_collective_s, since_step_s) as rank_health writes them."""
+    (time, steps, entered, left, in_collective_s, since_step_s[, fr_seq]) as rank_health
+    writes them."""
     with AsyncWriter(logdir / "job" / f"rank-{rank}") as writer:
         for i, (compute, wait, steps) in enumerate(windows):
             end = START + 10 * (i + 1) + rank * 0.003  # ranks close a window ms apart
@@ -95,6 +96,25 @@ def test_the_rank_outside_the_collective_is_the_one_waited_for(tmp_path):
     found = stalls(tmp_path)
     assert set(found["rank"]) == {0, 1, 2, 3}
     assert found[found.waited_for]["rank"].tolist() == [3]
+
+
+def test_the_rank_behind_in_the_flight_recorder_is_the_one_waited_for(tmp_path):
+    """A DDP job (no collective from Python: entered 0 everywhere) stalled for 40 s: ranks 0-2
+    are at collective 12 in torch's Flight Recorder, rank 3 at 10: rank 3 is named."""
+    for rank in range(4):
+        beat = (START + 60, 5, 0, 0, 0.0, 41.0, 10 if rank == 3 else 12)
+        _write_rank(tmp_path, rank, [(0.1, 0.01, 50)] * 2, beats=[beat])
+    found = stalls(tmp_path)
+    assert found[found.waited_for]["rank"].tolist() == [3]
+
+
+def test_a_flight_recorder_value_of_minus_one_says_nothing(tmp_path):
+    """-1 (steps resumed since the rank read it) is no value: it does not make a rank behind."""
+    for rank in range(4):
+        beat = (START + 60, 5, 0, 0, 0.0, 41.0, -1 if rank == 3 else 12)
+        _write_rank(tmp_path, rank, [(0.1, 0.01, 50)] * 2, beats=[beat])
+    found = stalls(tmp_path)
+    assert len(found) == 4 and not found.waited_for.any()
 
 
 def test_silent_heartbeats_count_as_a_stall(tmp_path):

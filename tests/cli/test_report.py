@@ -283,8 +283,30 @@ def test_a_stalled_rank_is_named_and_exits_1(tmp_path):
         "entered": 60,
         "left": 60,
         "in_collective": False,
+        "fr_seq": None,
         "waited_for": True,
     }
+
+
+def test_a_stalled_rank_says_where_the_flight_recorder_has_it(tmp_path):
+    """A rank that read torch's Flight Recorder while stalled (a DDP job) is reported with its
+    newest collective there, in the text and the JSON."""
+    pytest.importorskip("pandas")
+    from tb_monitor.sinks import AsyncWriter
+    from tb_monitor.testing import generate_rank_windows, rank_heartbeat_scalars
+
+    logdir = str(tmp_path / "logs")
+    generate_rank_windows(logdir, 4, 0.05)
+    for rank in range(4):
+        with AsyncWriter(f"{logdir}/job/rank-{rank}") as writer:
+            beat = rank_heartbeat_scalars(60, 0, 0, 0.0, 46.0, fr_seq=120 if rank == 3 else 121)
+            writer.add_scalars(beat, wall_time=DEFAULT_START + 240)
+    code, text = _run(logdir)
+    assert code == 1
+    assert "rank 3: the others wait for it" in text
+    assert "Flight Recorder at collective 120" in text
+    doc = json.loads(_run(logdir, "--json")[1])
+    assert [s["fr_seq"] for s in doc["ranks"]["stalls"]] == [120, 121, 121, 121]
 
 
 def test_a_healthy_rank_job_has_no_stall(tmp_path):

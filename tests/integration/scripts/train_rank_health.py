@@ -1,5 +1,7 @@
 """A data-parallel loop for the rank-health tests: compute (a sleep), an optimizer step and an
-all_reduce every step; one rank can be made slower, or made to hang before a collective.
+all_reduce every step (with ``--ddp``: a DistributedDataParallel model, whose gradients are
+reduced in C++, and no collective from Python); one rank can be made slower, or made to hang
+before a collective.
 
 The training code calls nothing of tb_monitor's beyond ``init(torch=True)``: step and collective
 timing are recorded automatically.
@@ -20,12 +22,15 @@ parser.add_argument("--slow-rank", type=int, default=-1)
 parser.add_argument("--slow-factor", type=float, default=1.5)
 parser.add_argument("--hang-rank", type=int, default=-1)
 parser.add_argument("--hang-step", type=int, default=5)
+parser.add_argument("--ddp", action="store_true")
 args = parser.parse_args()
 
 with tb_monitor.init(torch=True):
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     model = torch.nn.Linear(4, 4)
+    if args.ddp:
+        model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(args.steps):
         if rank == args.hang_rank and step == args.hang_step:
@@ -34,5 +39,6 @@ with tb_monitor.init(torch=True):
         model(torch.ones(1, 4)).sum().backward()
         optimizer.step()
         optimizer.zero_grad()
-        dist.all_reduce(torch.ones(1))
+        if not args.ddp:
+            dist.all_reduce(torch.ones(1))
     dist.destroy_process_group()

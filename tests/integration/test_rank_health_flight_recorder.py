@@ -1,0 +1,73 @@
+"""A stalled rank reports the newest collective in torch's Flight Recorder (``rank/fr_seq``),
+which DDP's C++ collectives pass through too: how the rank a DDP job waits for is named."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tb_monitor._stat import end_windows
+from tb_monitor.integrations._flight_recorder import last_collective_seq
+from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.testing import capture
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
+    """No step for flight_recorder_after_s: each heartbeat reports the newest collective, read
+    again only every 30 s; the first heartbeat after a step reports -1, then nothing."""
+    clock, reads = _Clock(), []
+
+    def read() -> int:
+        reads.append(clock.now)
+        return 40 + len(reads)
+
+    with capture() as captured:
+        recorder = RankHealth(
+            window=timedelta(hours=1),
+            heartbeat_s=3600,
+            clock=clock,
+            flight_recorder_after_s=10.0,
+            last_collective=read,
+        )
+        reported: list[float | None] = []
+        seen = 0
+        for now in (5, 12, 20, 43, "step", 45, 50):
+            if now == "step":
+                recorder.manual_step()
+                continue
+            clock.now = float(now)
+            recorder.beat()
+            end_windows()  # each heartbeat in a window of its own
+            values = [s.value for s in captured.scalars("rank/fr_seq.value")]
+            reported.append(values[-1] if len(values) > seen else None)
+            seen = len(values)
+        recorder.close()
+    assert reads == [12.0, 43.0]
+    assert reported == [None, 41.0, 41.0, 42.0, -1.0, None]
+
+
+def test_the_flight_recorder_holds_ddp_gradient_all_reduces(torch, tmp_path):
+    """torch's Flight Recorder, read as a stalled rank reads it, counts each DDP backward's
+    gradient all_reduce on the default group (gloo, one rank)."""
+    import torch.distributed as dist
+
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+        for _ in range(3):  # DDP's first iterations also rebuild its buckets (a broadcast)
+            model(torch.ones(1, 4)).sum().backward()
+        before = last_collective_seq()
+        for _ in range(3):
+            model(torch.ones(1, 4)).sum().backward()
+        after = last_collective_seq()
+    finally:
+        dist.destroy_process_group()
+    assert before is not None and after == before + 3
