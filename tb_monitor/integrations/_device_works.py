@@ -18,9 +18,9 @@ CUDA graph. A daemon thread, started on the first such work, looks at the oldest
 ``poll_s`` and hands the finished ones, in launch order, to ``done``: collectives queued on one
 stream finish in that order, so one query a poll is enough while the oldest runs (one launched
 later on another stream waits its turn, but its time is the CUDA events', not the poller's).
-The thread runs in CUDA's thread-local capture mode, as torch's NCCL watchdog does, so its
-queries never invalidate a graph another thread is capturing; where that mode cannot be set,
-nothing is polled and collectives are timed to their launch.
+The thread runs in CUDA's thread-local capture mode (``_cuda_capture``), so its queries never
+invalidate a graph another thread is capturing; where that mode cannot be set, nothing is polled
+and collectives are timed to their launch.
 
 Holding a work keeps its tensors alive until it is seen done, so at most ``max_pending`` are
 held (past that a collective is timed to its launch, with one warning), and one held for
@@ -30,19 +30,17 @@ held (past that a collective is timed to its launch, with one warning), and one 
 from __future__ import annotations
 
 import collections
-import ctypes
 import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from tb_monitor import _env
+from tb_monitor.integrations._cuda_capture import thread_local_capture_mode
 
 __all__ = ["DeviceWorks", "enabled"]
 
 _log = logging.getLogger("tb_monitor")
-#: cudaStreamCaptureModeThreadLocal, from CUDA's driver_types.h.
-_CAPTURE_MODE_THREAD_LOCAL = 1
 
 
 def enabled() -> bool:
@@ -56,19 +54,6 @@ def _cuda_ready() -> bool:
     import torch
 
     return torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing()
-
-
-def _capture_mode_thread_local() -> bool:
-    """Put the calling thread in CUDA's thread-local stream-capture mode; False if it cannot."""
-    try:
-        import torch
-
-        major = (torch.version.cuda or "").split(".")[0]
-        cudart = ctypes.CDLL(f"libcudart.so.{major}")  # the one torch loaded
-        mode = ctypes.c_int(_CAPTURE_MODE_THREAD_LOCAL)
-        return cudart.cudaThreadExchangeStreamCaptureMode(ctypes.byref(mode)) == 0
-    except (OSError, AttributeError, ImportError):
-        return False
 
 
 class DeviceWorks:
@@ -88,7 +73,7 @@ class DeviceWorks:
         max_pending: int = 4096,
         give_up_s: float = 300.0,
         on_device: Callable[[], bool] = _cuda_ready,
-        thread_setup: Callable[[], bool] = _capture_mode_thread_local,
+        thread_setup: Callable[[], bool] = thread_local_capture_mode,
     ) -> None:
         self._done, self._clock = done, clock
         self._poll_s, self._max_pending, self._give_up_s = poll_s, max_pending, give_up_s

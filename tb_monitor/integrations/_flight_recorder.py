@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+from tb_monitor.integrations._cuda_capture import thread_local_capture_mode
+
 __all__ = ["last_collective_seq"]
 
 #: The default process group in the Flight Recorder's ``process_group`` field: [name, description].
@@ -23,8 +25,13 @@ def last_collective_seq() -> int | None:
     process has entered, or None: no Flight Recorder (a torch without it, or an empty buffer), or
     no collective of that group in it."""
     try:
+        import torch
         from torch._C._distributed_c10d import _dump_fr_trace_json
 
+        # NCCL's entries are brought up to date by querying their CUDA events: from this thread
+        # only in thread-local capture mode, or a graph being captured would be invalidated.
+        if torch.cuda.is_initialized() and not thread_local_capture_mode():
+            return None
         entries = json.loads(_dump_fr_trace_json(includeCollectives=True)).get("entries") or []
     except Exception:  # not built, not exposed, or a dump that failed: nothing to say
         return None
