@@ -330,6 +330,8 @@ class RankHealth:
         default group in torch's Flight Recorder (``rank/fr_seq``), which DDP's and other C++
         collectives pass through too, read at most every ``_FR_EVERY_S`` (a read holds the GIL
         for tens of ms); once steps resume, -1 (no current value)."""
+        if self._closed:  # close()'s last heartbeat runs on the caller's thread: not read there
+            return
         if since_step < self._fr_after_s:
             if self._fr_read_at is not None:
                 self._fr_seq = self._fr_read_at = None
