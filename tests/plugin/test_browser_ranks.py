@@ -78,10 +78,21 @@ def test_ranks_view_flags_rank_1_and_clicks_through_to_its_lane(browser, slow_ra
 class LiveJob(threading.Thread):
     """Four ranks in lockstep, one 10-s window (and heartbeat) written every ``tick_s`` of real
     time; from window ``hang_at`` on rank 3 never enters the next collective and the others wait
-    inside it, as rank_health's heartbeats would say."""
+    inside it, as rank_health's heartbeats would say. With ``ddp``, no collective passes
+    through Python (entered 0 everywhere) and the stalled ranks report torch's Flight Recorder,
+    rank 3 one collective behind."""
 
-    def __init__(self, logdir: str, run_id: str, start: float, hang_at: int, tick_s: float = 0.5):
+    def __init__(
+        self,
+        logdir: str,
+        run_id: str,
+        start: float,
+        hang_at: int,
+        tick_s: float = 0.5,
+        ddp: bool = False,
+    ):
         super().__init__(daemon=True)
+        self.ddp = ddp
         self.writers = [AsyncWriter(f"{logdir}/{run_id}/rank-{r}") for r in range(4)]
         self.start_t, self.hang_at, self.tick_s = start, hang_at, tick_s
         self.hung_at: float | None = None  # time.monotonic() when rank 3 hung
@@ -100,29 +111,33 @@ class LiveJob(threading.Thread):
                 if not hung:
                     writer.add_scalars(rank_window_scalars(0.1, 0.01, 90), wall_time=now)
                 entered = 90 * self.hang_at + (0 if r == 3 else 1) if hung else 90 * window
-                writer.add_scalars(
-                    {
-                        "rank/steps.value": 90 * min(window, self.hang_at),
-                        "rank/entered.value": entered,
-                        "rank/left.value": 90 * min(window, self.hang_at),
-                        "rank/in_collective_s.value": 0.0 if r == 3 or not hung else since,
-                        "rank/since_step_s.value": since,
-                    },
-                    wall_time=now + 1,
-                )
+                beat = {
+                    "rank/steps.value": 90 * min(window, self.hang_at),
+                    "rank/entered.value": 0 if self.ddp else entered,
+                    "rank/left.value": 0 if self.ddp else 90 * min(window, self.hang_at),
+                    "rank/in_collective_s.value": (
+                        0.0 if r == 3 or not hung or self.ddp else since
+                    ),
+                    "rank/since_step_s.value": since,
+                }
+                if self.ddp and hung:
+                    beat["rank/fr_seq.value"] = entered
+                writer.add_scalars(beat, wall_time=now + 1)
                 writer.flush()
             self.stop.wait(self.tick_s)
         for writer in self.writers:
             writer.close()
 
 
-def test_a_hang_is_named_within_30_s_while_the_job_runs(browser, tmp_path):
+@pytest.mark.parametrize("ddp", [False, True], ids=["python collectives", "ddp"])
+def test_a_hang_is_named_within_30_s_while_the_job_runs(browser, tmp_path, ddp):
     """Rank 3 hangs before a collective while the job is live: the Ranks view names it as the
     rank the job waits for within 30 s of the hang, with no reload (the synthetic job's clock
     runs 20x, so the 30-s stall floor passes in 1.5 s: what is timed is TensorBoard's reload,
-    the plugin's refresh and the view's polling)."""
+    the plugin's refresh and the view's polling); in a DDP job, from the Flight Recorder, which
+    its tooltip cites."""
     job = small_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0)
-    live = LiveJob(job.logdir, job.run_id, job.end, hang_at=4)
+    live = LiveJob(job.logdir, job.run_id, job.end, hang_at=4, ddp=ddp)
     live.writers[0].add_scalars(rank_window_scalars(0.1, 0.01, 90), wall_time=job.end)
     live.writers[0].flush()
     server = start_tensorboard(job.logdir, tmp_path, "--reload_interval=1")
@@ -136,6 +151,8 @@ def test_a_hang_is_named_within_30_s_while_the_job_runs(browser, tmp_path):
             named_after = time.monotonic() - live.hung_at
             assert named_after <= NAMED_WITHIN_S, f"named {named_after:.1f} s after the hang"
             assert waited.inner_text().startswith("rank 3 · the job waits for it")
+            recorder = "torch's Flight Recorder has it at collective 360"
+            assert (recorder in (waited.get_attribute("title") or "")) is ddp
             assert live.is_alive(), "the job must still be running"
             others = tab.frame.locator(".tl-stalled [data-waited-for='false']").count()
             assert others == 3

@@ -197,6 +197,29 @@ def test_stall_names_the_rank_the_others_wait_for_and_refreshes_live(tmp_path):
     assert later.compute is snap.compute
 
 
+def test_stall_names_the_rank_behind_in_the_flight_recorder(tmp_path):
+    """A DDP job (no collective from Python) stalled: the rank behind the others in torch's
+    Flight Recorder is the one waited for, and each stall carries its ``fr_seq``."""
+    for r in range(4):
+        with AsyncWriter(tmp_path / "job" / f"rank-{r}") as writer:
+            for i in range(3):
+                writer.add_scalars(
+                    rank_window_scalars(0.1, 0.01, 50), wall_time=DEFAULT_START + 10 * i
+                )
+            beat = rank_heartbeat_scalars(150, 0, 0, 0.0, 46, fr_seq=300 if r == 3 else 301)
+            writer.add_scalars(beat, wall_time=DEFAULT_START + 80)
+    store = ranks.RankStore(local_provider(tmp_path))
+    store.refresh(tb_context.RequestContext(), force=True)
+    stalls = store.snapshot().stalls
+    assert [s["rank"] for s in stalls if s["waited_for"]] == [3]
+    assert sorted((s["rank"], s["fr_seq"]) for s in stalls) == [
+        (0, 301),
+        (1, 301),
+        (2, 301),
+        (3, 300),
+    ]
+
+
 def test_no_rank_data_is_an_empty_view(tmp_path):
     """A logdir with timeline records but no rank health answers with no ranks, not an error."""
     small_job(tmp_path, nodes=1, workers_per_node=1, restarts=0)

@@ -217,7 +217,8 @@ class RanksView {
       const what = s.waited_for
         ? `rank ${s.rank} · the job waits for it · no step for ${formatDuration(s.since_step_s)}`
         : `rank ${s.rank} · stalled ${formatDuration(s.since_step_s)}${s.in_collective ? " in a collective" : ""}`;
-      const item = el("li", {}, button(what, `Collectives entered ${s.entered}, left ${s.left}. Show rank ${s.rank}'s lane`, s.row, s.run, s.rank));
+      const recorder = s.fr_seq == null ? "" : `; torch's Flight Recorder has it at collective ${s.fr_seq}`;
+      const item = el("li", {}, button(what, `Collectives entered ${s.entered}, left ${s.left}${recorder}. Show rank ${s.rank}'s lane`, s.row, s.run, s.rank));
       item.dataset.waitedFor = String(s.waited_for);
       return item;
     });
