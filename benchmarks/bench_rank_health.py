@@ -11,7 +11,8 @@ stand-in whose methods are C callables: future done at once, work done when firs
 again), so "ours" includes the poller thread that times it, contending for the GIL (what NCCL's
 own launch costs is not in "bare": no GPU here). Rounds alternate
 which side runs first (the side measured first in a round runs measurably slower); medians.
-Goal: <= 1 µs per step and <= 1 µs per collective.
+Goal: <= 1 µs per step and <= 1 µs per collective. Last, what a stalled rank's heartbeat pays
+to read torch's Flight Recorder (a full buffer), next to a heartbeat without it.
 
     python benchmarks/bench_rank_health.py [--rounds 9] [--calls 20000]
 """
@@ -29,6 +30,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from tb_monitor.integrations._device_works import DeviceWorks
+from tb_monitor.integrations._flight_recorder import last_collective_seq
 from tb_monitor.integrations.rank_health import RankHealth
 
 
@@ -116,6 +118,38 @@ def main() -> None:
     works = recorder._device_works
     recorder.close()
     print(f"async works timed at launch (poller behind): {works.timed_at_launch}")
+    _flight_recorder_read()
+
+
+def _flight_recorder_read() -> None:
+    """What a stalled rank's heartbeat pays to read torch's Flight Recorder, full (2,000 DDP
+    gradient all_reduces on a one-rank gloo group), against the heartbeat without it: the GIL
+    is held throughout, once per 30 s of stall and never while steps come."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    with tempfile.TemporaryDirectory() as scratch:
+        store = dist.FileStore(f"{scratch}/store", 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        try:
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+            for _ in range(2100):
+                model(torch.ones(1, 4)).sum().backward()
+            reads = []
+            for _ in range(5):
+                start = time.perf_counter()
+                last_collective_seq()
+                reads.append(time.perf_counter() - start)
+            beat = RankHealth(window=timedelta(hours=1), heartbeat_s=3600)
+            beat_s = _per_call(beat.beat, 200)
+            beat.close()
+        finally:
+            dist.destroy_process_group()
+    print(
+        f"stalled rank's Flight Recorder read (full buffer) {statistics.median(reads) * 1e3:.1f} ms"
+        f"   a heartbeat without it {beat_s * 1e6:.1f} µs  (once per 30 s of stall)"
+    )
 
 
 _DONE = torch.futures.Future()
