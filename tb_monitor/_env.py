@@ -20,15 +20,13 @@ def flag(name: str, default: bool) -> bool:
     """``$name`` as a switch (1/true/yes/on, 0/false/no/off, any case), or ``default`` (with a
     warning when the variable is set to something else)."""
     raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    if raw.strip().lower() in _TRUE:
-        return True
-    if raw.strip().lower() in _FALSE:
-        return False
-    _log.warning(
-        "%s must be 1 or 0 (true/false, yes/no, on/off), got %r; using %d", name, raw, default
-    )
+    value = (raw or "").strip().lower()
+    if value in _TRUE or value in _FALSE:
+        return value in _TRUE
+    if value:
+        _log.warning(
+            "%s must be 1 or 0 (true/false, yes/no, on/off), got %r; using %d", name, raw, default
+        )
     return default
 
 

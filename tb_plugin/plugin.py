@@ -31,7 +31,7 @@ from werkzeug import wrappers
 from tb_plugin import metadata
 from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
 from tb_plugin.ranks import RanksApp
-from tb_plugin.refresher import ANSWER_WAIT_S, Refresher
+from tb_plugin.refresher import Refresher
 from tb_plugin.store import Snapshot, TimelineStore, UnknownEventError
 
 __all__ = ["TimelineLoader", "TimelinePlugin"]
@@ -133,10 +133,8 @@ class TimelinePlugin(base_plugin.TBPlugin):
         it holds them now (a refresh runs behind): a ranks request waiting for the timeline's
         refresh round too would take twice as long. Before, after a short wait like any."""
         refresher = self._refresher(plugin_util.experiment_id(request.environ))
-        store = refresher.store
-        ctx = plugin_util.context(request.environ)
-        refresher.request(ctx, wait_s=0.0 if store.has_read_all() else ANSWER_WAIT_S)
-        return store.snapshot().attempts
+        refresher.request_behind_once_read(plugin_util.context(request.environ))
+        return refresher.store.snapshot().attempts
 
     @wrappers.Request.application
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:

@@ -54,7 +54,7 @@ from tb_monitor.analysis.stragglers import (
     stalled_ranks,
 )
 from tb_plugin.records import MAX_STEPS
-from tb_plugin.refresher import ANSWER_WAIT_S, Refresher
+from tb_plugin.refresher import Refresher
 from tb_plugin.store import ProviderStore
 
 __all__ = [
@@ -706,7 +706,7 @@ class RanksApp:
         takes ~0.5 s to list a 1,024-rank day's series, every time. Before, it waits a little
         for the first full read (and gets what is read so far)."""
         refresher = self._refresher(eid)
-        refresher.request(ctx, wait_s=0.0 if refresher.store.has_read_all() else ANSWER_WAIT_S)
+        refresher.request_behind_once_read(ctx)
         return refresher.store
 
     def serve(self, environ: Any, start_response: Any) -> Any:

@@ -77,6 +77,12 @@ class Refresher:
             self._cond.notify_all()
             return self._cond.wait_for(lambda: self._done >= target, timeout=wait_s)
 
+    def request_behind_once_read(self, ctx: Any) -> None:
+        """Like ``request``, but once the store has read everything the request does not wait:
+        it answers from what the store holds and the refresh runs behind it, for the next
+        poll (listing a 1,024-rank day's series takes the data server ~0.5 s every time)."""
+        self.request(ctx, wait_s=0.0 if self.store.has_read_all() else ANSWER_WAIT_S)
+
     def _run(self) -> None:
         while True:
             with self._cond:

@@ -35,17 +35,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tb_monitor import _env
 from tb_monitor.integrations._cuda_capture import thread_local_capture_mode
 
-__all__ = ["DeviceWorks", "enabled"]
+__all__ = ["DeviceWorks"]
 
 _log = logging.getLogger("tb_monitor")
-
-
-def enabled() -> bool:
-    """Whether asynchronous NCCL collectives are timed on the GPU (``TB_MONITOR_NCCL_TIMING``)."""
-    return _env.flag("TB_MONITOR_NCCL_TIMING", False)
 
 
 def _cuda_ready() -> bool:

@@ -43,9 +43,8 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any
 
-from tb_monitor import _stat
+from tb_monitor import _env, _stat
 from tb_monitor._stat import Aggregation, Stat
-from tb_monitor.integrations import _device_works
 from tb_monitor.integrations._device_works import DeviceWorks
 from tb_monitor.integrations._flight_recorder import last_collective_seq
 
@@ -207,7 +206,9 @@ class RankHealth:
             "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
         self._device_works = (
-            DeviceWorks(self._collectives_left, clock) if _device_works.enabled() else None
+            DeviceWorks(self._collectives_left, clock)
+            if _env.flag("TB_MONITOR_NCCL_TIMING", False)
+            else None
         )
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 
@@ -322,8 +323,9 @@ class RankHealth:
         self._beats["entered"].add(self._entered)
         self._beats["left"].add(self._left)
         self._beats["in_collective_s"].add(0.0 if since is None else now - since)
-        self._beats["since_step_s"].add(now - self._last_step)
-        self._beat_flight_recorder(now, now - self._last_step)
+        since_step = now - self._last_step
+        self._beats["since_step_s"].add(since_step)
+        self._beat_flight_recorder(now, since_step)
 
     def _beat_flight_recorder(self, now: float, since_step: float) -> None:
         """While no step came for ``flight_recorder_after_s``: the newest collective of the

@@ -25,6 +25,7 @@ import posixpath
 from collections.abc import Iterator
 from typing import IO, Any
 
+from tb_monitor import _env
 from tb_monitor.logdir import objects
 
 __all__ = [
@@ -101,7 +102,7 @@ def _options(scheme: str) -> dict[str, Any]:
         endpoint = endpoint or os.environ.get("S3_ENDPOINT")  # TensorBoard's name
         if endpoint:
             if "://" not in endpoint:
-                https = os.environ.get("S3_USE_HTTPS", "1") not in ("0", "false")
+                https = _env.flag("S3_USE_HTTPS", True)
                 endpoint = f"{'https' if https else 'http'}://{endpoint}"
             options["endpoint_url"] = endpoint
         # A store that does not answer fails an attempt in seconds; the uploader retries.

@@ -21,6 +21,7 @@ from tb_monitor.testing import (
     rank_window_scalars,
 )
 from tb_plugin import ranks
+from tb_plugin.refresher import ANSWER_WAIT_S, Refresher
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/ranks"
 
@@ -231,17 +232,17 @@ def test_once_everything_is_read_a_request_answers_at_once(slow_job, monkeypatch
     """Before the first full read a request waits a little for it; after it, a request answers
     from the store at once and leaves the next refresh to run behind it."""
     waits = []
-    original = ranks.Refresher.request
+    original = Refresher.request
 
-    def request(self, ctx, wait_s=ranks.ANSWER_WAIT_S):
+    def request(self, ctx, wait_s=ANSWER_WAIT_S):
         waits.append(wait_s)
         return original(self, ctx, wait_s)
 
-    monkeypatch.setattr(ranks.Refresher, "request", request)
+    monkeypatch.setattr(Refresher, "request", request)
     app = ranks.RanksApp(local_provider(slow_job.logdir))
     ctx = tb_context.RequestContext()
     first = app.store("", ctx)
-    assert waits == [ranks.ANSWER_WAIT_S]
+    assert waits == [ANSWER_WAIT_S]
     first.refresh(ctx, force=True)  # what the first request's round does
     assert app.store("", ctx).has_read_all()
-    assert waits == [ranks.ANSWER_WAIT_S, 0.0]
+    assert waits == [ANSWER_WAIT_S, 0.0]
