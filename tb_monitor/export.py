@@ -217,12 +217,12 @@ def write_jsonl(
             raise ValueError(f"logdir {path!r} holds no timeline events")
         buffer.sort(key=_WALL_TIME)  # stable: equal times stay in read order
         total = len(buffer) + chunk_lines * len(spilled)  # every spilled chunk was full
-        for number in itertools.count():  # the oldest (smallest) first, just enough of them
-            if len(spilled) <= _FAN_IN:
-                break
+        merged = 0
+        while len(spilled) > _FAN_IN:  # the oldest (smallest) first, just enough of them
             group = spilled[: min(_FAN_IN, len(spilled) - _FAN_IN + 1)]
             del spilled[: len(group)]
-            spilled.append(_merge_spilled(group, os.path.join(directory, f"merged-{number:06d}")))
+            spilled.append(_merge_spilled(group, os.path.join(directory, f"merged-{merged:06d}")))
+            merged += 1
         runs = [_spilled_lines(stack.enter_context(_open_spilled(name))) for name in spilled]
         with _opened(out) as stream, _progress("jsonl", total, progress) as advance:
             for _, _, line in heapq.merge(*runs, buffer):
