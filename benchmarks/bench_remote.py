@@ -94,7 +94,7 @@ def run_ours(bucket: str, minutes: list[int]) -> dict[int, tuple[int, int, int, 
     os.environ["TB_MONITOR_UPLOAD_SECS"] = "3600"  # uploads happen at our simulated flushes
     logdir = f"{bucket}/ours"
     writer = AsyncWriter(logdir, flush_secs=3600)
-    stream = writer._file
+    stream = writer.file.stream
     out: dict[int, tuple[int, int, int]] = {}
     for second in range(max(minutes) * 60):
         _second(writer.add_scalar, second)

@@ -10,7 +10,7 @@ import logging
 import math
 import os
 
-__all__ = ["flag", "seconds"]
+__all__ = ["flag", "pure_python", "seconds"]
 
 _log = logging.getLogger("tb_monitor")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -28,6 +28,12 @@ def flag(name: str, default: bool) -> bool:
             "%s must be 1 or 0 (true/false, yes/no, on/off), got %r; using %d", name, raw, default
         )
     return default
+
+
+def pure_python() -> bool:
+    """Whether ``TB_MONITOR_PURE_PYTHON`` asks for the pure-Python twins of the C extensions
+    (the Stat accumulator, the step clock): for debugging, and for testing the twins."""
+    return flag("TB_MONITOR_PURE_PYTHON", False)
 
 
 def seconds(name: str, default: float) -> float:

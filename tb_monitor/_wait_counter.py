@@ -15,7 +15,6 @@ from __future__ import annotations
 import threading
 import time
 from datetime import timedelta
-from types import TracebackType
 
 from tb_monitor._stat import Aggregation, Stat
 
@@ -50,12 +49,7 @@ class _WaitCounterTracker:
     def __enter__(self) -> None:
         self._start = time.perf_counter()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         if self._start is not None:
             self._stat.add(time.perf_counter() - self._start)
             self._start = None

@@ -145,6 +145,9 @@ def test_a_stat_and_an_event_load_only_the_monitor_surface():
     assert ours <= {
         "tb_monitor",
         "tb_monitor._stat",
+        "tb_monitor._stat_timer",
+        "tb_monitor._accumulators",
+        "tb_monitor._env",
         "tb_monitor._event",
         "tb_monitor._shutdown",
         "tb_monitor._tensors",

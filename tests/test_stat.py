@@ -13,9 +13,9 @@ from datetime import timedelta
 import pytest
 from conftest import need
 
-from tb_monitor import _stat
+from tb_monitor import _accumulators, _env, _stat_timer
 from tb_monitor._event import register_event_handler, unregister_event_handler
-from tb_monitor._stat import Aggregation, Stat
+from tb_monitor._stat import Aggregation, Stat, StatSource
 from tb_monitor.contract import STAT_EVENT
 from tb_monitor.testing import manual_clock, stat_implementations
 
@@ -72,8 +72,8 @@ def events():
 
 def test_stat_derives_from_the_fastest_available_accumulator():
     """Stat is built on the C accumulator when it is available and allowed, else on Python's."""
-    c_usable = _stat.C_ACCUMULATOR is not None and not _stat._PURE_PYTHON
-    expected = _stat.C_ACCUMULATOR if c_usable else _stat.PyAccumulator
+    c_usable = _accumulators.C_ACCUMULATOR is not None and not _env.pure_python()
+    expected = _accumulators.C_ACCUMULATOR if c_usable else _accumulators.PyAccumulator
     with Stat("impl", [Aggregation.MEAN], HOUR) as stat:
         assert type(stat) is Stat
         assert isinstance(stat, expected)
@@ -157,6 +157,43 @@ def test_close_logs_pending_samples_once(stat_cls, events):
     stat.close()
     assert events.of("closing") == [{"closing.sum": 2.0}]
     assert stat.closed
+
+
+def test_a_source_is_fed_into_each_window_just_before_it_ends(stat_cls, events, clock):
+    """A StatSource's waiting samples land in the window that ends, and on close."""
+    waiting: list[float] = []
+
+    def feed() -> None:
+        while waiting:
+            stat.add(waiting.pop(0))
+
+    source = StatSource(feed=feed, forget=waiting.clear)
+    stat = stat_cls(
+        "fed", [Aggregation.SUM, Aggregation.COUNT], timedelta(seconds=10), source=source
+    )
+    waiting += [1.0, 2.0]
+    assert stat.count == 0  # the producer only queued them
+    clock.advance(10)
+    waiting.append(5.0)
+    stat.close()
+    assert events.of("fed") == [
+        {"fed.sum": 3.0, "fed.count": 2.0},
+        {"fed.sum": 5.0, "fed.count": 1.0},
+    ]
+
+
+def test_a_forked_child_has_the_source_forget_the_parents_samples(stat_cls, events):
+    """After fork() the child's source drops the waiting samples; the parent keeps them."""
+    waiting = [1.0]
+    source = StatSource(feed=lambda: None, forget=waiting.clear)
+    stat = stat_cls("fed_fork", [Aggregation.SUM], HOUR, source=source)
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if waiting == [] else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert waiting == [1.0]
+    stat.close()
 
 
 def test_add_after_close_raises_naming_the_stat(stat_cls):
@@ -283,11 +320,11 @@ def test_infinities_aggregate_as_ieee_infinities(stat_cls, events):
 )
 def test_bad_arguments_raise_naming_the_stat(stat_cls, args, error, message):
     """Invalid construction arguments raise a clear error and register nothing with the timer."""
-    before = len(_stat._timer.stats())
+    before = len(_stat_timer.timer.stats())
     with pytest.raises(error, match=message):
         stat_cls(*args)
     gc.collect()
-    assert len(_stat._timer.stats()) == before
+    assert len(_stat_timer.timer.stats()) == before
 
 
 def test_many_threads_lose_no_sample(stat_cls, events):
@@ -341,8 +378,8 @@ def test_one_timer_thread_serves_all_stats(stat_cls):
     stats = [stat_cls(f"many{i}", [Aggregation.MEAN], timedelta(seconds=1 + i)) for i in range(20)]
     for stat in stats:
         stat.add(1)
-    names = [t.name for t in threading.enumerate() if t.name == _stat.TIMER_THREAD_NAME]
-    assert names == [_stat.TIMER_THREAD_NAME]
+    names = [t.name for t in threading.enumerate() if t.name == _stat_timer.TIMER_THREAD_NAME]
+    assert names == [_stat_timer.TIMER_THREAD_NAME]
     for stat in stats:
         stat.close()
 
@@ -350,13 +387,13 @@ def test_one_timer_thread_serves_all_stats(stat_cls):
 def test_closed_stats_do_not_pile_up_in_the_timer(stat_cls):
     """The timer forgets closed Stats: its queue stays proportional to the live ones."""
     keep = stat_cls("kept", [Aggregation.MEAN], HOUR)
-    before = len(_stat._timer._heap)
+    before = len(_stat_timer.timer._heap)
     for i in range(1000):
         stat_cls(f"brief{i}", [Aggregation.MEAN], HOUR).close()
-    assert keep in _stat._timer.stats()
-    assert len(_stat._timer._heap) <= 2 * (before + 1) + 64
+    assert keep in _stat_timer.timer.stats()
+    assert len(_stat_timer.timer._heap) <= 2 * (before + 1) + 64
     keep.close()
-    assert keep not in _stat._timer.stats()
+    assert keep not in _stat_timer.timer.stats()
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -372,7 +409,7 @@ def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls,
             os.close(read_end)
             events.all.clear()  # what the parent collected before the fork
             stat.add(5)
-            timers = [t for t in threading.enumerate() if t.name == _stat.TIMER_THREAD_NAME]
+            timers = [t for t in threading.enumerate() if t.name == _stat_timer.TIMER_THREAD_NAME]
             clock.advance(1)
             logged = events.of("forked")
             os.write(write_end, repr((len(timers), logged)).encode())
@@ -393,9 +430,9 @@ def test_forked_child_restarts_the_timer_and_drops_the_parents_samples(stat_cls,
 def test_pure_python_env_var_forces_the_fallback():
     """TB_MONITOR_PURE_PYTHON=1 makes Stat(...) build the pure-Python implementation."""
     code = (
-        "from datetime import timedelta; import tb_monitor as t; from tb_monitor import _stat; "
+        "from datetime import timedelta; import tb_monitor as t; from tb_monitor import _accumulators; "
         "s = t.Stat('x', [t.Aggregation.MEAN], timedelta(hours=1)); "
-        "print(type(s).__name__, isinstance(s, _stat.PyAccumulator))"
+        "print(type(s).__name__, isinstance(s, _accumulators.PyAccumulator))"
     )
     env = {**os.environ, "TB_MONITOR_PURE_PYTHON": "1"}
     out = subprocess.run(
@@ -413,7 +450,7 @@ def test_stats_work_without_the_c_extension():
         "t.register_event_handler(lambda e: print(e.data))\n"
         "with t.Stat('x', [t.Aggregation.SUM], timedelta(hours=1)) as s:\n"
         "    s.add(2); s.add(3)\n"
-        "print(type(s).__name__, isinstance(s, t._stat.PyAccumulator))\n"
+        "print(type(s).__name__, isinstance(s, t._accumulators.PyAccumulator))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr

@@ -1,8 +1,10 @@
 """``tb-monitor run``: torchrun, with the job's whole life written to a TensorBoard logdir.
 
-    tb-monitor run --logdir DIR [--no-worker-init] [any torchrun option] SCRIPT [ARGS]
+    tb-monitor run --logdir DIR [--no-worker-init] [--prometheus-port PORT] [any torchrun option]
+        SCRIPT [ARGS]
 
-Everything but ``--logdir`` and ``--no-worker-init`` goes to torchrun's own parser and
+Everything but ``--logdir``, ``--no-worker-init`` and ``--prometheus-port`` goes to torchrun's
+own parser and
 ``torch.distributed.run.main`` untouched, so options, exit codes and signal handling are
 torchrun's. Before the agent starts, inside this process, we install:
 
@@ -24,12 +26,18 @@ script as torchrun would have, so workers are monitored with no change to the sc
 that calls ``tb_monitor.init()`` itself gets that monitor back. ``--no-worker-init`` starts the
 workers as plain torchrun does (only scripts calling ``tb_monitor.init()`` then write rank runs).
 ``--no-python`` entrypoints are never wrapped.
+
+``--prometheus-port PORT`` serves the node's Prometheus series on ``http://HOST:PORT/metrics``
+from the agent: its own (restarts, the job's state, torchelastic's metrics) and every worker's
+(per-rank step and collective time, Stat windows), which the workers write to a directory the
+agent shares with them (``integrations.torchrun.AgentCapture``, ``sinks.prometheus``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import shutil
 import sys
@@ -52,6 +60,11 @@ _NO_WORKER_INIT_HELP = (
     "metrics, with no change to the script); with it, only a script that calls "
     "tb_monitor.init() itself writes its rank's run"
 )
+_PROMETHEUS_HELP = (
+    "serve the node's Prometheus metrics (per-rank step and collective time, Stat windows, "
+    "torchelastic metrics, restarts, the job's state) on this port, at /metrics "
+    "(needs prometheus_client: pip install 'tb-monitor[prometheus]')"
+)
 
 
 class _Command(NamedTuple):
@@ -61,6 +74,7 @@ class _Command(NamedTuple):
     torchrun_argv: list[str]
     destination: str
     worker_init: bool
+    prometheus_port: int | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_PROG}: {exc}", file=sys.stderr)
         return 2
     os.environ[contract.LOGDIR_ENV] = command.logdir
-    capture = AgentCapture(command.logdir, command.destination)
+    capture = AgentCapture(command.logdir, command.destination, command.prometheus_port)
     bootstrap = workers_bootstrapped(torchrun) if command.worker_init else contextlib.nullcontext()
     try:
         with launch_config_observed(torchrun, capture.start), bootstrap:
@@ -119,6 +133,7 @@ def _parse_command(argv: list[str]) -> _Command:
     parser.prog = _PROG
     parser.add_argument("--logdir", required=True, help=_HELP)
     parser.add_argument("--no-worker-init", action="store_true", help=_NO_WORKER_INIT_HELP)
+    parser.add_argument("--prometheus-port", type=_port, metavar="PORT", help=_PROMETHEUS_HELP)
     # None tells "not on the command line" apart from torchrun's default "null".
     parser.set_defaults(event_log_handler=None)
     args = parser.parse_args(argv)
@@ -139,19 +154,40 @@ def _parse_command(argv: list[str]) -> _Command:
     missing = _missing_script(args)
     if missing:
         parser.error(missing)
-    return _Command(_absolute(args.logdir), torchrun_argv, destination, not args.no_worker_init)
+    if args.prometheus_port is not None and importlib.util.find_spec("prometheus_client") is None:
+        parser.error(
+            "--prometheus-port needs prometheus_client: pip install 'tb-monitor[prometheus]'"
+        )
+    return _Command(
+        fs.absolute(args.logdir),  # workers may run in another directory
+        torchrun_argv,
+        destination,
+        not args.no_worker_init,
+        args.prometheus_port,
+    )
+
+
+def _port(text: str) -> int:
+    """A TCP port number from the command line (argparse names the option on error)."""
+    if not text.isdigit() or not 0 < int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}")
+    return int(text)
 
 
 def _without_ours(options: list[str]) -> list[str]:
-    """The options without ours: ``--logdir DIR``, ``--logdir=DIR``, ``--no-worker-init`` (or
-    the abbreviations argparse matched to them: the shortest prefixes no torchrun option has)."""
+    """The options without ours: ``--logdir DIR``, ``--logdir=DIR``, ``--no-worker-init``,
+    ``--prometheus-port PORT`` (or the abbreviations argparse matched to them: the shortest
+    prefixes no torchrun option has)."""
     out: list[str] = []
     skip = False
     for token in options:
         name, has_value, _ = token.partition("=")
         if skip:
             skip = False
-        elif len(name) >= len("--logd") and "--logdir".startswith(name):
+        elif any(
+            len(name) >= len(shortest) and option.startswith(name)
+            for option, shortest in (("--logdir", "--logd"), ("--prometheus-port", "--p"))
+        ):
             skip = not has_value
         elif len(name) >= len("--no-w") and "--no-worker-init".startswith(name):
             pass
@@ -170,8 +206,3 @@ def _missing_script(args: argparse.Namespace) -> str | None:
     else:
         found = os.path.isfile(script)
     return None if found else f"training script not found: {script!r}"
-
-
-def _absolute(logdir: str) -> str:
-    # Workers may run in another directory; remote URIs (gs://, s3://) are already absolute.
-    return logdir if fs.is_remote(logdir) else os.path.abspath(logdir)

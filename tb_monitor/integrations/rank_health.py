@@ -39,16 +39,16 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from tb_monitor import _env, _stat
-from tb_monitor._stat import Aggregation, Stat
+from tb_monitor import _env, contract
+from tb_monitor._stat import Aggregation, Stat, StatSource
 from tb_monitor.integrations._device_works import DeviceWorks
 from tb_monitor.integrations._flight_recorder import last_collective_seq
 
-__all__ = ["COLLECTIVES", "RankHealth", "current", "step"]
+__all__ = ["COLLECTIVES", "RankHealth", "step"]
 
 #: The torch.distributed functions timed as collectives.
 COLLECTIVES = (
@@ -113,7 +113,7 @@ class _PyStepClock:
 def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, Any], None]]:
     """The step clock for ``clock`` and its optimizer step post-hook: the C one where it is
     built and reads the same clock (``time.perf_counter`` on Linux), else ``_PyStepClock``."""
-    if clock is time.perf_counter and not _stat._PURE_PYTHON:
+    if clock is time.perf_counter and not _env.pure_python():
         try:
             from tb_monitor.integrations._stepclock import StepClock
         except ImportError:  # not built, or not Linux, or a free-threaded build
@@ -125,11 +125,6 @@ def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, An
     return py_clock, py_clock.hook
 
 
-def current() -> RankHealth | None:
-    """The rank-health recorder installed by ``init(torch=True)``, if any."""
-    return _current
-
-
 def step() -> None:
     """Mark a step boundary by hand (``tb_monitor.step()``), for loops without an optimizer.
 
@@ -139,41 +134,6 @@ def step() -> None:
     recorder = _current
     if recorder is not None:
         recorder.manual_step()
-
-
-class _FedStat(Stat):
-    """A Stat whose samples wait elsewhere until its window ends: ``feed()`` adds them just
-    before each window is taken (on the timer thread), at a flush and when it closes, so the
-    producer pays only for queueing them. A forked child ``forget()``s the parent's, as the
-    Stat forgets its window."""
-
-    def __init__(
-        self,
-        name: str,
-        aggregations: Iterable[Aggregation],
-        window: timedelta,
-        feed: Callable[[], None],
-        forget: Callable[[], None],
-    ) -> None:
-        self._feed, self._forget = feed, forget  # first: the timer may end a window at once
-        super().__init__(name, aggregations, window)
-
-    def _reset_after_fork(self) -> None:
-        self._forget()
-        super()._reset_after_fork()
-
-    def _end_window(self) -> None:
-        self._feed()
-        super()._end_window()
-
-    def _exit(self) -> None:
-        self._feed()
-        super()._exit()
-
-    def close(self) -> None:
-        if not self.closed:
-            self._feed()
-        super().close()
 
 
 class RankHealth:
@@ -195,15 +155,16 @@ class RankHealth:
         self._step_clock, self._step_hook = _step_clock(clock)
         self._drain_lock = threading.Lock()
         self._async_lock = threading.Lock()
-        self._step_s = _FedStat(
-            "rank/step_s",
+        self._step_s = Stat(
+            contract.RANK_STEP,
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
             window,
-            self._drain_steps,
-            self._forget_parents,
+            source=StatSource(feed=self._drain_steps, forget=self._forget_parents),
         )
         self._collective_s = Stat(
-            "rank/collective_s", [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
+            contract.RANK_COLLECTIVE,
+            [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX],
+            window,
         )
         self._device_works = (
             DeviceWorks(self._collectives_left, clock)
@@ -214,8 +175,8 @@ class RankHealth:
 
         self._future_done: Callable[[Any], bool] = Future.done
         self._beats = {
-            name: Stat(f"rank/{name}", [Aggregation.VALUE], window)
-            for name in ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
+            name: Stat(contract.RANK_PREFIX + name, [Aggregation.VALUE], window)
+            for name in contract.RANK_BEATS
         }
         self._fr_after_s, self._last_collective = flight_recorder_after_s, last_collective
         self._fr_seq: int | None = None  # while stalled: the Flight Recorder's newest, if read

@@ -22,33 +22,34 @@ from __future__ import annotations
 import functools
 import os
 import posixpath
+import time
 from collections.abc import Iterator
 from typing import IO, Any
 
 from tb_monitor import _env
-from tb_monitor.logdir import objects
+from tb_monitor.logdir import eventfile, objects
+from tb_monitor.logdir.eventfile import EventFile
 
 __all__ = [
     "EVENT_FILE_MARK",
-    "FLUSH_TIMEOUT_S",
     "LogdirError",
+    "absolute",
     "check_logdir",
-    "create_event_file",
     "event_files",
     "is_event_file",
     "is_remote",
     "isdir",
     "join",
     "makedirs",
+    "new_event_file",
     "open_file",
     "run_dirs",
     "run_name",
+    "same_dir",
 ]
 
 #: What TensorBoard looks for in a file name to treat it as an event file.
 EVENT_FILE_MARK = "tfevents"
-#: How long a flush or close waits for an object store before giving up (and warning).
-FLUSH_TIMEOUT_S = 30.0
 
 
 class LogdirError(ValueError):
@@ -63,6 +64,11 @@ def is_remote(path: str) -> bool:
 def is_event_file(name: str) -> bool:
     """Whether a file name is one TensorBoard reads as an event file."""
     return EVENT_FILE_MARK in name
+
+
+def absolute(path: str) -> str:
+    """``path`` made absolute, for processes that may run in another directory (URLs already are)."""
+    return path if is_remote(path) else os.path.abspath(path)
 
 
 def join(base: str, *parts: str) -> str:
@@ -126,36 +132,29 @@ def _url(scheme: str, path: str) -> str:
     return f"{scheme}://{path}"
 
 
-def open_file(path: str, mode: str = "rb") -> IO[bytes]:
-    """Open an event file to read (``"rb"``), or create one locally (``"xb"``, never clobbering).
-
-    Local files are opened unbuffered for writing: the writer batches itself, and a forked child
-    must never flush a parent's buffered bytes into the parent's file.
-    """
+def open_file(path: str) -> IO[bytes]:
+    """Open an event file to read (files are written through ``new_event_file``)."""
     if is_remote(path):
-        if mode != "rb":
-            raise ValueError(f"objects are written with create_event_file, not opened {mode!r}")
         filesystem, key = _split(path)
         return filesystem.open(key, "rb")
-    return open(path, mode, buffering=0 if "x" in mode else -1)
+    return open(path, "rb")
 
 
-def create_event_file(path: str, header: bytes) -> Any:
-    """A new event file at ``path`` starting with ``header``, open for ``write``/``flush``/``close``.
-
-    Locally a file (``FileExistsError`` if the name is taken); on an object store an
-    ``objects.ObjectStream`` uploading from its own thread.
-    """
-    if not is_remote(path):
-        file = open_file(path, "xb")
+def new_event_file(run_dir: str, header: bytes) -> EventFile:
+    """A new event file of this process in ``run_dir`` (created first, if it was deleted),
+    starting with ``header``: a local file, or on an object store a stream of objects."""
+    makedirs(run_dir)
+    while True:
+        path = join(run_dir, eventfile.unique_name(time.time()))
         try:
-            file.write(header)
-        except OSError:  # a full disk: leave no empty file behind
-            file.close()
-            os.unlink(path)
-            raise
-        return file
-    scheme = path.partition("://")[0]
+            return _create_event_file(path, header)
+        except FileExistsError:
+            continue
+
+
+def _create_event_file(path: str, header: bytes) -> EventFile:
+    if not is_remote(path):
+        return eventfile.LocalEventFile(path, header)
     filesystem, key = _split(path)
 
     def put(name: str, data: bytes) -> None:
@@ -164,7 +163,7 @@ def create_event_file(path: str, header: bytes) -> Any:
     def delete(names: list[str]) -> None:
         filesystem.rm(names)
 
-    return objects.ObjectStream(
+    stream = objects.ObjectStream(
         key,
         header,
         put,
@@ -172,8 +171,9 @@ def create_event_file(path: str, header: bytes) -> Any:
         upload_secs=float(os.environ.get("TB_MONITOR_UPLOAD_SECS", 5.0)),
         deltas_per_segment=int(os.environ.get("TB_MONITOR_SEGMENT_DELTAS", 12)),
         max_buffer_bytes=int(float(os.environ.get("TB_MONITOR_UPLOAD_BUFFER_MB", 64)) * (1 << 20)),
-        name=_url(scheme, key),
+        name=path,
     )
+    return eventfile.ObjectEventFile(stream)
 
 
 def makedirs(path: str) -> None:
@@ -281,3 +281,10 @@ def run_name(logdir: str, directory: str) -> str:
     if is_remote(logdir):
         return directory.rstrip("/")[len(logdir.rstrip("/")) :].lstrip("/") or "."
     return os.path.relpath(directory, logdir).replace(os.sep, "/")
+
+
+def same_dir(a: str, b: str) -> bool:
+    """Whether two run directories are the same one (local paths resolved, URIs compared)."""
+    if is_remote(a) or is_remote(b):
+        return a.rstrip("/") == b.rstrip("/")
+    return os.path.realpath(a) == os.path.realpath(b)

@@ -56,6 +56,7 @@ __all__ = [
     "iter_scalars",
     "iter_timeline",
     "need_pandas",
+    "next_steps",
     "read_events",
     "read_scalars",
 ]
@@ -104,6 +105,18 @@ def iter_run_events(
     """Every intact ``Event`` of one run directory, file by file in TensorBoard's order."""
     for _, _, event in _iter_located_events(run_dir, report):
         yield event
+
+
+def next_steps(run_dir: str | os.PathLike[str]) -> dict[str, int]:
+    """For each tag the run directory already holds, one above its largest step (where a
+    restarted writer continues its curves: ``docs/DESIGN.md``, "Steps")."""
+    steps: dict[str, int] = {}
+    for event in iter_run_events(run_dir):
+        step = event.step + 1
+        for value in event.summary.value:
+            if steps.get(value.tag, 0) < step:
+                steps[value.tag] = step
+    return steps
 
 
 def _iter_located_events(

@@ -197,10 +197,10 @@ def iter_records_at(
 ) -> Iterator[tuple[int, bytes]]:
     """``(byte offset, data)`` of every whole record of the file at ``path``; as ``iter_records``."""
     path = os.fspath(path)
-    with fs.open_file(path, "rb") as file:
+    with fs.open_file(path) as file:
         buffer = file.read()
     size, offset = len(buffer), 0
-    unpack_length, unpack_crc, value = _LENGTH.unpack_from, _CRC.unpack_from, crc32c
+    unpack_length, unpack_crc, masked = _LENGTH.unpack_from, _CRC.unpack_from, masked_crc32c
     sound: set[bytes] = set()  # headers already checked: record lengths repeat
     while size - offset >= _HEADER:
         head = buffer[offset : offset + _HEADER]
@@ -219,8 +219,7 @@ def iter_records_at(
         if end + _FOOTER > size:
             return  # torn tail: checked before slicing, so a huge length reads nothing
         data = buffer[start:end]
-        crc = value(data)
-        if (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF == unpack_crc(buffer, end)[0]:
+        if masked(data) == unpack_crc(buffer, end)[0]:
             yield offset, data
         else:
             _log.warning("%s: corrupt record data at byte %d; skipping that record", path, offset)

@@ -1,5 +1,8 @@
 """How records become event-file bytes: protobuf wire format by hand for the hot path.
 
+``RecordEncoder`` turns a writer's queued records into framed Events, in order, and allocates
+each tag's steps; the writer only queues and hands the bytes to its event file.
+
 An ``Event`` is wall_time (field 1, double), step (field 2, varint), summary (field 5). Plain
 scalars, the bulk of what a job writes, are encoded here without building a protobuf message;
 every scalar of a tag shares the bytes after its step (its *prefix*), so only the time, step,
@@ -9,14 +12,24 @@ value and checksum are computed per record. ``encode_scalars`` is the same encod
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 from typing import Any
 
+from tb_monitor import _tensors, contract
 from tb_monitor.logdir import tfrecord
+from tb_monitor.sinks import summaries
+from tb_monitor.sinks.batching import TimelineBatcher
 
 __all__ = [
     "FILE_VERSION",
+    "SCALAR",
+    "SCALARS",
+    "SUMMARY",
+    "TEXT",
+    "TIMELINE",
+    "RecordEncoder",
     "append_scalars",
     "encode_scalars",
     "summary_record",
@@ -26,6 +39,13 @@ __all__ = [
 #: Tells TensorBoard's Python loader not to purge on step resets.
 FILE_VERSION = "brain.Event:2"
 
+# What a queued record holds, its first element: (SCALAR, tag, value, wall_time, step | None),
+# (SCALARS, {tag: value}, wall_time), (TEXT, tag, text, wall_time), (TIMELINE, tag, payload,
+# wall_time), (SUMMARY, summary, None, wall_time, step | None). ``_encoding.c`` reads SCALARs.
+SCALAR, SCALARS, TEXT, TIMELINE, SUMMARY = range(5)
+
+_log = logging.getLogger(__name__)
+
 try:  # the C twin of append_scalars; byte-identical (see _encoding.c)
     from tb_monitor.sinks._encoding import encode_scalars
 except ImportError:  # no compiler at install time, or a free-threaded build
@@ -34,11 +54,8 @@ except ImportError:  # no compiler at install time, or a free-threaded build
 _WALL_TIME = struct.Struct("<Bd")
 _FLOAT = struct.Struct("<f")
 _pack_float = _FLOAT.pack
-_CRC = struct.Struct("<I")
 _SMALL_VARINTS = [bytes((n,)) for n in range(128)]
-_crc32c = tfrecord.crc32c
-_MASK_DELTA = tfrecord.MASK_DELTA
-_header = tfrecord.header
+_frame = tfrecord.frame
 
 
 def _varint(value: int) -> bytes:
@@ -93,7 +110,7 @@ def append_scalars(
     """Frame one scalar Event per ``(tag, value)`` of ``scalars`` onto ``out``.
 
     Every scalar of a tag shares the bytes after the step (``prefixes``), and records of one
-    length share their framing header (``tfrecord.header``): only the time, step, value and the data's
+    length share their framing header (``tfrecord.frame``): only the time, step, value and the data's
     checksum are computed per record. ``step`` None means each tag's next step.
     """
     head = _WALL_TIME.pack(0x09, wall_time)
@@ -103,11 +120,7 @@ def append_scalars(
             prefix = prefixes[tag] = _scalar_prefix(tag)
         this_step = steps.get(tag, 0) if step is None else step
         steps[tag] = this_step + 1
-        data = head + _step_field(this_step) + prefix + _float32(value)
-        crc = _crc32c(data)
-        out += _header(len(data))
-        out += data
-        out += _CRC.pack((((crc >> 15) | (crc << 17)) + _MASK_DELTA) & 0xFFFFFFFF)
+        out += _frame(head + _step_field(this_step) + prefix + _float32(value))
 
 
 def summary_record(wall_time: float, step: int, summary: Any) -> bytes:
@@ -127,3 +140,95 @@ def _float32(value: float) -> bytes:
         return _pack_float(value)
     except (OverflowError, struct.error):  # beyond float32 (an int raises struct.error)
         return _pack_float(math.inf if value > 0 else -math.inf)  # what a float32 cast gives
+
+
+class RecordEncoder:
+    """A writer's records as framed Events, in order, with each tag's steps allocated.
+
+    ``next_steps`` holds each tag's next step (one above what the run directory already holds:
+    ``readers.next_steps``). Timeline records wait in a ``TimelineBatcher`` and come out of
+    ``encode_timeline`` as batches. A record that cannot be encoded (a bug: the caller checked
+    its arguments) is logged, naming ``run_dir``, and counted in ``failed``.
+    """
+
+    def __init__(self, next_steps: dict[str, int], run_dir: str) -> None:
+        self.next_steps = next_steps
+        self.failed = 0
+        self._prefixes: dict[str, bytes] = {}
+        self._batcher = TimelineBatcher()
+        self._run_dir = run_dir
+
+    def encode(self, items: list[tuple], tensors: bool = False) -> bytearray:
+        """``items`` (queued records) encoded in order; ``tensors``: some values are tensors.
+
+        Runs of plain scalars (the bulk) go to the C encoder when it is built; it hands back
+        every record it does not cover, which is encoded here in Python, one at a time.
+        """
+        if tensors:
+            _resolve_tensors(items)
+        prefixes, steps = self._prefixes, self.next_steps
+        count, out, index = len(items), bytearray(), 0
+        while index < count:
+            if encode_scalars is not None:
+                index = encode_scalars(items, index, prefixes, steps, out)
+                if index == count:
+                    break
+            item = items[index]
+            index += 1
+            try:
+                kind = item[0]
+                if kind == SCALAR:
+                    append_scalars(out, ((item[1], item[2]),), item[3], item[4], prefixes, steps)
+                elif kind == SCALARS:
+                    append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
+                elif kind == TIMELINE:
+                    self._batcher.add(item[1], item[2], item[3])
+                else:
+                    out += self._summary_record(item)
+            except Exception:
+                self.failed += 1
+                _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
+        return out
+
+    def encode_timeline(self, seal: bool = False) -> tuple[bytearray, int]:
+        """One record per timeline batch that is ready (every open run too when ``seal``), and
+        how many queued records they hold (content version 3, ``contract.encode_batch``)."""
+        out, records = bytearray(), 0
+        for batch in self._batcher.take(seal):
+            kind = contract.kind_of_tag(batch.tag)
+            index = contract.encode_batch(batch.times, batch.payload_ids)
+            summary = summaries.timeline_batch_summary(kind, index, batch.payloads)
+            step = self.next_steps.get(batch.tag, 0)
+            self.next_steps[batch.tag] = step + 1
+            out += summary_record(batch.times[0], step, summary)
+            records += len(batch.times)
+        return out, records
+
+    def clear(self) -> None:
+        """Forget the timeline records waiting for their batch (a forked child's copy)."""
+        self._batcher.clear()
+
+    def _summary_record(self, item: tuple) -> bytes:
+        """A text or prebuilt summary record, built with TensorBoard's protos."""
+        kind, tag_or_summary, payload, wall_time, *step = item
+        if kind == TEXT:
+            tag, summary = tag_or_summary, summaries.text_summary(tag_or_summary, payload)
+        else:
+            summary, tag = tag_or_summary, tag_or_summary.value[0].tag
+        this_step = self.next_steps.get(tag, 0) if not step or step[0] is None else step[0]
+        self.next_steps[tag] = this_step + 1
+        return summary_record(wall_time, this_step, summary)
+
+
+def _resolve_tensors(items: list[tuple]) -> None:
+    """Replace the tensor values of scalar ``items`` by floats, one device copy per batch."""
+    found = [
+        i
+        for i, item in enumerate(items)
+        if item[0] == SCALAR and type(item[2]) is not float and type(item[2]) is not int
+    ]
+    if not found:
+        return
+    values = _tensors.resolve([items[i][2] for i in found])
+    for i, value in zip(found, values, strict=True):
+        items[i] = (*items[i][:2], value, *items[i][3:])

@@ -2,7 +2,7 @@
 
 Each test runs a real process on real files; the faults are the operating system's own (a file
 size limit standing in for a full disk, a deleted or read-only directory), or, for a stalled
-store, a file object whose write blocks (the writer's I/O boundary only).
+store, an event file whose write blocks (the writer's I/O boundary only).
 """
 
 from __future__ import annotations
@@ -146,13 +146,13 @@ def test_a_stalled_store_costs_the_caller_nothing_and_loses_nothing_within_the_q
         writer = AsyncWriter(sys.argv[1], flush_secs=0.05)
         writer.add_scalar("x", -1.0)
         writer.flush()
-        real_write, stall = writer._file.write, threading.Event()
-        def slow_write(data):
+        real_write, stall = writer.file.write, threading.Event()
+        def slow_write(data, records):
             if not stall.is_set():
                 stall.set()
                 time.sleep(3)
-            return real_write(data)
-        writer._file.write = slow_write  # the I/O boundary only
+            return real_write(data, records)
+        writer.file.write = slow_write  # the I/O boundary only
         slowest = 0.0
         for i in range(20000):
             start = time.perf_counter()
@@ -178,8 +178,8 @@ def test_a_stalled_store_bounds_memory_and_counts_what_it_drops(tmp_path):
         writer = AsyncWriter(sys.argv[1], flush_secs=0.05, max_queue=1000)
         writer.add_scalar("x", -1.0)
         writer.flush()
-        real_write, release = writer._file.write, threading.Event()
-        writer._file.write = lambda data: (release.wait(), real_write(data))[1]
+        real_write, release = writer.file.write, threading.Event()
+        writer.file.write = lambda data, records: (release.wait(), real_write(data, records))[1]
         longest, start_all = 0.0, time.perf_counter()
         for i in range(5000):
             start = time.perf_counter()
@@ -208,7 +208,7 @@ def test_exit_is_bounded_when_storage_hangs(tmp_path):
         import sys, threading
         from tb_monitor.sinks.writer import AsyncWriter
         writer = AsyncWriter(sys.argv[1], flush_secs=0.05)
-        writer._file.write = lambda data: threading.Event().wait()  # hangs forever
+        writer.file.write = lambda data, records: threading.Event().wait()  # hangs forever
         writer.add_scalar("x", 1.0)
         print("exiting", flush=True)
     """
@@ -303,11 +303,11 @@ def test_a_sigterm_during_close_waits_for_the_records_on_their_way(tmp_path):
         import os, signal, sys, threading, time
         from tb_monitor.sinks.writer import AsyncWriter
         writer = AsyncWriter(sys.argv[1], flush_secs=3600)
-        real_write = writer._file.write
-        def slow_write(data):
+        real_write = writer.file.write
+        def slow_write(data, records):
             time.sleep(1.0)  # storage takes a while; the SIGTERM comes meanwhile
-            return real_write(data)
-        writer._file.write = slow_write
+            return real_write(data, records)
+        writer.file.write = slow_write
         writer.add_scalar("final_failure", 1.0)
         threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM)).start()
         writer.close()
