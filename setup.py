@@ -1,19 +1,28 @@
 """Only the optional C accelerators live here; the metadata is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and tb_monitor uses its
-pure-Python accumulator, encoder and step hook (identical behaviour and bytes).
+pure-Python accumulator, encoder and step hook (identical behaviour and bytes). All three share
+``tb_monitor/_module.h``, their module init.
 """
 
 from setuptools import Extension, setup
 
+
+def _accelerator(name: str) -> Extension:
+    """The optional extension ``tb_monitor.<name>``, built from ``tb_monitor/<name>.c``."""
+    return Extension(
+        f"tb_monitor.{name}",
+        [f"tb_monitor/{name.replace('.', '/')}.c"],
+        include_dirs=["tb_monitor"],
+        depends=["tb_monitor/_module.h"],
+        optional=True,
+    )
+
+
 setup(
     ext_modules=[
-        Extension("tb_monitor._accumulator", ["tb_monitor/_accumulator.c"], optional=True),
-        Extension("tb_monitor.sinks._encoding", ["tb_monitor/sinks/_encoding.c"], optional=True),
-        Extension(
-            "tb_monitor.integrations._stepclock",
-            ["tb_monitor/integrations/_stepclock.c"],
-            optional=True,
-        ),
+        _accelerator("_accumulator"),
+        _accelerator("sinks._encoding"),
+        _accelerator("integrations._stepclock"),
     ],
 )

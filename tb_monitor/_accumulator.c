@@ -4,7 +4,7 @@
  * method runs without releasing the GIL between reading and updating its fields, so on a GIL
  * build each call is atomic and many threads can add to one Stat without a lock. Free-threaded
  * builds (Py_GIL_DISABLED) get an empty module and tb_monitor uses its pure-Python accumulator,
- * which has the same behaviour (tb_monitor/_stat.py: _PyAccumulator).
+ * which has the same behaviour (tb_monitor/_accumulators.py: PyAccumulator).
  *
  * tb_monitor.Stat subclasses it (so stat.add is this C method) and provides two hooks, called
  * with the GIL held:
@@ -14,6 +14,8 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "_module.h"
 
 #ifndef Py_GIL_DISABLED
 
@@ -95,7 +97,8 @@ conversion_error(Accumulator *self, PyObject *value)
 }
 
 /* An int or float sample as a double; an int too large for a double is an error naming the
- * Stat. Every other value went to the Stat's _add_object (tb_monitor/_stat.py: _as_float). */
+ * Stat. Every other value went to the Stat's _add_object (tb_monitor/_accumulators.py:
+ * as_float). */
 static int
 as_double(Accumulator *self, PyObject *value, double *out)
 {
@@ -324,28 +327,16 @@ static struct PyModuleDef accumulator_module = {
 PyMODINIT_FUNC
 PyInit__accumulator(void)
 {
-    PyObject *module = PyModule_Create(&accumulator_module);
-    if (module == NULL) {
-        return NULL;
-    }
 #ifdef Py_GIL_DISABLED
     /* No Accumulator here: its atomicity relies on the GIL. */
-    PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED);
+    return tb_monitor_module(&accumulator_module, NULL);
 #else
     str_on_cap = PyUnicode_InternFromString("_on_cap");
     str_revive = PyUnicode_InternFromString("_revive");
     str_add_object = PyUnicode_InternFromString("_add_object");
-    if (str_on_cap == NULL || str_revive == NULL || str_add_object == NULL ||
-        PyType_Ready(&AccumulatorType) < 0) {
-        Py_DECREF(module);
+    if (str_on_cap == NULL || str_revive == NULL || str_add_object == NULL) {
         return NULL;
     }
-    Py_INCREF(&AccumulatorType);
-    if (PyModule_AddObject(module, "Accumulator", (PyObject *)&AccumulatorType) < 0) {
-        Py_DECREF(&AccumulatorType);
-        Py_DECREF(module);
-        return NULL;
-    }
+    return tb_monitor_module(&accumulator_module, &AccumulatorType);
 #endif
-    return module;
 }

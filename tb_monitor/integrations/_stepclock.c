@@ -14,6 +14,8 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_module.h"
+
 #if defined(__linux__) && !defined(Py_GIL_DISABLED)
 #define HAVE_STEPCLOCK 1
 #include <time.h>
@@ -196,24 +198,9 @@ static struct PyModuleDef stepclock_module = {
 PyMODINIT_FUNC
 PyInit__stepclock(void)
 {
-    PyObject *module = PyModule_Create(&stepclock_module);
-    if (module == NULL) {
-        return NULL;
-    }
-#ifdef Py_GIL_DISABLED
-    PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED);
-#endif
 #ifdef HAVE_STEPCLOCK
-    if (PyType_Ready(&StepClockType) < 0) {
-        Py_DECREF(module);
-        return NULL;
-    }
-    Py_INCREF(&StepClockType);
-    if (PyModule_AddObject(module, "StepClock", (PyObject *)&StepClockType) < 0) {
-        Py_DECREF(&StepClockType);
-        Py_DECREF(module);
-        return NULL;
-    }
+    return tb_monitor_module(&stepclock_module, &StepClockType);
+#else
+    return tb_monitor_module(&stepclock_module, NULL);
 #endif
-    return module;
 }

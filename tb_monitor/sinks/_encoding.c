@@ -24,6 +24,8 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "_module.h"
+
 #ifndef Py_GIL_DISABLED /* atomic per call only with the GIL: encoding.py covers these builds */
 
 #if PY_VERSION_HEX < 0x030B0000 /* public names since 3.11 */
@@ -250,14 +252,8 @@ static struct PyModuleDef encoding_module = {
 PyMODINIT_FUNC
 PyInit__encoding(void)
 {
-    PyObject *module = PyModule_Create(&encoding_module);
-    if (module == NULL) {
-        return NULL;
-    }
-#ifdef Py_GIL_DISABLED
-    PyUnstable_Module_SetGIL(module, Py_MOD_GIL_NOT_USED);
-#else
+#ifndef Py_GIL_DISABLED
     crc32c_init();
 #endif
-    return module;
+    return tb_monitor_module(&encoding_module, NULL);
 }
