@@ -2,7 +2,8 @@
 
 The top level is the ``torch.monitor``-compatible surface (``Aggregation``, ``Stat``, ``Event``,
 ``log_event``, ``register_event_handler``, ...) plus ``init(logdir)``, which wires every API to
-TensorBoard, and the notebook readers ``read_scalars`` / ``read_events``.
+TensorBoard and to any other ``Sink`` given, and the notebook readers ``read_scalars`` /
+``read_events``.
 
     >>> import tb_monitor
     >>> with tb_monitor.init("runs/exp1"):
@@ -21,6 +22,7 @@ __all__ = [
     "MIN",
     "STAT_EVENT",
     "SUM",
+    "Sink",
     "VALUE",
     "Aggregation",
     "Event",
@@ -51,6 +53,7 @@ _LAZY = {
     "register_event_handler": "tb_monitor._event",
     "unregister_event_handler": "tb_monitor._event",
     "TensorboardEventHandler": "tb_monitor.sinks",
+    "Sink": "tb_monitor.sinks.base",
     "STAT_EVENT": "tb_monitor.contract",
     "step": "tb_monitor.integrations.rank_health",
     "_WaitCounter": "tb_monitor._wait_counter",
@@ -76,6 +79,7 @@ if TYPE_CHECKING:
     from tb_monitor.logdir.readers import read_events, read_scalars
     from tb_monitor.monitor import init
     from tb_monitor.sinks import TensorboardEventHandler
+    from tb_monitor.sinks.base import Sink
 
 
 #: torch.monitor exports the aggregations at module level too.

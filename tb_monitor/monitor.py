@@ -1,21 +1,25 @@
-"""``tb_monitor.init(logdir)``: one call that wires every tb_monitor API to one TensorBoard writer.
+"""``tb_monitor.init(logdir)``: one call that wires every tb_monitor API to its sinks.
 
     >>> import tb_monitor
     >>> from tb_monitor.elastic import metrics
-    >>> with tb_monitor.init("runs/exp1") as monitor:
+    >>> with tb_monitor.init("runs/exp1", sinks=[my_sink]) as monitor:
     ...     metrics.put_metric("loss", 1, "train")
 
-Monitor events, the default metric handler for every group, and the events destinations
-``"tensorboard"`` and ``"dynamic_rendezvous"`` all go to one ``AsyncWriter``. Inside a torchelastic
-worker the run directory is ``<run id>/rank-<RANK>`` under ``logdir``; elsewhere ``logdir`` itself.
-``Monitor.close()`` undoes every registration that is still ours, restoring what was there before.
+A ``Monitor`` holds a list of sinks (``tb_monitor.sinks.Sink``): the ``TensorboardSink`` first,
+unless ``tensorboard=False``, then those given. ``init`` registers one handler per registry
+(monitor events, the default metric handler for every group, the events destinations
+``"tensorboard"`` and ``"dynamic_rendezvous"``, and with ``torch=True`` torch's own) that hands
+each record to every sink (``sinks.fanout``). Inside a torchelastic worker the run directory is
+``<run id>/rank-<RANK>`` under ``logdir``; elsewhere ``logdir`` itself. ``Monitor.close()``
+undoes every registration that is still ours, restoring what was there before, and closes the
+sinks.
 
 One monitor is active at a time: calling ``init`` again (a notebook cell run twice) closes the
 open monitor first and logs a warning saying so, so nothing is recorded twice. The exception is
 the monitor ``tb-monitor run`` opens in each worker before the training script runs
 (``init_automatic``): the script's own ``init`` adopts it silently (see ``init``).
 
-``torch=True`` also installs the same sinks into the real torch APIs (``torch.monitor``,
+``torch=True`` also installs the same handlers into the real torch APIs (``torch.monitor``,
 ``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.integrations.torch``). Inside
 a torchelastic worker the worker's own start, exception and exit are recorded as well
 (``tb_monitor.integrations.worker``).
@@ -26,20 +30,19 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
-from typing import Literal
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, NamedTuple
 
-from tb_monitor import _env, _event, _stat, contract
+from tb_monitor import _env, _stat, contract
 from tb_monitor.elastic import events
-from tb_monitor.elastic.metrics import api as metrics
 from tb_monitor.integrations import worker
 from tb_monitor.logdir import fs
-from tb_monitor.sinks import (
-    AsyncWriter,
-    TensorboardEventHandler,
-    TensorboardLoggingHandler,
-    TensorboardMetricHandler,
-)
+from tb_monitor.sinks import fanout
+from tb_monitor.sinks.base import Sink
+from tb_monitor.sinks.fanout import Fanout
+from tb_monitor.sinks.prometheus import PROMETHEUS_ENV
+from tb_monitor.sinks.tensorboard import TensorboardSink
+from tb_monitor.sinks.writer import AsyncWriter
 
 __all__ = ["DESTINATIONS", "Monitor", "init", "init_automatic"]
 
@@ -52,33 +55,46 @@ _active: Monitor | None = None  # the monitor init() returned last, until it is 
 
 
 class Monitor:
-    """What ``init`` set up: its writer, and the undo of every registration it made."""
+    """What ``init`` set up: its sinks, and the undo of every registration it made."""
 
     def __init__(
-        self, logdir: str, writer: AsyncWriter, settings: dict[str, object] | None = None
+        self,
+        logdir: str | None,
+        run_dir: str,
+        sinks: Sequence[Sink],
+        settings: dict[str, object] | None = None,
     ) -> None:
         self._logdir = logdir
-        self._writer = writer
-        self._settings = settings or {}  # the writer's, as init was given them
+        self._run_dir = run_dir
+        self._fanout = Fanout(sinks)
+        self._settings = settings or {}  # the TensorBoard writer's, as init was given them
         self._undo: list[Callable[[], None]] = []
+        self._unwire: Callable[[], None] | None = None  # undoes the sinks' registrations
+        self._torch = False
         self._closed = False
         self._automatic = False
         self._rank_health: Callable[[], None] | None = None  # its recorder's close, if recording
 
     @property
-    def logdir(self) -> str:
+    def logdir(self) -> str | None:
         """The logdir given to ``init`` (TensorBoard's ``--logdir``)."""
         return self._logdir
 
     @property
     def run_dir(self) -> str:
         """The run directory this process writes to."""
-        return self._writer.run_dir
+        return self._run_dir
 
     @property
-    def writer(self) -> AsyncWriter:
-        """The writer every API is wired to."""
-        return self._writer
+    def sinks(self) -> tuple[Sink, ...]:
+        """Where every record goes, in order (the ``TensorboardSink`` first, unless replaced)."""
+        return self._fanout.sinks
+
+    @property
+    def writer(self) -> AsyncWriter | None:
+        """The TensorBoard sink's writer (None when ``init(tensorboard=False)``)."""
+        sink = next((s for s in self.sinks if isinstance(s, TensorboardSink)), None)
+        return None if sink is None else sink.writer
 
     @property
     def automatic(self) -> bool:
@@ -91,16 +107,20 @@ class Monitor:
         """Whether ``close()`` was called (also by a later ``init``)."""
         return self._closed
 
+    def drops(self, sink: Sink) -> int:
+        """How many records ``sink`` raised on (and so lost)."""
+        return self._fanout.drops(sink)
+
     def flush(self) -> None:
-        """Write everything recorded so far to disk (see ``AsyncWriter.flush``)."""
-        self._writer.flush()
+        """Hand everything recorded so far on (the TensorBoard sink writes it to disk)."""
+        self._fanout.flush()
 
     def close(self) -> None:
-        """End live Stats' windows, undo every registration (latest first), then flush and close
-        the writer. Idempotent.
+        """End live Stats' windows, undo every registration (latest first), then close every
+        sink. Idempotent.
 
-        Each step runs even if an earlier one failed, and the writer is always closed; the
-        first error is raised afterwards (later ones are logged).
+        Each step runs even if an earlier one failed, and every sink is closed; the first error
+        is raised afterwards (later ones are logged).
         """
         global _active
         if self._closed:
@@ -109,26 +129,20 @@ class Monitor:
         with _active_lock:
             if _active is self:
                 _active = None
-        error: BaseException | None = None
         # Stats made inside `with init(...)` usually outlive it: their pending windows belong to
-        # this monitor, so end them while its handler is still registered.
+        # this monitor, so end them while its handlers are still registered.
         _stat.end_windows()
-        while self._undo:
-            undo = self._undo.pop()
+        steps = [*reversed(self._undo), *(sink.close for sink in self.sinks)]
+        self._undo.clear()
+        error: BaseException | None = None
+        for step in steps:
             try:
-                undo()
+                step()
             except Exception as exc:
                 if error is None:
                     error = exc
                 else:
-                    _log.exception("tb_monitor: closing %r: undoing %r failed", self, undo)
-        try:
-            self._writer.close()
-        except Exception as exc:
-            if error is None:
-                error = exc
-            else:
-                _log.exception("tb_monitor: closing %r: closing the writer failed", self)
+                    _log.exception("tb_monitor: closing %r: %r failed", self, step)
         if error is not None:
             raise error
 
@@ -141,62 +155,30 @@ class Monitor:
     def __repr__(self) -> str:
         return f"<Monitor run_dir={self.run_dir!r}>"
 
-    def _register_event_handler(self, handler: TensorboardEventHandler) -> None:
-        handle = _event.register_event_handler(handler)
-        self._undo.append(lambda: _event.unregister_event_handler(handle))
+    def _wire(self, torch: bool) -> None:
+        """Register one handler per registry for all the sinks (torch's registries too)."""
+        self._torch = torch
+        self._unwire = fanout.install(self._fanout.handlers(), DESTINATIONS, torch=torch)
+        self._undo.append(self._undo_wiring)
 
-    def _configure_metrics(self, handler: TensorboardMetricHandler) -> None:
-        previous = metrics.default_handler()
-        metrics.configure(handler)
+    def _undo_wiring(self) -> None:
+        unwire, self._unwire = self._unwire, None
+        if unwire is not None:
+            unwire()
 
-        def undo() -> None:
-            if metrics.default_handler() is handler:  # not replaced since
-                metrics.configure(previous)
-
-        self._undo.append(undo)
-
-    def _register_destination(self, name: str, handler: TensorboardLoggingHandler) -> None:
-        try:
-            previous: logging.Handler | None = events.get_logging_handler(name)
-        except events.UnknownDestinationError:
-            previous = None
-        events.register_destination(name, handler)
-
-        def undo() -> None:
-            try:
-                if events.get_logging_handler(name) is not handler:
-                    return  # replaced (or removed) since: not ours to undo
-            except events.UnknownDestinationError:
-                return
-            if previous is None:
-                events.unregister_destination(name)
-            else:
-                events.register_destination(name, previous)
-
-        self._undo.append(undo)
-
-    def _bridge_torch(
-        self,
-        event_handler: TensorboardEventHandler,
-        metric_handler: TensorboardMetricHandler,
-        logging_handler: TensorboardLoggingHandler,
-    ) -> None:
-        from tb_monitor.integrations import torch as torch_bridge  # imports torch: only if asked
-
-        bridge = torch_bridge.install(
-            logging_handler=logging_handler,
-            metric_handler=metric_handler,
-            monitor_handler=event_handler,
-            destinations=DESTINATIONS,
-        )
-        self._undo.append(bridge.close)
+    def _add_sinks(self, sinks: Sequence[Sink]) -> None:
+        """Wire ``sinks`` in after the ones there, in place of the current registrations."""
+        if self._unwire is not None:
+            self._unwire()
+        self._fanout = Fanout([*self.sinks, *sinks])
+        self._unwire = fanout.install(self._fanout.handlers(), DESTINATIONS, torch=self._torch)
 
     def _record_rank_health(self) -> None:
         from datetime import timedelta
 
         from tb_monitor.integrations.rank_health import RankHealth  # its install imports torch
 
-        window = _env.seconds("TB_MONITOR_RANK_WINDOW_S", 10.0)
+        window = _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
         heartbeat = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
         recorder = RankHealth(
             window=timedelta(seconds=window),
@@ -210,22 +192,28 @@ class Monitor:
         hooks = worker.install(lambda event: events.record(event, "tensorboard"), self.flush)
         self._undo.append(hooks.close)
 
-    def _adopt(
-        self, run_dir: str, settings: dict[str, object], rank_health: bool | None
-    ) -> Monitor:
-        """Hand this automatic monitor to the script's ``init``, which asked for ``run_dir``,
-        ``settings`` and ``rank_health``; warn once about what it keeps as it is.
+    def _adopt(self, request: _Request) -> Monitor:
+        """Hand this automatic monitor to the script's ``init``, which asked for ``request``;
+        add the sinks it asks for, and warn once about what it keeps as it is.
 
         Its rank health is not stopped for ``rank_health=False``: the script may hold
         ``torch.distributed`` functions wrapped before it ran, which must keep working.
         """
+        settings = request.settings
         ignored = [name for name, value in settings.items() if self._settings.get(name) != value]
-        if not _same_dir(run_dir, self.run_dir):
+        if not fs.same_dir(request.run_dir, self.run_dir):
             ignored.insert(0, "logdir")
-        if rank_health is False and self._rank_health is not None:
+        if not request.tensorboard:
+            ignored.append("tensorboard=False")
+        if request.rank_health is False and self._rank_health is not None:
             ignored.append("rank_health=False")
-        elif rank_health and self._rank_health is None:
+        elif request.rank_health and self._rank_health is None:
             self._record_rank_health()
+        sinks = list(request.sinks)
+        if request.prometheus_port is not None:  # the environment's is there already
+            sinks += _prometheus_sinks(request.prometheus_port)
+        if sinks:
+            self._add_sinks(sinks)
         if ignored:
             _log.warning(
                 "tb_monitor.init: ignoring %s: tb-monitor run opened this worker's monitor before "
@@ -238,6 +226,20 @@ class Monitor:
         return self
 
 
+class _Request(NamedTuple):
+    """What one ``init`` call asks for, checked."""
+
+    logdir: str | None
+    run_dir: str
+    settings: dict[str, object]  # the TensorBoard writer's
+    tensorboard: bool
+    sinks: list[Sink]  # besides TensorBoard and Prometheus
+    prometheus: bool  # a PrometheusSink: prometheus_port given, or $TB_MONITOR_PROMETHEUS set
+    prometheus_port: int | None
+    torch: bool
+    rank_health: bool | None
+
+
 def init(
     logdir: str | os.PathLike[str] | None = None,
     *,
@@ -246,67 +248,140 @@ def init(
     when_full: Literal["block", "drop"] = "block",
     torch: bool = False,
     rank_health: bool | None = None,
+    sinks: Iterable[Sink] = (),
+    tensorboard: bool = True,
+    prometheus_port: int | None = None,
 ) -> Monitor:
-    """Write every tb_monitor API to TensorBoard under ``logdir`` (default ``$TB_MONITOR_LOGDIR``).
+    """Write every tb_monitor API to TensorBoard under ``logdir`` (default ``$TB_MONITOR_LOGDIR``),
+    and to ``sinks``.
 
-    ``flush_secs``, ``max_queue`` and ``when_full`` configure the ``AsyncWriter``. Fails with an
-    error naming ``logdir`` when it cannot be created or written. ``torch=True`` wires the real
-    torch APIs too (it imports torch), and records this rank's step and collective timing for
-    straggler and hang detection (``integrations.rank_health``; ``rank_health=False`` or
-    ``$TB_MONITOR_RANK_HEALTH=0`` turns that part off). A monitor still open from an earlier ``init`` is closed
-    first (with a warning), so re-running a notebook cell records everything once.
+    ``flush_secs``, ``max_queue`` and ``when_full`` configure the TensorBoard sink's
+    ``AsyncWriter``. Fails with an error naming ``logdir`` when it cannot be created or written.
+    ``sinks`` (objects with the ``tb_monitor.sinks.Sink`` methods) get every record too, after
+    TensorBoard; ``tensorboard=False`` leaves TensorBoard out, so ``sinks`` replace it (no
+    logdir needed then). ``prometheus_port`` adds a ``PrometheusSink`` serving ``/metrics`` on
+    that port (needs ``prometheus_client``: ``pip install 'tb-monitor[prometheus]'``). A sink
+    that raises is isolated: one warning names it, ``Monitor.drops`` counts what it lost.
+
+    ``torch=True`` wires the real torch APIs too (it imports torch) and records this rank's step
+    and collective timing (``integrations.rank_health``; ``rank_health=False`` or
+    ``$TB_MONITOR_RANK_HEALTH=0`` turns that off). A monitor still open from an earlier ``init``
+    is closed first (with a warning): a notebook cell run twice records everything once.
 
     In a worker that ``tb-monitor run`` started, a monitor is already open (``init_automatic``,
     before the script ran): ``init`` adopts it silently and returns it, so a script that calls
     ``init`` itself records nothing twice. It keeps its run directory, writer settings and rank
-    health; a different ``logdir``, ``flush_secs``, ``max_queue`` or ``when_full``, or
-    ``rank_health=False``, is ignored with a warning (``tb-monitor run --no-worker-init`` leaves
-    opening the monitor to the script).
+    health, and adds ``sinks``; a different ``logdir``, ``flush_secs``, ``max_queue`` or
+    ``when_full``, ``tensorboard=False`` or ``rank_health=False`` is ignored with a warning
+    (``tb-monitor run --no-worker-init`` leaves opening the monitor to the script).
     """
     global _active
-    if logdir is None:
-        logdir = os.environ.get(contract.LOGDIR_ENV)
-        if not logdir:
-            raise ValueError(
-                f"tb_monitor.init needs a logdir: pass one, or set ${contract.LOGDIR_ENV}"
-            )
-    logdir = os.fspath(logdir)
-    run = contract.run_name_from_env()
-    run_dir = fs.join(logdir, run) if run else logdir
-    settings: dict[str, object] = {
-        "flush_secs": flush_secs,
-        "max_queue": max_queue,
-        "when_full": when_full,
-    }
+    settings = {"flush_secs": flush_secs, "max_queue": max_queue, "when_full": when_full}
+    request = _request(logdir, settings, tensorboard, sinks, prometheus_port, torch, rank_health)
     with _active_lock:
         previous = _active
         automatic = previous is not None and previous._automatic
         if automatic:
             previous._automatic = False  # the script's own from now on
     if automatic:
-        return previous._adopt(run_dir, settings, rank_health)
+        return previous._adopt(request)
     if previous is not None:
         _log.warning(
             "tb_monitor.init: closing the monitor already open (%s) before opening %s",
             previous.run_dir,
-            run_dir,
+            request.run_dir,
         )
         try:
             previous.close()
         except Exception:  # its errors are its own; the new monitor can still work
             _log.exception("tb_monitor.init: closing the previous monitor failed")
-    writer = AsyncWriter(run_dir, flush_secs=flush_secs, max_queue=max_queue, when_full=when_full)
-    monitor = Monitor(logdir, writer, settings)
+    monitor = _open(request)
+    with _active_lock:
+        _active = monitor
+    return monitor
+
+
+def _request(
+    logdir: str | os.PathLike[str] | None,
+    settings: dict[str, object],
+    tensorboard: object,
+    sinks: Iterable[Sink],
+    prometheus_port: int | None,
+    torch: bool,
+    rank_health: bool | None,
+) -> _Request:
+    """``init``'s arguments checked (a bad one is an error naming it), with its run directory."""
+    if not isinstance(tensorboard, bool):
+        raise TypeError(f"tb_monitor.init: tensorboard must be True or False, got {tensorboard!r}")
+    if isinstance(sinks, (str, bytes)) or not isinstance(sinks, Iterable):
+        raise TypeError(f"tb_monitor.init: sinks must be a list of sinks, got {sinks!r}")
+    extra = list(sinks)
+    for sink in extra:
+        if not isinstance(sink, Sink):
+            raise TypeError(
+                f"tb_monitor.init: {sink!r} is not a sink: a sink has the methods window, "
+                "metric, event, timeline, flush and close (tb_monitor.sinks.Sink)"
+            )
+    if prometheus_port is not None and (
+        isinstance(prometheus_port, bool)
+        or not isinstance(prometheus_port, int)
+        or not 0 <= prometheus_port <= 65535
+    ):
+        raise ValueError(
+            f"tb_monitor.init: prometheus_port must be a port number, got {prometheus_port!r}"
+        )
+    prometheus = prometheus_port is not None or bool(os.environ.get(PROMETHEUS_ENV))
+    if logdir is None:
+        logdir = os.environ.get(contract.LOGDIR_ENV)
+        if not logdir and tensorboard:
+            raise ValueError(
+                f"tb_monitor.init needs a logdir: pass one, or set ${contract.LOGDIR_ENV}"
+            )
+    if not tensorboard and not extra and not prometheus:
+        raise ValueError("tb_monitor.init(tensorboard=False) needs sinks to write to")
+    logdir = os.fspath(logdir) if logdir else None
+    run = contract.run_name_from_env()
+    run_dir = (fs.join(logdir, run) if run else logdir) if logdir else ""
+    return _Request(
+        logdir,
+        run_dir,
+        settings,
+        tensorboard,
+        extra,
+        prometheus,
+        prometheus_port,
+        torch,
+        rank_health,
+    )
+
+
+def _prometheus_sinks(port: int | None) -> list[Sink]:
+    """The Prometheus sink serving ``port``, or (None) the one ``tb-monitor run
+    --prometheus-port`` asks its workers for through the environment, which is left out with a
+    warning where prometheus_client is missing."""
+    from tb_monitor.sinks.prometheus import PrometheusSink  # prometheus_client: only if asked
+
     try:
-        event_handler = TensorboardEventHandler(writer)
-        monitor._register_event_handler(event_handler)
-        metric_handler = TensorboardMetricHandler(writer)
-        monitor._configure_metrics(metric_handler)
-        logging_handler = TensorboardLoggingHandler(writer)
-        for name in DESTINATIONS:
-            monitor._register_destination(name, logging_handler)
-        if torch:
-            monitor._bridge_torch(event_handler, metric_handler, logging_handler)
+        return [PrometheusSink(port=port)]
+    except ImportError as exc:
+        if port is not None:
+            raise
+        _log.warning("tb_monitor: this process's Prometheus series are left out: %s", exc)
+        return []
+
+
+def _open(request: _Request) -> Monitor:
+    """A new monitor for ``request``: its sinks opened and wired, rank health, worker hooks."""
+    sinks = list(request.sinks)
+    if request.prometheus:
+        sinks += _prometheus_sinks(request.prometheus_port)
+    if request.tensorboard:
+        sinks.insert(0, TensorboardSink(request.run_dir, **request.settings))
+    monitor = Monitor(request.logdir, request.run_dir, sinks, request.settings)
+    try:
+        monitor._wire(request.torch)
+        if request.torch:
+            rank_health = request.rank_health
             if rank_health is None:
                 rank_health = _env.flag("TB_MONITOR_RANK_HEALTH", True)
             if rank_health:
@@ -316,8 +391,6 @@ def init(
     except BaseException:
         monitor.close()
         raise
-    with _active_lock:
-        _active = monitor
     return monitor
 
 
@@ -330,9 +403,3 @@ def init_automatic() -> Monitor:
     monitor = init(torch=True)
     monitor._automatic = True
     return monitor
-
-
-def _same_dir(a: str, b: str) -> bool:
-    if fs.is_remote(a) or fs.is_remote(b):
-        return a.rstrip("/") == b.rstrip("/")
-    return os.path.realpath(a) == os.path.realpath(b)

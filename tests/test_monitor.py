@@ -10,6 +10,7 @@ import textwrap
 from datetime import datetime, timedelta
 
 import pytest
+from conftest import need
 
 import tb_monitor
 from tb_monitor import contract
@@ -104,21 +105,28 @@ def test_torchelastic_worker_writes_its_rank_run(logdir):
 
 
 def test_worker_monitor_closed_off_the_main_thread_undoes_everything(logdir):
-    """A worker's monitor closed from another thread unregisters all and closes its writer."""
+    """A worker's monitor closed from another thread unregisters all and closes its sinks."""
     script = """
         import sys, threading
+        from datetime import datetime
         import tb_monitor
-        from tb_monitor import _event
         from tb_monitor.elastic import events
-        monitor = tb_monitor.init(sys.argv[1])
+        from tb_monitor.testing import MemorySink
+        memory = MemorySink()
+        monitor = tb_monitor.init(sys.argv[1], sinks=[memory])
         closer = threading.Thread(target=monitor.close)
         closer.start()
         closer.join()
-        print(len(_event._handlers), monitor.writer.closed, "tensorboard" in events.handlers._log_handlers)
+        tb_monitor.log_event(tb_monitor.Event("after", datetime.now(), {}))
+        try:
+            events.get_logging_handler("tensorboard")
+        except events.UnknownDestinationError:
+            print("unregistered", end=" ")
+        print(len(memory.events), memory.closes, monitor.writer.closed)
     """
     done = run_python(script, str(logdir), **WORKER_ENV)
     assert (done.returncode, done.stderr) == (0, "")
-    assert done.stdout.split() == ["0", "True", "False"]
+    assert done.stdout.split() == ["unregistered", "0", "1", "True"]
 
 
 def test_a_failing_undo_still_closes_the_writer_and_raises(logdir, monkeypatch):
@@ -209,3 +217,27 @@ def test_close_logs_the_pending_window_of_a_stat_that_outlives_it(logdir):
         assert points == [("loss.max", 2.5)]
     finally:
         loss.close()
+
+
+def test_adopting_the_automatic_monitor_adds_the_scripts_sinks(logdir):
+    """The script's ``init(sinks=[...])`` in a ``tb-monitor run`` worker keeps the automatic
+    monitor and adds its sinks: they get records next to TensorBoard, and no warning."""
+    need("torch")
+    script = """
+        import sys
+        import tb_monitor
+        from tb_monitor.elastic import metrics
+        from tb_monitor.monitor import init_automatic
+        from tb_monitor.testing import MemorySink
+        automatic = init_automatic()
+        memory = MemorySink()
+        own = tb_monitor.init(sinks=[memory])
+        metrics.put_metric("x", 5, "g")
+        own.close()
+        print(own is automatic, [m.value for m in memory.metrics], memory.closes)
+    """
+    env = {**WORKER_ENV, contract.LOGDIR_ENV: str(logdir), "TB_MONITOR_RANK_HEALTH": "0"}
+    done = run_python(script, **env)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.split() == ["True", "[5]", "1"]
+    assert [(p.tag, p.value) for p in readers.iter_scalars(logdir)] == [("g/x", 5.0)]

@@ -2,8 +2,9 @@
 
 torch keeps its registries as module globals without getters or an undo, so each function here
 installs one thing and returns a callable that puts back exactly what was there before.
-``install`` does all three for one writer, which is what ``tb-monitor run`` (inside the agent)
-and ``tb_monitor.init(logdir, torch=True)`` use.
+``install`` does all three for one set of handlers: the fan-out to a monitor's sinks
+(``tb_monitor.sinks.fanout``), which is what ``tb-monitor run`` (inside the agent) and
+``tb_monitor.init(logdir, torch=True)`` install.
 
 Imported only when asked: it imports torch.
 """
@@ -173,7 +174,8 @@ def install(
     monitor_handler: Callable[[Event], Any] | None = None,
     destinations: Iterable[str] = DEFAULT_DESTINATIONS,
 ) -> TorchBridge:
-    """Install our sinks into torch: events destinations, the default metric handler, torch.monitor.
+    """Install our handlers into torch: events destinations, the default metric handler,
+    torch.monitor.
 
     Each handler given is installed; one left as None is not (the agent has no torch.monitor
     Stats to capture, for instance).

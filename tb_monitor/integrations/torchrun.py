@@ -18,7 +18,9 @@ import argparse
 import contextlib
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -27,7 +29,9 @@ from tb_monitor import contract
 from tb_monitor.integrations import bootstrap
 from tb_monitor.integrations.torch import install
 from tb_monitor.logdir import fs
-from tb_monitor.sinks import AsyncWriter, TensorboardLoggingHandler, TensorboardMetricHandler
+from tb_monitor.sinks import prometheus
+from tb_monitor.sinks.fanout import Fanout
+from tb_monitor.sinks.tensorboard import TensorboardSink
 
 __all__ = [
     "BOOTSTRAP",
@@ -156,23 +160,40 @@ def record_every_attempt() -> Callable[[], None]:
 
 
 class AgentCapture:
-    """The agent's writer and what it installed into torch, opened once the run id is known."""
+    """The agent's sinks and what it installed into torch, opened once the run id is known.
 
-    def __init__(self, logdir: str, destination: str) -> None:
+    Its sinks are a ``TensorboardSink`` on the agent's own run and, with ``prometheus_port``, a
+    ``PrometheusSink`` serving the node's ``/metrics``. For that, the agent makes a directory for
+    prometheus_client's multi-process mode and exports it (``$PROMETHEUS_MULTIPROC_DIR``, with
+    ``$TB_MONITOR_PROMETHEUS``) before any worker starts: each worker's ``init`` then adds a
+    ``PrometheusSink`` writing its series there, and the agent serves them all. ``close()``
+    removes the directory.
+    """
+
+    def __init__(self, logdir: str, destination: str, prometheus_port: int | None = None) -> None:
         self._logdir = logdir
         self._destination = destination
-        self._writer: Any = None
+        self._prometheus_port = prometheus_port
+        self._sinks: list[Any] = []
         self._bridge: Any = None
         self._undo_attempts: Callable[[], None] | None = None
+        self._shared_dir: str | None = None
+        if prometheus_port is not None:
+            self._shared_dir = tempfile.mkdtemp(prefix="tb-monitor-prometheus-")
+            os.environ[prometheus.MULTIPROC_DIR_ENV] = self._shared_dir
+            os.environ[prometheus.PROMETHEUS_ENV] = "1"
 
     def start(self, config: Any) -> None:
         if not config.run_id:  # what launch_agent would do next, done first so we know the id
             config.run_id = str(uuid.uuid4().int)
         run_dir = fs.join(self._logdir, contract.agent_run_name(config.run_id))
-        self._writer = AsyncWriter(run_dir)
+        self._sinks.append(TensorboardSink(run_dir))
+        if self._prometheus_port is not None:
+            self._sinks.append(prometheus.PrometheusSink(port=self._prometheus_port))
+        handlers = Fanout(self._sinks).handlers()
         self._bridge = install(
-            logging_handler=TensorboardLoggingHandler(self._writer),
-            metric_handler=TensorboardMetricHandler(self._writer),
+            logging_handler=handlers.logging,
+            metric_handler=handlers.metric,
             destinations=(DEFAULT_DESTINATION, self._destination, "dynamic_rendezvous"),
         )
         self._undo_attempts = record_every_attempt()
@@ -184,5 +205,9 @@ class AgentCapture:
             self._undo_attempts = None
         if self._bridge is not None:
             self._bridge.close()
-        if self._writer is not None:
-            self._writer.close()
+        for sink in self._sinks:
+            sink.close()
+        if self._shared_dir is not None:
+            shutil.rmtree(self._shared_dir, ignore_errors=True)
+            for name in (prometheus.MULTIPROC_DIR_ENV, prometheus.PROMETHEUS_ENV):
+                os.environ.pop(name, None)

@@ -1,25 +1,36 @@
-"""Sinks: how each kind of record becomes a TensorBoard summary, and the writer that stores it.
+"""Sinks: where records go. The ``Sink`` protocol, the TensorBoard sink and its pieces.
 
+- ``base``: the ``Sink`` protocol and what a sink receives (``Window``, ``TimelineRecord``).
+- ``tensorboard``: ``TensorboardSink``, the three handlers below on one writer.
 - ``handlers``: ``TensorboardEventHandler`` (torch.monitor events), ``TensorboardMetricHandler``
   (torchelastic metrics), ``TensorboardLoggingHandler`` (torchelastic events destination).
+- ``fanout``: one handler per registry handing each record to every sink, isolating failures.
+- ``memory``: ``MemorySink``, which keeps what it receives (tests; ``tb_monitor.testing``).
+- ``prometheus``: ``PrometheusSink``, series on ``/metrics`` (the ``prometheus`` extra).
 - ``summaries``: records as TensorBoard's own protos (timeline, text, Custom Scalars layout).
 - ``encoding``: the hand-written wire format of the hot path (and its C twin, ``_encoding.c``).
 - ``service``: the one background thread per process that drains every writer.
 - ``writer``: ``AsyncWriter``, the caller-side queue, step allocation and files.
 """
 
+from tb_monitor.sinks.base import Sink, TimelineRecord, Window
 from tb_monitor.sinks.handlers import (
     TensorboardEventHandler,
     TensorboardLoggingHandler,
     TensorboardMetricHandler,
 )
+from tb_monitor.sinks.tensorboard import TensorboardSink
 from tb_monitor.sinks.writer import DROPPED_TAG, AsyncWriter, WriterClosedError
 
 __all__ = [
     "DROPPED_TAG",
     "AsyncWriter",
+    "Sink",
     "TensorboardEventHandler",
     "TensorboardLoggingHandler",
     "TensorboardMetricHandler",
+    "TensorboardSink",
+    "TimelineRecord",
+    "Window",
     "WriterClosedError",
 ]

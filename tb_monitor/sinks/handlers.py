@@ -28,6 +28,7 @@ from typing import Any
 from tb_monitor import contract
 from tb_monitor.elastic.metrics.api import MetricData, MetricHandler
 from tb_monitor.sinks import summaries
+from tb_monitor.sinks.base import TimelineHandler, TimelineRecord, Window
 from tb_monitor.sinks.writer import AsyncWriter, WriterClosedError
 
 __all__ = [
@@ -174,6 +175,13 @@ class TensorboardEventHandler(_Sink):
         except WriterClosedError as exc:
             self._writer_closed(exc)
 
+    def write_window(self, window: Window) -> None:
+        """Write a Stat window's scalars (what ``__call__`` does with a Stat event)."""
+        try:
+            self._writer.add_scalars(window.data, window.timestamp.timestamp())
+        except WriterClosedError as exc:
+            self._writer_closed(exc)
+
     def _write_event(self, event: Any) -> None:
         wall_time = event.timestamp.timestamp()
         payload = json.dumps({"name": event.name, "timestamp": wall_time, "data": event.data})
@@ -227,15 +235,6 @@ class TensorboardMetricHandler(_Sink, MetricHandler):
 # ---------------------------------------------------------------------------------------------
 
 
-def _kind_and_time(data: Mapping[str, Any], created: float) -> tuple[str, float]:
-    """Timeline kind of a serialized event, and its wall time (ms timestamps; 0 means unknown)."""
-    if "node_state" in data:
-        return contract.RENDEZVOUS, created  # RdzvEvent carries no time of its own
-    kind = contract.AGENT if data.get("source") == "AGENT" else contract.WORKER
-    timestamp = data.get("timestamp") or 0
-    return kind, (timestamp / 1000.0 if timestamp else created)
-
-
 def _summary_line(fields: Mapping[str, Any]) -> str:
     parts = [f"**{_cell(fields['name'])}**"]
     if fields["state"]:
@@ -249,7 +248,7 @@ def _summary_line(fields: Mapping[str, Any]) -> str:
     return " · ".join(parts)
 
 
-class TensorboardLoggingHandler(_Sink, logging.Handler):
+class TensorboardLoggingHandler(_Sink, TimelineHandler):
     """A ``logging.Handler`` to register as a torchelastic events destination.
 
         >>> events.register_destination("tensorboard", TensorboardLoggingHandler(writer))
@@ -263,40 +262,19 @@ class TensorboardLoggingHandler(_Sink, logging.Handler):
 
     def __init__(self, writer_or_logdir: Any, level: int = logging.NOTSET) -> None:
         _Sink.__init__(self, writer_or_logdir)
-        logging.Handler.__init__(self, level)
-        self._reported_non_event = False
+        TimelineHandler.__init__(self, level)
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def write(self, record: TimelineRecord) -> None:
+        """Write one timeline record and its text summary (what ``emit`` does once parsed)."""
         try:
-            event = getattr(record, "tb_event", None)
-            payload = event.serialize() if event is not None else record.getMessage()
-            try:
-                data = json.loads(payload)
-            except ValueError:
-                data = None
-            if not isinstance(data, dict) or not ("node_state" in data or "source" in data):
-                self._non_event(record)
-                return
-            kind, wall_time = _kind_and_time(data, record.created)
-            self._writer.add_timeline(kind, payload, wall_time)
-            fields = contract.decode_record(kind, data)
-            if not contract.is_heartbeat(fields):  # keep-alives would bury the Text tab
-                self._writer.add_text(f"events/{kind}", _summary_line(fields), wall_time)
+            self._writer.add_timeline(record.kind, record.payload, record.wall_time)
+            if not contract.is_heartbeat(record.fields):  # keep-alives would bury the Text tab
+                text = _summary_line(record.fields)
+                self._writer.add_text(f"events/{record.kind}", text, record.wall_time)
         except WriterClosedError as exc:
             self._writer_closed(exc)
-        except Exception:
-            self.handleError(record)
-
-    def _non_event(self, record: logging.LogRecord) -> None:
-        if not self._reported_non_event:
-            self._reported_non_event = True
-            _log.warning(
-                "TensorboardLoggingHandler ignores log records that are not torchelastic events, "
-                "such as %r",
-                record.getMessage()[:200],
-            )
 
     def close(self) -> None:
         """Detach from logging and close the writer if this handler created it."""
-        logging.Handler.close(self)
+        TimelineHandler.close(self)
         _Sink.close(self)
