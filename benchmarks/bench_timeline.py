@@ -61,7 +61,8 @@ import numpy as np
 from tensorboard import context as tb_context
 
 from tb_monitor import contract
-from tb_monitor.analysis.stragglers import longest_over, relative_scores
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.scoring import longest_over
 from tb_monitor.testing import generate_job, generate_rank_windows
 from tb_plugin.query import Query, timeline_payload
 from tb_plugin.ranks import RankQuery, RankSnapshot, ranks_payload
@@ -464,26 +465,19 @@ _RANK_FRAMES_JS = """() => {
 
 def ranks_in_process(ranks: int, hours: float, rounds: int) -> None:
     """The server's share at full size without TensorBoard: a ranks x windows grid (numpy) scored
-    (``tb_monitor.analysis.stragglers``' core: relative scores, flags) and bucketed per request."""
+    (``tb_monitor.analysis.grid.RankGrid``: relative scores, flags) and bucketed per request."""
     windows = int(round(hours * 360))
     rng = np.random.default_rng(0)
     compute = (0.1 * (1 + rng.uniform(-0.05, 0.05, (ranks, windows)))).astype(np.float32)
     compute[7] *= 1.5
+    wait = np.full((ranks, windows), 0.01, dtype=np.float32)
+    steps = np.full((ranks, windows), 50.0, dtype=np.float32)
+    runs = [f"job/rank-{r}" for r in range(ranks)]
     start = time.perf_counter()
-    relative = relative_scores(compute).astype(np.float32)
-    longest = longest_over(relative)
+    grid = RankGrid(runs, 10.0, 174_100_000, steps, compute + wait, wait)
+    longest = longest_over(grid.relative)
     scored = time.perf_counter() - start
-    snap = RankSnapshot(
-        generation=1,
-        loading=None,
-        window_s=10.0,
-        ranks=list(range(ranks)),
-        runs=[f"job/rank-{r}" for r in range(ranks)],
-        slot0=174_100_000,
-        compute=compute,
-        relative=relative,
-        steps=np.ones(ranks, dtype=np.int64),
-    )
+    snap = RankSnapshot(generation=1, loading=None, grid=grid)
     lo, hi = snap.extent
     whole, zoomed = [], []
     for _ in range(rounds):

@@ -30,6 +30,11 @@ __all__ = [
     "LOGDIR_ENV",
     "MONITOR",
     "PLUGIN_NAME",
+    "RANK_BEATS",
+    "RANK_COLLECTIVE",
+    "RANK_PREFIX",
+    "RANK_STEP",
+    "RANK_WINDOW_S",
     "RENDEZVOUS",
     "STAT_EVENT",
     "TIMELINE_PREFIX",
@@ -44,6 +49,7 @@ __all__ = [
     "kind_of_tag",
     "metric_tag",
     "plugin_content",
+    "rank_of",
     "run_name_from_env",
     "stat_tag",
     "timeline_tag",
@@ -154,6 +160,28 @@ def agent_run_name(run_id: str, hostname: str | None = None, pid: int | None = N
     """
     host = hostname or socket.gethostname()
     return f"{_safe(run_id)}/agent-{_safe(host)}-{os.getpid() if pid is None else pid}"
+
+
+_RANK_RUN = re.compile(r"(?:^|/)(?:[\w.-]+-)?rank-(\d+)$")
+
+
+def rank_of(run: str) -> int | None:
+    """The rank a worker's run holds (``job/rank-3``, ``job/trainer-rank-3``), or None."""
+    match = _RANK_RUN.search(run)
+    return int(match.group(1)) if match else None
+
+
+# Rank health (``integrations/rank_health.py`` writes, ``analysis/grid.py`` reads): Stats in each
+# worker's run, their scalars tagged ``stat_tag(name, aggregation)``.
+RANK_PREFIX = "rank/"
+#: Seconds between step boundaries (COUNT, SUM, MIN, MAX) and inside collectives (COUNT, SUM,
+#: MAX), one window every ``TB_MONITOR_RANK_WINDOW_S`` (default RANK_WINDOW_S).
+RANK_STEP = RANK_PREFIX + "step_s"
+RANK_COLLECTIVE = RANK_PREFIX + "collective_s"
+RANK_WINDOW_S = 10.0
+#: Heartbeat Stats ``rank/<name>`` (VALUE; the newest counts): steps so far, the collectives
+#: entered and left, seconds in the current collective and since the last step, Flight Recorder.
+RANK_BEATS = ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
 
 
 # ---------------------------------------------------------------------------------------------

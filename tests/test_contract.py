@@ -27,3 +27,11 @@ def test_an_absent_or_null_field_decodes_as_empty():
     """A record without metadata (or with null) decodes with empty metadata."""
     for record in ({"name": "x", "source": "AGENT"}, {"name": "x", "metadata": None}):
         assert contract.decode_record(contract.AGENT, json.dumps(record))["metadata"] == {}
+
+
+@pytest.mark.parametrize(("role", "rank"), [("default", "3"), ("trainer", "12")])
+def test_rank_of_reads_the_run_a_worker_writes(role, rank):
+    """The rank comes back from the run name a torchelastic worker's environment gives."""
+    env = {"TORCHELASTIC_RUN_ID": "job-1", "RANK": rank, "ROLE_NAME": role}
+    assert contract.rank_of(contract.run_name_from_env(env)) == int(rank)
+    assert contract.rank_of(contract.agent_run_name("job-1", "node-a", 7)) is None

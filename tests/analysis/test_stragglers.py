@@ -9,7 +9,7 @@ from conftest import need
 
 from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
 from tb_monitor.sinks import AsyncWriter
-from tb_monitor.testing import rank_heartbeat_scalars
+from tb_monitor.testing import rank_heartbeat_scalars, rank_window_scalars
 
 START = 1_741_000_000.0
 
@@ -21,15 +21,7 @@ def _write_rank(logdir, rank: int, windows: list[tuple[float, float, int]], beat
     with AsyncWriter(logdir / "job" / f"rank-{rank}") as writer:
         for i, (compute, wait, steps) in enumerate(windows):
             end = START + 10 * (i + 1) + rank * 0.003  # ranks close a window ms apart
-            writer.add_scalars(
-                {
-                    "rank/step_s.count": steps,
-                    "rank/step_s.sum": steps * (compute + wait),
-                    "rank/collective_s.count": steps,
-                    "rank/collective_s.sum": steps * wait,
-                },
-                wall_time=end,
-            )
+            writer.add_scalars(rank_window_scalars(compute, wait, steps), wall_time=end)
         for when, *beat in beats:
             writer.add_scalars(rank_heartbeat_scalars(*beat), wall_time=when)
 

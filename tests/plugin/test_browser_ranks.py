@@ -8,9 +8,14 @@ import time
 
 import pytest
 from plugin_helpers import RanksTab, chromium, small_job, start_tensorboard, stop
+from rank_jobs import write_recorded_job
 
 from tb_monitor.sinks.writer import AsyncWriter
-from tb_monitor.testing import generate_rank_windows, rank_window_scalars
+from tb_monitor.testing import (
+    generate_rank_windows,
+    rank_heartbeat_scalars,
+    rank_window_scalars,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -111,17 +116,14 @@ class LiveJob(threading.Thread):
                 if not hung:
                     writer.add_scalars(rank_window_scalars(0.1, 0.01, 90), wall_time=now)
                 entered = 90 * self.hang_at + (0 if r == 3 else 1) if hung else 90 * window
-                beat = {
-                    "rank/steps.value": 90 * min(window, self.hang_at),
-                    "rank/entered.value": 0 if self.ddp else entered,
-                    "rank/left.value": 0 if self.ddp else 90 * min(window, self.hang_at),
-                    "rank/in_collective_s.value": (
-                        0.0 if r == 3 or not hung or self.ddp else since
-                    ),
-                    "rank/since_step_s.value": since,
-                }
-                if self.ddp and hung:
-                    beat["rank/fr_seq.value"] = entered
+                beat = rank_heartbeat_scalars(
+                    steps=90 * min(window, self.hang_at),
+                    entered=0 if self.ddp else entered,
+                    left=0 if self.ddp else 90 * min(window, self.hang_at),
+                    in_collective_s=0.0 if r == 3 or not hung or self.ddp else since,
+                    since_step_s=since,
+                    fr_seq=entered if self.ddp and hung else None,
+                )
                 writer.add_scalars(beat, wall_time=now + 1)
                 writer.flush()
             self.stop.wait(self.tick_s)
@@ -162,3 +164,53 @@ def test_a_hang_is_named_within_30_s_while_the_job_runs(browser, tmp_path, ddp):
         live.stop.set()
         live.join(10)
         stop(server)
+
+
+@pytest.fixture(scope="module")
+def recorded_server(tmp_path_factory):
+    """A job written as the recorder writes it (windows logged late, a short window at each
+    attempt's end, restarts straight after), long enough that the view merges windows."""
+    root = tmp_path_factory.mktemp("ranks-recorded")
+    job = small_job(root / "logs", nodes=2, workers_per_node=2)
+    write_recorded_job(
+        job.logdir,
+        10.0,
+        restart_windows=0,
+        windows_per_attempt=300,
+        run_id=job.run_id,
+        start=job.start,
+    )
+    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
+    yield server
+    stop(server)
+
+
+def test_the_heatmap_has_no_empty_column_between_windows(browser, recorded_server):
+    """Every column of the drawn image between the first and the last holding data holds data
+    (no white gap hiding a stall), and each column is a whole number of 10-s windows."""
+    tab = RanksTab(browser, recorded_server.url)
+    try:
+        tab.frame.wait_for_function(
+            "() => window.tbRanks && window.tbRanks.data && window.tbRanks.data.image",
+            timeout=20_000,
+        )
+        drawn = tab.frame.evaluate(
+            """() => {
+              const d = window.tbRanks.data, img = d.image;
+              const px = img.getContext("2d").getImageData(0, 0, img.width, img.height).data;
+              const filled = [];
+              for (let x = 0; x < img.width; x++) {
+                let any = false;
+                for (let y = 0; y < img.height; y++) any ||= px[(y * img.width + x) * 4 + 3] > 0;
+                filled.push(any);
+              }
+              return {filled, window_s: d.window_s, bin_s: d.bin_s, per_bin: d.per_bin};
+            }"""
+        )
+        assert drawn["window_s"] == 10.0 and drawn["per_bin"] > 1
+        assert drawn["bin_s"] == drawn["per_bin"] * drawn["window_s"]
+        filled = drawn["filled"]
+        first, last = filled.index(True), len(filled) - 1 - filled[::-1].index(True)
+        assert all(filled[first : last + 1]), [i for i, f in enumerate(filled) if not f]
+    finally:
+        tab.close()

@@ -1,0 +1,427 @@
+"""The ranks x windows grid of rank health: built once, read by every reader.
+
+``tb_monitor.integrations.rank_health`` logs, in each worker's run, one Stat window of step and
+collective timing every ``TB_MONITOR_RANK_WINDOW_S`` and heartbeat values (tags in
+``tb_monitor.contract``). :class:`RankGrid` lays them on one numpy grid, rows = runs (ranks),
+column ``j`` = the window ending at ``(slot0 + j) * window_s`` on the wall clock, and answers the
+questions the analysis (``analysis.stragglers``), ``tb-monitor report``, the plugin's Ranks view
+and ``notebook.rank_heatmap`` ask, so they cannot disagree:
+
+    >>> grid = RankGrid.from_logdir("runs/job")   # or from_scalars(df), from_series(...)
+    >>> grid.scores()           # list[Score]: per rank, slowest first
+    >>> grid.stragglers()       # the flagged Scores
+    >>> grid.stalls()           # list[Stall]: the rank the others wait for first
+    >>> grid.merged(4)          # relative scores, 4 whole windows a column (the heatmap's)
+
+One window rule. Stat windows end at multiples of the window length on the wall clock and are
+logged a moment after the boundary; a window closed early (``close()``, a process ending) is
+logged before it. A point logged at ``t`` belongs to the window ending at the nearest boundary
+at or after ``t - window_s / 2`` (:func:`slot_of`), and windows of one rank that meet in one slot
+are summed (steps, their time, their wait), never one dropped for the other. The window length
+is inferred from the spacing of the windows (:func:`infer_window_s`) unless given; a logdir
+with one window per rank falls back to ``$TB_MONITOR_RANK_WINDOW_S`` (10 s).
+
+The scores and the stall rule are :mod:`tb_monitor.analysis.scoring`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from tb_monitor import _env, contract
+from tb_monitor.analysis.scoring import (
+    FLAG_THRESHOLD,
+    FLAG_WINDOWS,
+    STALL_FACTOR,
+    STALL_FLOOR_S,
+    Score,
+    Stall,
+    individual_scores,
+    longest_over,
+    relative_scores,
+    stalled_ranks,
+)
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["BEAT_TAGS", "WINDOW_TAGS", "RankGrid", "Score", "Stall", "infer_window_s", "slot_of"]
+
+_COUNT = contract.stat_tag(contract.RANK_STEP, "count")
+_SUM = contract.stat_tag(contract.RANK_STEP, "sum")
+_WAIT = contract.stat_tag(contract.RANK_COLLECTIVE, "sum")
+#: The window scalars read whole: a rank's steps, their summed time and summed collective wait.
+WINDOW_TAGS = (_COUNT, _SUM, _WAIT)
+#: Heartbeat scalar tag -> heartbeat name; only each one's newest value counts.
+BEAT_TAGS = {contract.stat_tag(contract.RANK_PREFIX + n, "value"): n for n in contract.RANK_BEATS}
+
+#: A run's newest this many windows tell its window length (the rest would only cost time).
+_GAPS_READ = 256
+#: Series as the readers hand them over: run -> tag -> (wall times, values).
+Series = Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]]
+
+
+def slot_of(wall: np.ndarray | float, window_s: float) -> np.ndarray:
+    """The slot (window end / ``window_s``) a point logged at ``wall`` belongs to."""
+    return np.ceil(np.asarray(wall, dtype=np.float64) / window_s - 0.5).astype(np.int64)
+
+
+def infer_window_s(walls: Iterable[np.ndarray]) -> float | None:
+    """The recording window from the spacing of each run's window ends, or None with no gaps.
+
+    Windows end on multiples of the window, so the gaps between a run's windows are whole
+    windows, give or take the timer's latency (ms): one where every window is kept, any
+    number where TensorBoard kept a sample or the rank idled. A short window (a process
+    closing its Stats) makes gaps that are not. So the window is the largest common gap (or
+    its half or third) of which most gaps are whole multiples."""
+    gaps = [np.diff(np.sort(w[-_GAPS_READ:])) for w in walls if len(w) > 1]
+    pooled = np.concatenate(gaps) if gaps else np.zeros(0)
+    pooled = pooled[pooled > 1e-3]
+    pooled = pooled[:: max(1, len(pooled) // 4096)]  # a sample tells as well
+    if not len(pooled):
+        return None
+    scale = 10.0 ** (np.floor(np.log10(pooled)) - 1)  # candidates to 2 significant digits
+    values, counts = np.unique(np.round(pooled / scale) * scale, return_counts=True)
+    common = values[np.argsort(counts)[-16:]]
+    for window in np.unique(np.concatenate([common, common / 2, common / 3]))[::-1]:
+        multiple = np.rint(pooled / window)
+        fits = (multiple >= 1) & (np.abs(pooled - multiple * window) <= 0.1 * window + 0.02)
+        if fits.mean() >= 0.6:
+            return _round(float(np.median(pooled[fits] / multiple[fits])))
+    return None
+
+
+def _round(window_s: float) -> float:
+    """A measured window as the setting it most likely was: one significant digit (0.5, 10,
+    60) where that is within 3%, else three."""
+    one = float(f"{window_s:.1g}")
+    return one if abs(one - window_s) <= 0.03 * window_s else float(f"{window_s:.3g}")
+
+
+class RankGrid:
+    """Every rank's windows on one grid, and its newest heartbeat. Arrays are rows x columns,
+    float32, NaN where the rank recorded no window; treat them as read-only (a grid is shared
+    by the plugin's requests)."""
+
+    def __init__(
+        self,
+        runs: list[str],
+        window_s: float,
+        slot0: int,
+        steps: np.ndarray,
+        step_s: np.ndarray,
+        collective_s: np.ndarray,
+        beats: Mapping[str, Mapping[str, float]] | None = None,
+        previous: RankGrid | None = None,
+    ) -> None:
+        self.runs = list(runs)
+        self.ranks = [contract.rank_of(run) for run in self.runs]
+        self.window_s = float(window_s)
+        #: Column j holds the window ending at ``(slot0 + j) * window_s``.
+        self.slot0 = int(slot0)
+        self.steps = steps  # steps taken in the window
+        self.step_s = step_s  # mean seconds a step
+        self.collective_s = collective_s  # mean seconds a step inside collectives
+        with np.errstate(invalid="ignore"):
+            self.compute = np.clip(step_s - collective_s, 0.0, None)
+        self.relative = _relative(self.compute, self._same_columns(previous))
+        self.beats = {run: dict(beat) for run, beat in (beats or {}).items() if run in runs}
+
+    # -- building ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_series(
+        cls,
+        series: Series,
+        beats: Mapping[str, Mapping[str, float]] | None = None,
+        *,
+        window_s: float | None = None,
+        previous: RankGrid | None = None,
+    ) -> RankGrid:
+        """The grid of ``series`` (run -> tag -> (wall times, values) of ``WINDOW_TAGS``, any
+        order) and ``beats`` (run -> the newest heartbeat values by name, with ``wall_time``).
+        Runs that name no rank are left out. ``window_s``: the recording window (default:
+        inferred). ``previous``: an older grid of the same runs, whose relative scores are
+        kept for the leading windows that did not change (a live job adds windows at the end).
+        """
+        beats = beats or {}
+        runs = sorted(
+            (run for run in {*series, *beats} if contract.rank_of(run) is not None),
+            key=lambda run: (contract.rank_of(run), run),
+        )
+        windows = {run: _paired(series.get(run, {})) for run in runs}
+        if window_s is None:
+            window_s = infer_window_s(w[0] for w in windows.values())
+            window_s = window_s or _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
+        if not window_s > 0:
+            raise ValueError(f"window_s must be positive, got {window_s!r}")
+        slots = {
+            run: (slot_of(w[0], window_s), slot_of(w[3], window_s)) for run, w in windows.items()
+        }
+        filled = [s for s, _ in slots.values() if len(s)]
+        slot0 = int(min(s.min() for s in filled)) if filled else 0
+        width = int(max(s.max() for s in filled)) - slot0 + 1 if filled else 0
+        grids = (
+            np.zeros((len(runs), width), np.float32),
+            *np.full((2, len(runs), width), np.nan, np.float32),
+        )
+        for row, run in enumerate(runs):
+            _cells(windows[run], slots[run], slot0, [g[row] for g in grids])
+        return cls(runs, window_s, slot0, *grids, beats, previous)
+
+    @classmethod
+    def from_scalars(cls, frame: pandas.DataFrame, *, window_s: float | None = None) -> RankGrid:
+        """The grid of a ``tb_monitor.read_scalars`` DataFrame (run, tag, step, wall_time,
+        value); a frame without those columns is a ValueError naming them."""
+        missing = {"run", "tag", "wall_time", "value"} - set(frame.columns)
+        if missing:
+            raise ValueError(
+                f"expected a read_scalars DataFrame; columns {sorted(missing)} missing"
+            )
+        wanted = frame[frame["tag"].isin([*WINDOW_TAGS, *BEAT_TAGS])]
+        series: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+        for (run, tag), part in wanted.groupby(["run", "tag"], sort=False):
+            walls = part["wall_time"].to_numpy(np.float64)
+            series.setdefault(run, {})[tag] = (walls, part["value"].to_numpy(np.float64))
+        return cls.from_series(series, _newest_beats(series), window_s=window_s)
+
+    @classmethod
+    def from_logdir(
+        cls, logdir: str | os.PathLike[str], *, window_s: float | None = None
+    ) -> RankGrid:
+        """The grid of a logdir (a path or a URL); needs no pandas."""
+        from tb_monitor.logdir import readers
+
+        wanted = {*WINDOW_TAGS, *BEAT_TAGS}
+        points: dict[str, dict[str, list[tuple[float, float]]]] = {}
+        for point in readers.iter_scalars(logdir):
+            if point.tag in wanted:
+                points.setdefault(point.run, {}).setdefault(point.tag, []).append(point[3:])
+        series = {
+            run: {tag: tuple(np.array(pairs).reshape(-1, 2).T) for tag, pairs in tags.items()}
+            for run, tags in points.items()
+        }
+        return cls.from_series(series, _newest_beats(series), window_s=window_s)
+
+    @classmethod
+    def load(cls, source: Any, *, window_s: float | None = None) -> RankGrid:
+        """A grid from a logdir or a ``read_scalars`` DataFrame; anything else is a TypeError."""
+        if isinstance(source, (str, os.PathLike)):
+            return cls.from_logdir(source, window_s=window_s)
+        if hasattr(source, "columns") and hasattr(source, "groupby"):
+            return cls.from_scalars(source, window_s=window_s)
+        raise TypeError(f"expected a logdir or a read_scalars DataFrame, got {source!r:.100}")
+
+    def with_beats(self, beats: Mapping[str, Mapping[str, float]]) -> RankGrid:
+        """The same windows (arrays shared) with newer heartbeats."""
+        grid = object.__new__(RankGrid)
+        grid.__dict__.update(self.__dict__)
+        grid.beats = {run: dict(beat) for run, beat in beats.items() if run in self.runs}
+        return grid
+
+    # -- the shape -----------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(rows, windows)."""
+        return self.compute.shape  # type: ignore[return-value]
+
+    @property
+    def extent(self) -> tuple[float, float] | None:
+        """Epoch seconds from the first window's start to the last window's end."""
+        if not self.shape[1]:
+            return None
+        return (self.slot0 - 1) * self.window_s, (self.slot0 + self.shape[1] - 1) * self.window_s
+
+    def window_ends(self) -> np.ndarray:
+        """Per column, the epoch second its window ends."""
+        return (self.slot0 + np.arange(self.shape[1])) * self.window_s
+
+    @property
+    def recorded(self) -> int:
+        """Cells holding a window, all ranks together."""
+        return int(np.count_nonzero(self.steps))
+
+    def merged(self, per: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Relative scores of columns ``start:stop``, ``per`` whole windows to a column (the
+        last column may hold fewer): each the mean of the windows its rank recorded there, NaN
+        where it recorded none. The heatmap's columns, so two windows with data never have an
+        empty column between them."""
+        if per < 1:
+            raise ValueError(f"per must be a positive number of windows, got {per!r}")
+        part = self.relative[:, start:stop]
+        if not part.shape[1]:
+            return np.zeros((part.shape[0], 0))
+        present = ~np.isnan(part)
+        edges = np.arange(0, part.shape[1], per)
+        sums = np.add.reduceat(np.where(present, part, 0.0), edges, axis=1, dtype=np.float64)
+        counts = np.add.reduceat(present, edges, axis=1, dtype=np.int64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+
+    # -- the answers ---------------------------------------------------------------------------
+
+    def typical_step_s(self) -> np.ndarray:
+        """Per row, its median step time over its windows (NaN: none)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return (
+                np.nanmedian(self.step_s, axis=1)
+                if self.shape[1]
+                else np.full(self.shape[0], np.nan)
+            )
+
+    def scores(self, threshold: float = FLAG_THRESHOLD, windows: int = FLAG_WINDOWS) -> list[Score]:
+        """Per rank that recorded a window, its score; slowest (highest relative) first."""
+        if not self.shape[1]:
+            return []
+        individual = individual_scores(self.compute)
+        longest = longest_over(self.relative, threshold, present=self.steps > 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
+            medians = [np.nanmedian(a, axis=1) for a in (self.relative, individual, self.compute)]
+        out = [
+            Score(
+                row,
+                self.ranks[row],
+                run,
+                *(_finite(m[row]) for m in medians),
+                windows_over=int(longest[row]),
+                flagged=bool(longest[row] >= windows),
+            )
+            for row, run in enumerate(self.runs)
+            if self.steps[row].any()
+        ]
+        out.sort(key=lambda s: -(s.relative or 0.0))
+        return out
+
+    def stragglers(
+        self, threshold: float = FLAG_THRESHOLD, windows: int = FLAG_WINDOWS
+    ) -> list[Score]:
+        """The flagged ranks, slowest first."""
+        return [s for s in self.scores(threshold, windows) if s.flagged]
+
+    def stalls(
+        self,
+        *,
+        now: float | None = None,
+        factor: float = STALL_FACTOR,
+        floor_s: float = STALL_FLOOR_S,
+    ) -> list[Stall]:
+        """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
+        default the grid's newest heartbeat."""
+        typical = self.typical_step_s()
+        # In row order: equally stalled ranks come out in the grid's order, whoever reads.
+        beats = {
+            row: self.beats[run]
+            for row, run in enumerate(self.runs)
+            if "since_step_s" in self.beats.get(run, {})
+        }
+        found = stalled_ranks(
+            beats,
+            {row: float(np.nan_to_num(typical[row])) for row in beats},
+            now=now,
+            factor=factor,
+            floor_s=floor_s,
+        )
+        return [
+            Stall(
+                **{
+                    **stall,
+                    "row": stall["rank"],
+                    "rank": self.ranks[stall["rank"]],
+                    "run": self.runs[stall["rank"]],
+                }
+            )
+            for stall in found
+        ]
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _same_columns(self, other: RankGrid | None) -> RankGrid | None:
+        """``other`` when its rows are this grid's and its columns a prefix of them, else None."""
+        if (
+            other is None
+            or other.runs != self.runs
+            or other.slot0 != self.slot0
+            or other.window_s != self.window_s
+            or other.shape[1] > self.shape[1]
+        ):
+            return None
+        return other
+
+
+def _relative(compute: np.ndarray, previous: RankGrid | None) -> np.ndarray:
+    """Relative scores of ``compute``; only the windows from the first that changed since
+    ``previous`` (same rows and columns) are scored again."""
+    if previous is None:
+        return relative_scores(compute).astype(np.float32)
+    old = previous.compute
+    head = compute[:, : old.shape[1]]
+    changed = np.flatnonzero(~((head == old) | (np.isnan(head) & np.isnan(old))).all(axis=0))
+    dirty = int(changed[0]) if len(changed) else old.shape[1]
+    relative = np.empty_like(compute, dtype=np.float32)
+    relative[:, :dirty] = previous.relative[:, :dirty]
+    relative[:, dirty:] = relative_scores(compute[:, dirty:])
+    return relative
+
+
+def _cells(
+    windows: tuple[np.ndarray, ...],
+    slots: tuple[np.ndarray, np.ndarray],
+    slot0: int,
+    out: list[np.ndarray],
+) -> None:
+    """One rank's row: windows in one slot summed, then ``out`` = steps, mean step time, mean
+    collective wait per step."""
+    (_, count, total, _, wait), (at, wait_at) = windows, slots
+    if not len(at):
+        return
+    width = len(out[0])
+    keep = (wait_at >= slot0) & (wait_at < slot0 + width)
+    steps = np.bincount(at - slot0, weights=count, minlength=width)
+    seconds = np.bincount(at - slot0, weights=total, minlength=width)
+    waited = np.bincount(wait_at[keep] - slot0, weights=wait[keep], minlength=width)
+    has = steps > 0
+    out[0][:] = steps
+    out[1][has] = seconds[has] / steps[has]
+    out[2][has] = waited[has] / steps[has]
+
+
+def _paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+    """One run's windows: (wall, count, summed step time) paired by wall time (TensorBoard may
+    keep a different sample of each series), then (wall, summed wait) of the collectives."""
+    empty = (np.zeros(0), np.zeros(0))
+    wall, count = (np.asarray(a, np.float64) for a in tags.get(_COUNT, empty))
+    swall, total = (np.asarray(a, np.float64) for a in tags.get(_SUM, empty))
+    if not np.array_equal(wall, swall):  # the usual case needs no pairing (a sort)
+        wall, i, j = np.intersect1d(wall, swall, return_indices=True)
+        count, total = count[i], total[j]
+    ok = count > 0
+    cwall, wait = (np.asarray(a, np.float64) for a in tags.get(_WAIT, empty))
+    return wall[ok], count[ok], total[ok], cwall, wait
+
+
+def _newest_beats(series: Series) -> dict[str, dict[str, float]]:
+    """Per run, each heartbeat's newest value by name, and ``wall_time``: the newest of them."""
+    out: dict[str, dict[str, float]] = {}
+    for run, tags in series.items():
+        for tag, (walls, values) in tags.items():
+            name = BEAT_TAGS.get(tag)
+            if name is None or not len(walls):
+                continue
+            newest = len(walls) - 1 - int(np.argmax(walls[::-1]))  # the last of the newest
+            beat = out.setdefault(run, {})
+            beat[name] = float(values[newest])
+            beat["wall_time"] = max(beat.get("wall_time", -math.inf), float(walls[newest]))
+    return out
+
+
+def _finite(value: float) -> float | None:
+    return float(value) if math.isfinite(value) else None

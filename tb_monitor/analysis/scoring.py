@@ -1,0 +1,174 @@
+"""The scoring of rank health, on plain numpy grids: rows are ranks, columns are windows.
+
+Why these rules (docs/DESIGN.md, "Rank health"): in synchronous data parallelism every rank's
+step period is equal (fast ranks wait in the collective), so the signal is *compute*, step time
+minus time inside collectives: ``relative`` is a window's compute over the median rank's in that
+window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
+consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
+typical steps without a step (at least ``STALL_FLOOR_S``). :class:`tb_monitor.analysis.grid.RankGrid`
+applies them and answers with a :class:`Score` per rank and a :class:`Stall` per stalled rank;
+every reader goes through it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from tb_monitor import _env
+
+__all__ = [
+    "FLAG_THRESHOLD",
+    "FLAG_WINDOWS",
+    "STALL_FACTOR",
+    "STALL_FLOOR_S",
+    "Score",
+    "Stall",
+    "individual_scores",
+    "longest_over",
+    "relative_scores",
+    "stalled_ranks",
+]
+
+#: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
+FLAG_THRESHOLD = 1.2
+FLAG_WINDOWS = 3
+#: A rank is stalled past STALL_FACTOR typical steps without a step boundary, at least the floor
+#: (``$TB_MONITOR_STALL_FLOOR_S`` where the reading side runs: TensorBoard, ``tb-monitor report``).
+STALL_FACTOR = 10.0
+STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
+
+# ---------------------------------------------------------------------------------------------
+# The scoring core, on plain numpy grids: rows are ranks, columns are windows (NaN: no window)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Score:
+    """One rank's straggler score over the grid's windows (medians over the windows it
+    recorded; None where it has none)."""
+
+    row: int
+    rank: int
+    run: str
+    relative: float | None  # compute over the window's median rank's
+    individual: float | None  # compute over the rank's own best window
+    compute_s: float | None  # compute seconds per step
+    windows_over: int  # longest run of consecutive windows above the threshold
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A rank whose progress stopped, from its newest heartbeat."""
+
+    row: int
+    rank: int
+    run: str
+    since_step_s: float  # seconds without a step boundary, up to the grid's newest heartbeat
+    entered: int  # sequence number of the last collective entered from Python
+    left: int
+    in_collective: bool
+    fr_seq: int | None  # newest collective in torch's Flight Recorder, None where not read
+    waited_for: bool  # the rank the others wait for
+
+
+def relative_scores(compute: np.ndarray) -> np.ndarray:
+    """Each cell's compute time over the median of all ranks in its window (NaN where the
+    window's median is 0 or the cell is missing)."""
+    compute = np.asarray(compute)
+    if compute.size == 0:
+        return compute.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN windows
+        median = np.nanmedian(compute, axis=0)
+    median = np.where(median > 0, median, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return compute / median[np.newaxis, :]
+
+
+def individual_scores(compute: np.ndarray) -> np.ndarray:
+    """Each cell's compute time over its rank's own best (smallest) window."""
+    compute = np.asarray(compute)
+    if compute.size == 0:
+        return compute.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        best = np.nanmin(compute, axis=1)
+    best = np.where(best > 0, best, np.nan)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return compute / best[:, np.newaxis]
+
+
+def longest_over(
+    scores: np.ndarray, threshold: float = FLAG_THRESHOLD, present: np.ndarray | None = None
+) -> np.ndarray:
+    """Per rank (row), the longest run of consecutive windows whose score is above
+    ``threshold``. Cells outside ``present`` (windows the rank did not record, or that were not
+    kept) neither count nor break a run; a present window with no score (NaN) breaks it."""
+    scores = np.asarray(scores, dtype=np.float64)
+    rows, cols = scores.shape
+    if not rows or not cols:
+        return np.zeros(rows, dtype=np.int64)
+    present = np.ones(scores.shape, dtype=bool) if present is None else np.asarray(present, bool)
+    over = present & (np.nan_to_num(scores, nan=-np.inf) > threshold)
+    broken = present & ~over
+    # Windows over so far, minus as many at the last break: the run ending at each cell.
+    count = np.cumsum(over, axis=1)
+    at_break = np.maximum.accumulate(np.where(broken, count, 0), axis=1)
+    return (count - at_break).max(axis=1).astype(np.int64)
+
+
+def stalled_ranks(
+    beats: Mapping[int, Mapping[str, float]],
+    typical_step_s: Mapping[int, float],
+    *,
+    now: float | None = None,
+    factor: float = STALL_FACTOR,
+    floor_s: float = STALL_FLOOR_S,
+) -> list[dict[str, Any]]:
+    """The stalled ranks from each rank's newest heartbeat values.
+
+    ``beats[rank]`` holds ``wall_time`` (when its newest heartbeat was logged) and the heartbeat
+    Stats' values by name (``contract.RANK_BEATS``). Returns dicts with ``rank``,
+    ``since_step_s``, ``entered``, ``left``, ``in_collective``, ``fr_seq`` and ``waited_for``
+    (the rank the others wait for: outside a collective while others are inside one, or behind
+    in the sequence of collectives entered from Python, or in the Flight Recorder's, which
+    DDP's collectives pass through too), the waited-for first, then longest stalled first.
+    """
+    if not beats:
+        return []
+    now = max(float(b["wall_time"]) for b in beats.values()) if now is None else now
+    rows = []
+    for rank, beat in beats.items():
+        if beat.get("since_step_s") is None:
+            continue
+        since = float(beat["since_step_s"]) + now - float(beat["wall_time"])
+        if since <= max(floor_s, factor * float(typical_step_s.get(rank, 0.0) or 0.0)):
+            continue
+        fr_seq = beat.get("fr_seq")
+        rows.append(
+            {
+                "rank": int(rank),
+                "since_step_s": since,
+                "entered": int(beat.get("entered") or 0),
+                "left": int(beat.get("left") or 0),
+                "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
+                # -1: steps resumed since it was read, no current value
+                "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
+            }
+        )
+    inside_any = any(row["in_collective"] for row in rows)
+    most = max((row["entered"] for row in rows), default=0)
+    fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
+    for row in rows:
+        behind_fr = row["fr_seq"] is not None and row["fr_seq"] < fr_most
+        row["waited_for"] = (
+            (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
+        )
+    rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
+    return rows
