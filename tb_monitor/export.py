@@ -6,7 +6,7 @@
   per node (job and host), one thread per lane (``tb_monitor.timeline.lane_of``): intervals (``timeline.spans``) as
   complete events (``"X"``), everything else as thread-scoped instant events (``"i"``), times in
   microseconds since the epoch, every field of the event in ``args``. As on the Timeline tab
-  (``tb_monitor.analysis.restarts``), a failed attempt's root cause is named by its reason
+  (``tb_monitor.analysis.restart_marks``), a failed attempt's root cause is named by its reason
   (``attempt 0: ValueError: ...``) and the ranks that went down with it read
   ``attempt 0: stopped by restart``.
 - ``jsonl``: one timeline event per line, ``{"run", "kind", "wall_time", "event"}`` where ``event``
@@ -43,7 +43,8 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import IO, Any, TypeVar
 
-from tb_monitor.analysis.restarts import attempts, mark_restarts
+from tb_monitor.analysis.attempts import attempts
+from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_monitor.logdir import fs, readers
 from tb_monitor.progress import progress as _progress
 from tb_monitor.timeline import Lane, Span, spans

@@ -1,15 +1,17 @@
 """An elastic job's life in a notebook: the timeline figure, why it restarted, the restart summary.
 
+    >>> tb_monitor.notebook.report("runs/demo")            # the job's health: a JobReport
     >>> tb_monitor.notebook.timeline("runs/demo")          # matplotlib figure, one row per lane
     >>> tb_monitor.notebook.restarts("runs/demo")          # per attempt: root cause, collateral
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
     >>> tb_monitor.notebook.rank_heatmap("runs/demo")      # ranks x windows, relative slowness
 
-Each takes a logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame
-``tb_monitor.read_events`` returned.
+Each takes a logdir (a path or an ``s3://`` / ``gs://`` URL); all but ``report`` also the
+DataFrame ``tb_monitor.read_events`` returned.
 
 Lanes, intervals and state colours are the Timeline tab's (``tb_monitor.timeline``), so the
-figure, the trace export and TensorBoard agree; the summary is ``tb_monitor.analysis``'s.
+figure, the trace export and TensorBoard agree; the report and the summaries are
+``tb_monitor.analysis``'s (``health.job_report``, the document ``tb-monitor report`` prints).
 matplotlib is imported only when drawing (the ``notebook`` extra).
 """
 
@@ -20,21 +22,18 @@ from collections import defaultdict
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.analysis.restarts import (
-    attempts,
-    mark_restarts,
-    restart_starts,
-    restart_summary,
-    restarts,
-    timeline_rows,
-)
-from tb_monitor.timeline import SLOWNESS_COLORS, Lane, lane_of, spans, state_color
+from tb_monitor.analysis.attempts import Attempt, attempts, restart_starts
+from tb_monitor.analysis.health import JobReport, job_report
+from tb_monitor.analysis.restart_marks import mark_restarts
+from tb_monitor.analysis.restarts import restart_summary, restarts
+from tb_monitor.analysis.sources import timeline_rows
+from tb_monitor.timeline import SLOWNESS_COLORS, Lane, Span, lane_of, spans, state_color
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["rank_heatmap", "restart_summary", "restarts", "timeline"]
+__all__ = ["rank_heatmap", "report", "restart_summary", "restarts", "timeline"]
 
 
 def _need(module: str) -> Any:
@@ -49,16 +48,15 @@ def _need(module: str) -> Any:
         ) from exc
 
 
-def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Figure:
-    """Draw a job's timeline: one row per lane, bars for intervals, ticks for points.
+def report(logdir: str | os.PathLike[str]) -> JobReport:
+    """The job's health (``tb_monitor.analysis.health.job_report``): each job's attempts with
+    their root causes, collateral ranks and time lost, the ranks' step times, stragglers and
+    stalls. The same document ``tb-monitor report`` prints; ``.to_json()`` is its ``--json``."""
+    return job_report(logdir)
 
-    ``source``: a logdir (path or URL) or the DataFrame ``tb_monitor.read_events`` returned;
-    anything else is a TypeError naming it. Colours follow the state
-    (``tb_monitor.timeline.state_color``), ranks that went down with another's failure drawn as
-    STOPPED_BY_RESTART, each root cause marked with an ✕; each restart is a dashed vertical
-    line. Draws into ``ax`` when given, else into a new figure sized to the number of lanes;
-    returns the figure. Raises ValueError when it holds no timeline events.
-    """
+
+def _marks(source: Any) -> tuple[list[Span], list[Attempt]]:
+    """The timeline's marks as drawn (collateral ranks stopped by the restart), and the attempts."""
     rows = timeline_rows(source, "timeline")
     if not rows:
         what = (
@@ -69,14 +67,11 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
         raise ValueError(f"{what} holds no timeline events")
     marks = spans(rows)
     found = attempts(rows, marks)
-    marks = mark_restarts(marks, found)
-    plt = _need("matplotlib.pyplot")
-    lanes = sorted({span.lane for span in marks}, key=Lane.sort_key)
-    row = {lane: i for i, lane in enumerate(lanes)}
-    if ax is None:
-        _, ax = plt.subplots(figsize=(12, 1.5 + 0.32 * len(lanes)), layout="constrained")
-    t0 = min(span.begin for span in marks)
+    return mark_restarts(marks, found), found
 
+
+def _draw_marks(ax: Axes, marks: list[Span], row: dict[Lane, int], t0: float) -> None:
+    """Intervals as bars, points as ticks, in their state's colour; one legend entry a state."""
     bars: dict[str, dict[int, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
     points: dict[str, tuple[list[float], list[int]]] = defaultdict(lambda: ([], []))
     for span in marks:
@@ -97,6 +92,9 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
         seen.add(state)
         ax.scatter(xs, ys, marker="|", s=120, color=state_color(state), label=label)
 
+
+def _draw_root_causes(ax: Axes, found: list[Attempt], row: dict[Lane, int], t0: float) -> None:
+    """Each root cause: an ✕ on its rank's lane, with its one-line reason."""
     for attempt in found:
         cause = attempt.root_cause
         if cause is None or cause.record is None:
@@ -120,10 +118,13 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
             bbox={"boxstyle": "round,pad=0.2", "fc": "white", "alpha": 0.85, "lw": 0},
         )
 
+
+def _draw_restarts(ax: Axes, marks: list[Span], many_jobs: bool, t0: float) -> None:
+    """Each restart: a dashed vertical line where its first worker started."""
     for job, attempt, start in restart_starts(marks):
         ax.axvline(start - t0, color="#424242", linestyle="--", linewidth=1)
         ax.annotate(
-            f"restart {attempt}" + (f" ({job})" if len({lane.group for lane in lanes}) > 1 else ""),
+            f"restart {attempt}" + (f" ({job})" if many_jobs else ""),
             (start - t0, 0),
             xycoords=("data", "axes fraction"),
             xytext=(3, 3),
@@ -131,7 +132,8 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
             fontsize=8,
         )
 
-    many_jobs = len({lane.group for lane in lanes}) > 1
+
+def _label_axes(ax: Axes, lanes: list[Lane], many_jobs: bool, t0: float, marks: int) -> None:
     ax.set_yticks(
         range(len(lanes)),
         [
@@ -144,48 +146,76 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
     ax.set_xlabel(f"seconds since {when}")
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="state")
-    ax.set_title(f"{len(marks)} marks on {len(lanes)} lanes")
+    ax.set_title(f"{marks} marks on {len(lanes)} lanes")
+
+
+def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Figure:
+    """Draw a job's timeline: one row per lane, bars for intervals, ticks for points.
+
+    ``source``: a logdir (path or URL) or the DataFrame ``tb_monitor.read_events`` returned;
+    anything else is a TypeError naming it. Colours follow the state
+    (``tb_monitor.timeline.state_color``), ranks that went down with another's failure drawn as
+    STOPPED_BY_RESTART, each root cause marked with an ✕; each restart is a dashed vertical
+    line. Draws into ``ax`` when given, else into a new figure sized to the number of lanes;
+    returns the figure. Raises ValueError when it holds no timeline events.
+    """
+    marks, found = _marks(source)
+    plt = _need("matplotlib.pyplot")
+    lanes = sorted({span.lane for span in marks}, key=Lane.sort_key)
+    row = {lane: i for i, lane in enumerate(lanes)}
+    if ax is None:
+        _, ax = plt.subplots(figsize=(12, 1.5 + 0.32 * len(lanes)), layout="constrained")
+    t0 = min(span.begin for span in marks)
+    many_jobs = len({lane.group for lane in lanes}) > 1
+    _draw_marks(ax, marks, row, t0)
+    _draw_root_causes(ax, found, row, t0)
+    _draw_restarts(ax, marks, many_jobs, t0)
+    _label_axes(ax, lanes, many_jobs, t0, len(marks))
     return ax.figure
 
 
-def rank_heatmap(source: Any, *, window_s: float = 10.0, ax: Axes | None = None) -> Figure:
+def rank_heatmap(source: Any, *, window_s: float | None = None, ax: Axes | None = None) -> Figure:
     """Ranks x windows, each cell a rank's compute time over the median rank's in that window,
     in the Ranks view's diverging scale (``tb_monitor.timeline.SLOWNESS_COLORS``, 0.5x to 2x);
     flagged stragglers' labels in bold. ``source``: a logdir or ``read_scalars``' DataFrame;
-    ``window_s``: the recording window (``TB_MONITOR_RANK_WINDOW_S``)."""
+    ``window_s``: the recording window (``TB_MONITOR_RANK_WINDOW_S``; default: inferred).
 
-    from tb_monitor.analysis.stragglers import rank_windows, relative_scores, stragglers
+    The columns are the :class:`tb_monitor.analysis.grid.RankGrid`'s windows; with more
+    windows than the axes have pixels, whole windows merge (k to a column), as in the Ranks
+    view, so no column falls between two windows."""
+    from tb_monitor.analysis.grid import RankGrid
 
     plt = _need("matplotlib.pyplot")
     colors = _need("matplotlib.colors")
-    frame = rank_windows(source, window_s=window_s)
+    grid = RankGrid.load(source, window_s=window_s)
+    rows, windows = grid.shape
     if ax is None:
-        fig, ax = plt.subplots(figsize=(11, 0.6 + 0.3 * max(1, frame["rank"].nunique())))
+        fig, ax = plt.subplots(figsize=(11, 0.6 + 0.3 * max(1, rows)))
     else:
         fig = ax.figure
-    if frame.empty:
+    if not windows:
         ax.set_title("no rank health recorded")
         return fig
-    frame = frame.assign(slot=(frame["window_end"] / window_s).round().astype("int64"))
-    grid = frame.pivot_table(index="rank", columns="slot", values="compute_s", aggfunc="last")
-    relative = relative_scores(grid.to_numpy(dtype=float))
+    pixels = max(1, int(ax.get_window_extent().width))
+    per = -(-windows // pixels)  # whole windows a column
     cmap = colors.LinearSegmentedColormap.from_list("slowness", list(SLOWNESS_COLORS))
-    start = datetime.fromtimestamp(grid.columns[0] * window_s, tz=timezone.utc)
+    lo, _ = grid.extent
     image = ax.imshow(
-        relative,
+        grid.merged(per),
         aspect="auto",
         interpolation="nearest",
         cmap=cmap,
         norm=colors.LogNorm(vmin=0.5, vmax=2.0),
-        extent=(0, len(grid.columns) * window_s, len(grid.index) - 0.5, -0.5),
+        extent=(0, -(-windows // per) * per * grid.window_s, rows - 0.5, -0.5),
     )
-    flagged = set(stragglers(source, window_s=window_s).query("flagged")["rank"])
-    ax.set_yticks(range(len(grid.index)))
-    ax.set_yticklabels([f"rank {r}" for r in grid.index])
-    for label, rank in zip(ax.get_yticklabels(), grid.index, strict=True):
-        if rank in flagged:
+    flagged = {s.row for s in grid.stragglers()}
+    ax.set_yticks(range(rows))
+    ax.set_yticklabels([f"rank {r}" for r in grid.ranks])
+    for row, label in enumerate(ax.get_yticklabels()):
+        if row in flagged:
             label.set_fontweight("bold")
-    ax.set_xlabel(f"seconds since {start:%H:%M:%S} UTC ({window_s:g}-s windows)")
+    start = datetime.fromtimestamp(lo, tz=timezone.utc)
+    ax.set_xlabel(f"seconds since {start:%H:%M:%S} UTC ({grid.window_s:g}-s windows)")
     ax.set_title("compute time relative to the median rank")
     bar = fig.colorbar(image, ax=ax, pad=0.01)
     bar.ax.minorticks_off()

@@ -1,17 +1,31 @@
-"""What the reading side computes from a logdir, as plain functions returning DataFrames.
+"""What the reading side computes from a logdir: the job's health, and tables for notebooks.
 
-Shared by the notebooks, the plugin, the exports and the command line. Each analysis is one
-module: ``restarts`` (one row per attempt of an elastic job: why it ended, its root cause and
-the ranks that went down with it) and ``stragglers`` (slow ranks, and the rank a stalled job
-waits for, from per-rank step and collective timing). pandas is imported only when an analysis runs (the ``pandas``
-extra); the module's plain-Python core (``tb_monitor.analysis.restarts.attempts``) serves the
-Timeline plugin and ``tb-monitor report`` without it.
+Shared by the notebooks, the plugin, the exports and the command line. One module per job:
 
-Each function takes a logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame
-``tb_monitor.read_events`` returns.
+- ``health``: ``job_report(logdir)``, the one ``JobReport`` of a job's health (attempts, root
+  causes, ranks, stragglers, stalls, step times) that ``tb-monitor report`` and the notebook
+  render; its ``rank_report`` part reads the ranks' own records;
+- ``attempts``: every attempt of an elastic job and why it ended (plain Python), reading one
+  rank's failure with ``root_cause``; ``restart_marks``: the timeline drawn with the ranks a
+  restart stopped; ``sources``: what a logdir or a DataFrame holds;
+- ``restarts`` (one row per attempt: why it ended) and ``stragglers`` (slow ranks, and the rank
+  a stalled job waits for) as pandas DataFrames.
+
+pandas is imported only when a DataFrame is made (the ``pandas`` extra). The tables take a
+logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame ``tb_monitor.read_events``
+returns.
 """
 
+from tb_monitor.analysis.health import JobReport, job_report
 from tb_monitor.analysis.restarts import restart_summary, restarts
 from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
 
-__all__ = ["rank_windows", "restart_summary", "restarts", "stalls", "stragglers"]
+__all__ = [
+    "JobReport",
+    "job_report",
+    "rank_windows",
+    "restart_summary",
+    "restarts",
+    "stalls",
+    "stragglers",
+]

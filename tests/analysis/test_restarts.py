@@ -1,4 +1,5 @@
-"""tb_monitor.analysis.restarts: why each attempt of a synthetic elastic job ended."""
+"""Why each attempt of an elastic job ended: ``tb_monitor.analysis.attempts`` (plain Python),
+``restart_marks`` (drawn) and ``restarts`` (the tables), on synthetic and hand-made jobs."""
 
 from __future__ import annotations
 
@@ -7,14 +8,9 @@ from conftest import need
 
 from tb_monitor import contract, read_events
 from tb_monitor.analysis import restarts
-from tb_monitor.analysis.restarts import (
-    RESTARTS_COLUMNS,
-    STOPPED_BY_RESTART,
-    SUMMARY_COLUMNS,
-    attempts,
-    mark_restarts,
-    restart_summary,
-)
+from tb_monitor.analysis.attempts import attempts
+from tb_monitor.analysis.restart_marks import STOPPED_BY_RESTART, mark_restarts
+from tb_monitor.analysis.restarts import RESTARTS_COLUMNS, SUMMARY_COLUMNS, restart_summary
 from tb_monitor.logdir import readers
 from tb_monitor.testing import generate_job
 from tb_monitor.timeline import STATES, spans, state_color
@@ -331,3 +327,21 @@ def test_no_membership_change_without_rendezvous_records():
     first, second = attempts([*rows, restart])
     assert first.nodes == second.nodes == ("a",)
     assert second.nodes_joined == second.nodes_left == ()
+
+
+def test_the_names_the_plugin_imports_stay_importable_from_restarts():
+    """The split keeps ``tb_monitor.analysis.restarts``' names (tb_plugin.store imports them)."""
+    import importlib
+
+    old = importlib.import_module("tb_monitor.analysis.restarts")
+    found = importlib.import_module("tb_monitor.analysis.attempts")
+    drawn = importlib.import_module("tb_monitor.analysis.restart_marks")
+    assert (old.attempts, old.attempt_dict, old.Attempt) == (
+        found.attempts,
+        found.attempt_dict,
+        found.Attempt,
+    )
+    assert (old.mark_restarts, old.STOPPED_BY_RESTART) == (
+        drawn.mark_restarts,
+        drawn.STOPPED_BY_RESTART,
+    )

@@ -1,0 +1,210 @@
+"""The job's health as one value: ``job_report(logdir)`` returns a ``JobReport``.
+
+Everything a user asks of a finished or running elastic job in one typed document: each job's
+attempts with their root causes, collateral ranks and time lost (``tb_monitor.analysis.attempts``),
+and, where the ranks recorded their health, the ranks' step times, the stragglers and the
+stalled ranks with the rank the others wait for. ``tb-monitor report`` prints it (text or
+``--json``), the notebook shows it; nothing else assembles the job's health, so every view of
+it agrees. A reader that already holds the records and the ``RankGrid`` (the plugin, through
+TensorBoard's data provider) builds the same value with ``report_of``.
+``JobReport.to_json()`` is the ``--json`` document, a plain dict:
+
+JSON schema (``schema`` is ``SCHEMA_VERSION``, bumped on an incompatible change; a new key is
+not one; times are epoch seconds)::
+
+    {
+      "schema": 1,
+      "logdir": "runs/exp7",
+      "status": "succeeded" | "failed" | "running" | "empty",   # report --follow: also "waiting",
+                                                               # before the logdir exists
+      "exit_code": 0 | 1,                # 1: a job's last attempt failed, or ranks.stalled
+      "ranks": null | {                  # rank health; null when none was recorded
+        "count": 4, "windows": 36, "window_s": 10.0,
+        "stragglers": [                  # flagged ranks, slowest first
+          {"rank": 1, "relative": 1.5, "individual": 1.02, "windows_over": 12, "flagged": true}
+        ],
+        "slowest": [...],                # the 3 highest relative scores, same fields
+        "stalled": true,                 # a rank is stalled and not every job has ended
+        "stalls": [                      # the rank the others wait for first
+          {"rank": 3, "since_step_s": 45.0, "entered": 5, "left": 5,
+           "in_collective": false, "fr_seq": null, "waited_for": true}
+        ],
+        "waited_for": [3],
+        "step_times": [                  # per rank, the median over its windows, by rank
+          {"rank": 0, "windows": 36, "step_s": 0.05, "collective_s": 0.01, "compute_s": 0.04}
+        ]
+      },
+      "jobs": [
+        {
+          "job": "<run id>",
+          "status": "<the last attempt's outcome: SUCCEEDED, FAILED, RUNNING, ...>",
+          "finished": true,           # every agent of the job recorded its verdict
+          "attempts_total": 2,
+          "restarts": 1,
+          "time_lost_s": 2.7,         # summed over the attempts with a root cause
+          "attempts": [
+            {
+              "job": "...", "attempt": 0, "start": 1.7e9, "end": 1.7e9, "duration_s": 6.0,
+              "outcome": "FAILED",
+              "root_cause": null | {
+                "rank": 2, "host": "node-a", "time": 1.7e9,
+                "reason": "ValueError: bad batch",   # one line: also "killed by SIGKILL"
+                "exception": "ValueError" | null, "message": "bad batch" | null,
+                "exit_code": 1 | null, "signal": "SIGKILL" | null,
+                "source": "worker" | "error_file" | "agent",
+                "traceback": "Traceback (most recent call last): ..." | null
+              },
+              "collateral_ranks": [0, 1, 3], "failed_ranks": [0, 1, 2, 3], "ranks": [0, 1, 2, 3],
+              "time_lost_s": 2.7 | null,
+              "nodes": ["node-a (pid 41)", ...], "nodes_joined": [], "nodes_left": [],
+              "rendezvous_s": 1.1
+            }
+          ]
+        }
+      ]
+    }
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts, finished_jobs
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.rank_report import RankHealth, rank_health
+from tb_monitor.analysis.sources import timeline_rows
+
+__all__ = ["SCHEMA_VERSION", "JobHealth", "JobReport", "job_report", "report_of"]
+
+#: The version of ``JobReport.to_json()``'s document: bumped on an incompatible change.
+SCHEMA_VERSION = 1
+_EXIT_OK, _EXIT_FAILED = 0, 1
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    """One job of the logdir: its attempts in order, and whether every agent recorded its end."""
+
+    job: str
+    attempts: tuple[Attempt, ...]
+    finished: bool
+
+    @property
+    def status(self) -> str:
+        """The last attempt's outcome: SUCCEEDED, FAILED, RUNNING, ..."""
+        return self.attempts[-1].outcome
+
+    @property
+    def restarts(self) -> int:
+        return len(self.attempts) - 1
+
+    @property
+    def time_lost_s(self) -> float:
+        """Summed over the attempts with a root cause."""
+        return sum(a.time_lost_s or 0.0 for a in self.attempts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "status": self.status,
+            "finished": self.finished,
+            "attempts_total": len(self.attempts),
+            "restarts": self.restarts,
+            "time_lost_s": self.time_lost_s,
+            "attempts": [attempt_dict(a) for a in self.attempts],
+        }
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """The health of the jobs in one logdir: their attempts, and their ranks where recorded."""
+
+    logdir: str
+    jobs: tuple[JobHealth, ...]
+    ranks: RankHealth | None  # None where no rank recorded its health
+
+    @property
+    def finished(self) -> bool:
+        """Every job has ended (and there is at least one)."""
+        return bool(self.jobs) and all(job.finished for job in self.jobs)
+
+    @property
+    def status(self) -> str:
+        """``empty``, ``failed`` (a job's last attempt failed), ``succeeded`` or ``running``."""
+        if not self.jobs:
+            return "empty"
+        if any(job.status == "FAILED" for job in self.jobs):
+            return "failed"
+        return "succeeded" if self.finished else "running"
+
+    @property
+    def stalled(self) -> bool:
+        """A rank is stalled while the job runs (a stall in a job that has ended is history)."""
+        return self.ranks is not None and bool(self.ranks.stalls) and not self.finished
+
+    @property
+    def exit_code(self) -> int:
+        """1 when a job's last attempt failed or a rank is stalled, else 0."""
+        return _EXIT_FAILED if self.status == "failed" or self.stalled else _EXIT_OK
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready values (the module docstring gives the schema)."""
+        ranks = None if self.ranks is None else {**self.ranks.to_json(), "stalled": self.stalled}
+        return {
+            "schema": SCHEMA_VERSION,
+            "logdir": self.logdir,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            "ranks": ranks,
+            "jobs": [job.to_json() for job in self.jobs],
+        }
+
+
+def _jobs(rows: Sequence[Mapping[str, Any]]) -> tuple[JobHealth, ...]:
+    """Each job's attempts, in the order ``attempts`` gives them."""
+    found = attempts(rows)
+    finished = finished_jobs(rows, found)
+    by_job: dict[str, list[Attempt]] = {}
+    for attempt in found:
+        by_job.setdefault(attempt.job, []).append(attempt)
+    return tuple(
+        JobHealth(job, tuple(ours), finished.get(job, False)) for job, ours in by_job.items()
+    )
+
+
+def report_of(
+    logdir: str,
+    rows: Iterable[Mapping[str, Any]],
+    grid: RankGrid | None = None,
+    *,
+    now: float | None = None,
+) -> JobReport:
+    """The report from what a reader already holds: the decoded timeline records
+    (``sources.timeline_rows``) and the ranks' ``RankGrid``, as the plugin reads both through
+    TensorBoard's data provider. ``now``: when stalls are judged (default: the newest heartbeat).
+    """
+    ranks = None if grid is None else rank_health(grid, now=now)
+    return JobReport(logdir=logdir, jobs=_jobs(list(rows)), ranks=ranks)
+
+
+def job_report(
+    logdir: str | os.PathLike[str], *, window_s: float | None = None, now: float | None = None
+) -> JobReport:
+    """The health of the jobs in ``logdir`` (a path or an ``s3://`` / ``gs://`` URL).
+
+    ``window_s``: the ranks' recording window (default: inferred from their windows, see
+    ``tb_monitor.analysis.grid``); ``now``: the time stalls are judged at (default: the
+    newest heartbeat). Raises ``FileNotFoundError`` / ``OSError`` / ``ValueError`` when the
+    logdir cannot be read, and TypeError, naming it, for anything but a logdir.
+    """
+    if not isinstance(logdir, (str, os.PathLike)):
+        raise TypeError(
+            f"job_report() takes a logdir (a path or an s3:// / gs:// URL), "
+            f"not {type(logdir).__name__}: {logdir!r:.100}"
+        )
+    path = os.fspath(logdir)
+    rows = timeline_rows(path, "job_report")
+    return report_of(path, rows, RankGrid.from_logdir(path, window_s=window_s), now=now)

@@ -1,0 +1,111 @@
+"""The ranks' part of the job report: step times, stragglers and stalls, as typed values.
+
+Read from the per-rank Stat windows and heartbeats ``tb_monitor.integrations.rank_health``
+records, through the one ``tb_monitor.analysis.grid.RankGrid`` (its ``Score`` and ``Stall``,
+its window rule), so ``tb-monitor report``, the notebook and the plugin's Ranks view name the
+same stragglers and stalls. Needs no pandas.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from tb_monitor.analysis.grid import RankGrid, Score, Stall
+
+__all__ = ["RankHealth", "StepTime", "rank_health"]
+
+_SLOWEST = 3  # how many of the slowest ranks the report names
+#: A Score's and a Stall's fields in the report's JSON (schema 1): without the grid's row and
+#: run, and without the score's compute_s (the step times hold it).
+_SCORE_FIELDS = tuple(f.name for f in fields(Score) if f.name not in ("row", "run", "compute_s"))
+_STALL_FIELDS = tuple(f.name for f in fields(Stall) if f.name not in ("row", "run"))
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One rank's typical step: the medians over the windows it recorded."""
+
+    rank: int
+    windows: int
+    step_s: float
+    collective_s: float  # waiting in collectives, per step
+    compute_s: float  # step minus collective wait: what separates ranks
+
+    def to_json(self) -> dict[str, Any]:
+        return _pick(self, tuple(f.name for f in fields(self)))
+
+
+@dataclass(frozen=True)
+class RankHealth:
+    """What the ranks' own records say: how many, their step times, who is slow, who stalled."""
+
+    count: int  # ranks that recorded a window or a heartbeat
+    windows: int  # windows that hold data (of any rank)
+    window_s: float
+    scores: tuple[Score, ...]  # every rank with a window, slowest first
+    stalls: tuple[Stall, ...]  # the waited-for first, then the longest stalled
+    step_times: tuple[StepTime, ...]  # by rank
+
+    @property
+    def stragglers(self) -> tuple[Score, ...]:
+        return tuple(s for s in self.scores if s.flagged)
+
+    @property
+    def slowest(self) -> tuple[Score, ...]:
+        return self.scores[:_SLOWEST]
+
+    @property
+    def waited_for(self) -> tuple[int, ...]:
+        return tuple(s.rank for s in self.stalls if s.waited_for)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready values; ``stalled`` here means a rank is stalled, whatever the job's state
+        (``JobReport.to_json`` says whether that matters)."""
+        return {
+            "count": self.count,
+            "windows": self.windows,
+            "window_s": self.window_s,
+            "stragglers": [_pick(s, _SCORE_FIELDS) for s in self.stragglers],
+            "slowest": [_pick(s, _SCORE_FIELDS) for s in self.slowest],
+            "stalled": bool(self.stalls),
+            "stalls": [_pick(s, _STALL_FIELDS) for s in self.stalls],
+            "waited_for": list(self.waited_for),
+            "step_times": [s.to_json() for s in self.step_times],
+        }
+
+
+def _pick(value: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    return {name: getattr(value, name) for name in fields}
+
+
+def _step_times(grid: RankGrid) -> tuple[StepTime, ...]:
+    """Per rank with a window, the medians of its step time, wait and compute."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
+        medians = [np.nanmedian(a, axis=1) for a in (grid.step_s, grid.collective_s, grid.compute)]
+    recorded = np.count_nonzero(grid.steps > 0, axis=1)
+    found = [
+        StepTime(rank, int(recorded[row]), *(float(m[row]) for m in medians))
+        for row, rank in enumerate(grid.ranks)
+        if recorded[row] and rank is not None
+    ]
+    return tuple(sorted(found, key=lambda s: s.rank))
+
+
+def rank_health(grid: RankGrid, *, now: float | None = None) -> RankHealth | None:
+    """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
+    are judged (default: the grid's newest heartbeat)."""
+    if not grid.runs:
+        return None
+    return RankHealth(
+        count=len(grid.runs),
+        windows=int(np.count_nonzero((grid.steps > 0).any(axis=0))) if grid.shape[1] else 0,
+        window_s=grid.window_s,
+        scores=tuple(grid.scores()),
+        stalls=tuple(grid.stalls(now=now)),
+        step_times=_step_times(grid),
+    )
