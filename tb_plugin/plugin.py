@@ -1,25 +1,30 @@
-"""The Timeline plugin: TensorBoard routes over the timeline records, and its loader.
+"""The Timeline plugin: its one app, the table of its routes, and its loader.
 
-Routes (under ``data/plugin/tb_monitor_timeline/``):
+Routes (under ``data/plugin/tb_monitor_timeline/``, the table :attr:`TimelinePlugin.routes`):
 
 - ``static/<path>``: the ES-module frontend and its stylesheet, from a fixed list of files.
-- ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.query.Query`).
+- ``timeline``: one window of the timeline, filtered (see :class:`tb_plugin.requests.Query`).
 - ``event?id=<n>``: every field of one event, for the details panel.
-- ``ranks``: the Ranks view's heatmap, stragglers and stalls (see :mod:`tb_plugin.ranks`).
+- ``ranks``: the Ranks view's heatmap, stragglers and stalls (see :mod:`tb_plugin.ranks`;
+  :class:`tb_plugin.requests.RankQuery`).
 - ``status``: the data generation, so the frontend polls cheaply for new events, and how many
   undecodable records were skipped (``skipped``).
 
-Records are decoded off the request threads (:mod:`tb_plugin.refresher`): the default experiment
-starts warming up as soon as TensorBoard loads the plugin, and a request never waits more than a
-second for a refresh; during a long first decode it gets what is decoded so far and ``loading``.
+Every route parses its query string with :mod:`tb_plugin.requests` and answers through one
+error path: a bad parameter is a 400, an unknown run, event or file a 404, each a JSON
+``{"error"}`` naming the value. Both views' stores (the timeline's, the Ranks view's) are made
+and refreshed the same way (:class:`tb_plugin.refresher.Refreshers`), off the request threads:
+the default experiment starts warming up as soon as TensorBoard loads the plugin, and a request
+never waits more than a second for a refresh; during a long first read it gets what is read so
+far and ``loading``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from tensorboard import context as tb_context
@@ -28,21 +33,33 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from tb_monitor import contract
 from tb_plugin import metadata
-from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
-from tb_plugin.ranks import RanksApp
-from tb_plugin.refresher import Refresher
-from tb_plugin.store import Snapshot, TimelineStore, UnknownEventError
+from tb_plugin.columns import Snapshot
+from tb_plugin.query import UnknownRunError, timeline_payload
+from tb_plugin.ranks import RankStore, ranks_payload
+from tb_plugin.refresher import Refreshers
+from tb_plugin.requests import Query, RankQuery, RequestError, event_id
+from tb_plugin.store import TimelineStore, UnknownEventError
 
-__all__ = ["TimelineLoader", "TimelinePlugin"]
+__all__ = ["TimelineLoader", "TimelinePlugin", "UnknownFileError"]
 
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 _STATIC_PREFIX = "/static/"
-#: Experiments whose decoded timelines are kept (one background thread each).
-_MAX_EXPERIMENTS = 8
 #: Timeline payloads kept for the columns they were computed from.
 _MAX_PAYLOADS = 8
+
+#: A handler takes the request and answers with a JSON-ready body or a whole response.
+Handler = Callable[[wrappers.Request], Any]
+
+
+class UnknownFileError(LookupError):
+    """A path below ``static/`` that is not one of the frontend's files."""
+
+
+#: What a request may name that does not exist: a 404 with the message, on every route.
+_NOT_FOUND = (UnknownRunError, UnknownEventError, UnknownFileError)
 
 
 def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Response:
@@ -50,8 +67,22 @@ def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Res
     return http_util.Respond(request, json.dumps(body), "application/json", code=code)
 
 
-def _error(request: wrappers.Request, message: str, code: int) -> wrappers.Response:
-    return _json(request, {"error": message}, code=code)
+def _app(handler: Handler) -> Callable[..., Any]:
+    """The WSGI app of one route: the one error path every route shares. A bad parameter
+    (:class:`~tb_plugin.requests.RequestError`) is a 400 and an unknown name a 404, each a JSON
+    ``{"error"}`` naming the value; never a traceback."""
+
+    @wrappers.Request.application
+    def app(request: wrappers.Request) -> wrappers.Response:
+        try:
+            body = handler(request)
+        except RequestError as exc:
+            return _json(request, {"error": str(exc)}, code=400)
+        except _NOT_FOUND as exc:
+            return _json(request, {"error": str(exc)}, code=404)
+        return body if isinstance(body, wrappers.Response) else _json(request, body)
+
+    return app
 
 
 def _static_files(root: str) -> dict[str, str]:
@@ -65,30 +96,38 @@ def _static_files(root: str) -> dict[str, str]:
     return found
 
 
+def _experiment(request: wrappers.Request) -> tuple[str, Any]:
+    """The request's experiment id and its TensorBoard request context."""
+    return plugin_util.experiment_id(request.environ), plugin_util.context(request.environ)
+
+
 class TimelinePlugin(base_plugin.TBPlugin):
-    """Serves the Timeline dashboard from the data provider's timeline records."""
+    """Serves the Timeline dashboard and its Ranks view from the data provider's records."""
 
     plugin_name = metadata.PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext) -> None:
-        self._provider = context.data_provider
-        self._refreshers: dict[str, Refresher] = {}
-        self._refreshers_lock = threading.Lock()
+        provider = self._provider = context.data_provider
         # Only these files are ever served: a request names one of them or gets a 404.
         self._static = _static_files(_STATIC_DIR)
         self._payloads = _Payloads()
-        self._ranks = RanksApp(self._provider, self._attempts_so_far)
-        if self._provider is not None:
-            self._refresher("")  # a local TensorBoard's one experiment: warm it up now
-
-    def get_plugin_apps(self) -> dict[str, Any]:
-        return {
+        # Each view's stores, one per experiment, each kept fresh by its own refresher.
+        self._timelines = Refreshers(lambda eid: TimelineStore(provider, eid))
+        self._ranks = Refreshers(lambda eid: RankStore(provider, eid))
+        if provider is not None:  # a local TensorBoard's one experiment: warm it up now
+            self._timelines.get("")
+            self._ranks.get("")
+        #: Every route of the plugin, below ``data/plugin/<name>``, and its handler.
+        self.routes: dict[str, Handler] = {
             _STATIC_PREFIX + "*": self._serve_static,
             "/timeline": self._serve_timeline,
             "/event": self._serve_event,
             "/status": self._serve_status,
-            "/ranks": self._ranks.serve,
+            "/ranks": self._serve_ranks,
         }
+
+    def get_plugin_apps(self) -> dict[str, Any]:
+        return {route: _app(handler) for route, handler in self.routes.items()}
 
     def is_active(self) -> bool:
         """Active when any run holds timeline records or rank-health windows (for the Ranks
@@ -102,78 +141,46 @@ class TimelinePlugin(base_plugin.TBPlugin):
         if any(listing.values()):
             return True
         scalars = self._provider.list_scalars(context, experiment_id="", plugin_name="scalars")
-        return any(tag.startswith("rank/") for tags in scalars.values() for tag in tags)
+        return any(
+            tag.startswith(contract.RANK_PREFIX) for tags in scalars.values() for tag in tags
+        )
 
     def frontend_metadata(self) -> base_plugin.FrontendMetadata:
         return base_plugin.FrontendMetadata(
             es_module_path=_STATIC_PREFIX + "index.js", tab_name=metadata.TAB_NAME
         )
 
-    def _refresher(self, eid: str) -> Refresher:
-        with self._refreshers_lock:
-            refresher = self._refreshers.get(eid)
-            if refresher is None:
-                # Any experiment id in a URL reaches here (the local provider ignores it): keep
-                # a few, so stray ids cannot pile up threads and copies of the data.
-                if len(self._refreshers) >= _MAX_EXPERIMENTS:
-                    oldest = next(iter(self._refreshers))
-                    self._refreshers.pop(oldest).stop(timeout=0)
-                store = TimelineStore(self._provider, eid)
-                refresher = self._refreshers[eid] = Refresher(store).start()
-            return refresher
-
-    def _fresh_store(self, request: wrappers.Request) -> TimelineStore:
-        """The request's store, refreshed, or still loading after a short wait."""
-        refresher = self._refresher(plugin_util.experiment_id(request.environ))
-        refresher.request(plugin_util.context(request.environ))
-        return refresher.store
-
-    def _attempts_so_far(self, request: wrappers.Request) -> list[dict[str, Any]]:
-        """The attempts for the Ranks view's markers. Once the store has read everything, as
-        it holds them now (a refresh runs behind): a ranks request waiting for the timeline's
-        refresh round too would take twice as long. Before, after a short wait like any."""
-        refresher = self._refresher(plugin_util.experiment_id(request.environ))
-        refresher.request_behind_once_read(plugin_util.context(request.environ))
-        return refresher.store.snapshot().attempts
-
-    @wrappers.Request.application
     def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
         name = request.path.rsplit(_STATIC_PREFIX, 1)[-1]
         path = self._static.get(name)
         if path is None:
-            return _error(request, f"no static file {name!r:.200}", 404)
+            raise UnknownFileError(f"no static file {name!r:.200}")
         with open(path, "rb") as f:
             content = f.read()
         return http_util.Respond(request, content, _STATIC_TYPES[os.path.splitext(name)[1]])
 
-    @wrappers.Request.application
-    def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
-        try:
-            query = Query.from_args(request.args)
-            return _json(request, self._payloads.get(self._fresh_store(request).snapshot(), query))
-        except UnknownRunError as exc:
-            return _error(request, str(exc), 404)
-        except QueryError as exc:
-            return _error(request, str(exc), 400)
+    def _serve_timeline(self, request: wrappers.Request) -> dict[str, Any]:
+        query = Query.from_args(request.args)
+        return self._payloads.get(self._timelines.store(*_experiment(request)).snapshot(), query)
 
-    @wrappers.Request.application
-    def _serve_event(self, request: wrappers.Request) -> wrappers.Response:
-        raw = request.args.get("id", "")
-        # ASCII digits, bounded before int(): a 5000-digit numeral would raise in int() itself.
-        if not re.fullmatch(r"[0-9]{1,18}", raw):
-            return _error(request, f"id must be a non-negative integer, got {raw!r:.80}", 400)
-        store = self._fresh_store(request)
-        try:
-            return _json(request, store.event(plugin_util.context(request.environ), int(raw)))
-        except UnknownEventError as exc:
-            return _error(request, str(exc), 404)
+    def _serve_event(self, request: wrappers.Request) -> dict[str, Any]:
+        wanted = event_id(request.args)
+        eid, ctx = _experiment(request)
+        return self._timelines.store(eid, ctx).event(ctx, wanted)
 
-    @wrappers.Request.application
-    def _serve_status(self, request: wrappers.Request) -> wrappers.Response:
-        store = self._fresh_store(request)
+    def _serve_status(self, request: wrappers.Request) -> dict[str, Any]:
+        store = self._timelines.store(*_experiment(request))
         skipped = store.skipped()["count"]
-        body = {"generation": store.generation, "loading": store.loading(), "skipped": skipped}
-        return _json(request, body)
+        return {"generation": store.generation, "loading": store.loading(), "skipped": skipped}
+
+    def _serve_ranks(self, request: wrappers.Request) -> dict[str, Any]:
+        query = RankQuery.from_args(request.args)
+        eid, ctx = _experiment(request)
+        ranks = self._ranks.store(eid, ctx, behind=True)
+        # The attempts for the markers, as the timeline's store holds them now: a ranks request
+        # waiting for the timeline's refresh round too would take twice as long.
+        attempts = self._timelines.store(eid, ctx, behind=True).snapshot().attempts
+        return ranks_payload(ranks.snapshot(), query, attempts)
 
 
 class _Payloads:

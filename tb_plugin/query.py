@@ -1,109 +1,33 @@
 """What answers the frontend: a validated window and filters, and the compact payload for it.
 
 A browser cannot draw a million marks a frame, nor parse a million JSON objects, so a query
-filters a :class:`~tb_plugin.store.Snapshot`'s columns with numpy and returns either every event
+filters a :class:`~tb_plugin.columns.Snapshot`'s columns with numpy and returns either every event
 in the visible window or, when too many, per-lane time buckets (level of detail), as base64
 typed arrays the browser maps straight onto ``Float64Array``/``Uint32Array``. States come with
 their colours from :func:`tb_monitor.timeline.state_color`, so the frontend defines none. Every
 payload also carries the jobs' attempts with their root causes (``attempts``, from
-:mod:`tb_monitor.analysis.restarts`), so the tab, ``tb-monitor report`` and the notebook agree.
+:mod:`tb_monitor.analysis.attempts`), so the tab, ``tb-monitor report`` and the notebook agree.
 """
 
 from __future__ import annotations
 
-import base64
-import math
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.store import Columns, Snapshot
+from tb_plugin.columns import Columns, Snapshot
+from tb_plugin.payloads import b64, bucket_count
+from tb_plugin.requests import Query
 
-__all__ = [
-    "BUCKET_PX",
-    "DETAIL_LIMIT",
-    "Query",
-    "QueryError",
-    "UnknownRunError",
-    "timeline_payload",
-]
+__all__ = ["DETAIL_LIMIT", "UnknownRunError", "timeline_payload"]
 
 #: Most events sent one by one for a window; above it, the window is bucketed per lane.
 DETAIL_LIMIT = 150_000
-#: Width, in pixels, of one level-of-detail bucket.
-BUCKET_PX = 2
 
 
-class QueryError(ValueError):
-    """A request parameter the timeline cannot honour; the message names it."""
-
-
-class UnknownRunError(QueryError):
+class UnknownRunError(LookupError):
     """A run filter naming a run that holds no timeline records."""
-
-
-@dataclass(frozen=True)
-class Query:
-    """A window of the timeline with its filters, as validated from a request."""
-
-    start: float | None = None
-    end: float | None = None
-    width: int = 1000
-    run: str | None = None
-    run_id: str | None = None
-    kind: str | None = None
-    state: str | None = None
-    text: str | None = None
-
-    @classmethod
-    def from_args(cls, args: Mapping[str, str]) -> Query:
-        """Validate request arguments; raise :class:`QueryError` naming the bad one."""
-        start = _float_arg(args, "start")
-        end = _float_arg(args, "end")
-        if start is not None and end is not None and not start < end:
-            raise QueryError(f"start {start!r} must be before end {end!r}")
-        if start is not None and end is not None and not math.isfinite(end - start):
-            raise QueryError(f"the window from {start!r} to {end!r} is too wide")
-        width = args.get("width", "1000")
-        # ASCII digits, bounded before int(): a 5000-digit numeral would raise in int() itself.
-        if not re.fullmatch(r"[0-9]{1,5}", width) or not 1 <= int(width) <= 20000:
-            raise QueryError(f"width must be an integer from 1 to 20000, got {width!r:.80}")
-        kind = args.get("kind") or None
-        if kind is not None and kind not in contract.KINDS:
-            raise QueryError(f"kind must be one of {contract.KINDS}, got {kind!r:.80}")
-        state = args.get("state") or None
-        if state is not None and not re.fullmatch(r"[A-Za-z_]{1,64}", state):
-            raise QueryError(f"state must be a state name, got {state!r:.80}")
-        text = args.get("q") or None
-        if text is not None and len(text) > 500:
-            raise QueryError(f"q must be at most 500 characters, got {len(text)}")
-        return cls(
-            start=start,
-            end=end,
-            width=int(width),
-            run=args.get("run") or None,
-            run_id=args.get("run_id") or None,
-            kind=kind,
-            state=state,
-            text=text,
-        )
-
-
-def _float_arg(args: Mapping[str, str], name: str) -> float | None:
-    raw = args.get(name)
-    if raw in (None, ""):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise QueryError(f"{name} must be a number, got {raw!r:.80}") from None
-    if not math.isfinite(value):
-        raise QueryError(f"{name} must be finite, got {raw!r:.80}")
-    return value
 
 
 def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
@@ -129,11 +53,29 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
     if shown is not None:
         inside &= shown
     in_window = int(np.count_nonzero(inside))
-    payload: dict[str, Any] = {
-        "generation": snap.generation,
-        "total": total,
-        "extent": extent,
-        "window": [start, end],
+    payload = _description(snap, lane_ids)
+    payload.update(generation=snap.generation, total=total, extent=extent, window=[start, end])
+    payload.update(in_window=in_window, loading=snap.loading)
+    if in_window <= DETAIL_LIMIT:
+        payload["mode"] = "events"
+        rows = np.flatnonzero(inside)
+        payload["events"] = _events(cols, rows, position, snap.names, snap.msgs)
+    else:
+        payload["mode"] = "buckets"
+        window = (start, end, q.width)
+        payload["buckets"] = _window_buckets(
+            cols, shown, inside, in_window, position, lane_ids, window
+        )
+    payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
+    payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
+    return payload
+
+
+def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
+    """What a payload says besides its events: its lanes, states, colours, labels, facets."""
+    cols, lanes, states = snap.columns, snap.lanes, snap.states
+    shown_states = np.unique(cols.rec_state[cols.rec_count > 0]).tolist()
+    return {
         "lanes": [
             {
                 "label": lanes[i].label,
@@ -150,37 +92,31 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         "facets": {
             "runs": sorted(snap.runs),
             "run_ids": sorted({lane.group for lane in lanes}),
-            "states": sorted(
-                {states[s] for s in np.unique(cols.rec_state[cols.rec_count > 0]).tolist()} - {""}
-            ),
+            "states": sorted({states[s] for s in shown_states} - {""}),
         },
-        "in_window": in_window,
-        "loading": snap.loading,
     }
-    if in_window <= DETAIL_LIMIT:
-        payload["mode"] = "events"
-        rows = np.flatnonzero(inside)
-        payload["events"] = _events(cols, rows, position, snap.names, snap.msgs)
-    else:
-        payload["mode"] = "buckets"
-        buckets = None
-        # A binary search per lane and bucket edge beats a pass over the window's events when
-        # there are fewer edges than events (a whole day: 10M edges, 18M events).
-        if shown is None and len(lane_ids) * (_bins(start, end, q.width)[0] + 1) < in_window:
-            buckets = _lane_buckets(cols, lane_ids, start, end, q.width)
-        if buckets is None:
-            every_inside = in_window == len(cols.t)
-            t = cols.t if every_inside else cols.t[inside]
-            rec = cols.rec if every_inside else cols.rec[inside]
-            buckets = _buckets(cols, t, rec, position, start, end, q.width)
-        payload["buckets"] = buckets
-    payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
-    payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
-    return payload
+
+
+def _window_buckets(
+    cols: Columns, shown, inside, in_window: int, position, lane_ids, window
+) -> dict[str, Any]:
+    """The window's level-of-detail buckets (``window``: start, end, width), the cheaper of
+    the two ways to the same buckets."""
+    start, end, width = window
+    # A binary search per lane and bucket edge beats a pass over the window's events when
+    # there are fewer edges than events (a whole day: 10M edges, 18M events).
+    if shown is None and len(lane_ids) * (bucket_count(width) + 1) < in_window:
+        buckets = _lane_buckets(cols, lane_ids, start, end, width)
+        if buckets is not None:
+            return buckets
+    every_inside = in_window == len(cols.t)
+    t = cols.t if every_inside else cols.t[inside]
+    rec = cols.rec if every_inside else cols.rec[inside]
+    return _buckets(cols, t, rec, position, start, end, width)
 
 
 def _attempts_payload(attempts, position, q: Query, lanes) -> list[dict[str, Any]]:
-    """Every attempt of the jobs shown (``tb_monitor.analysis.restarts``), whatever the window.
+    """Every attempt of the jobs shown (``tb_monitor.analysis.attempts``), whatever the window.
 
     A root cause's ``lane`` becomes its lane's position in this payload (-1: filtered out).
     """
@@ -233,29 +169,26 @@ def _window(q: Query, extent: tuple[float, float] | None) -> tuple[float, float]
     return start, end
 
 
-def _b64(values: np.ndarray, dtype: str) -> str:
-    return base64.b64encode(np.ascontiguousarray(values, dtype=dtype).tobytes()).decode("ascii")
-
-
 def _events(cols: Columns, rows: np.ndarray, position, names, msgs) -> dict[str, Any]:
     rec = cols.rec[rows]
     used_names, name_idx = np.unique(cols.rec_name[rec], return_inverse=True)
     used_msgs, msg_idx = np.unique(cols.rec_msg[rec], return_inverse=True)
     return {
         "count": int(len(rows)),
-        "t": _b64(cols.t[rows], "<f8"),
-        "lane": _b64(position[cols.rec_lane[rec]], "<u4"),
-        "state": _b64(cols.rec_state[rec], "<u2"),
-        "id": _b64(cols.ids[rows], "<u4"),
-        "name": _b64(name_idx, "<u4"),
-        "msg": _b64(msg_idx, "<u4"),
+        "t": b64(cols.t[rows], "<f8"),
+        "lane": b64(position[cols.rec_lane[rec]], "<u4"),
+        "state": b64(cols.rec_state[rec], "<u2"),
+        "id": b64(cols.ids[rows], "<u4"),
+        "name": b64(name_idx, "<u4"),
+        "msg": b64(msg_idx, "<u4"),
         "names": [names[i] for i in used_names.tolist()],
         "msgs": [msgs[i][:300] for i in used_msgs.tolist()],
     }
 
 
 def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: int) -> dict:
-    """Per lane and bucket of ``BUCKET_PX`` pixels: how many events and the most severe state."""
+    """Per lane and bucket of ``payloads.BUCKET_PX`` pixels: how many events and the most
+    severe state."""
     bins, scale = _bins(start, end, width)
     runs = _bucket_runs(cols, t, rec, position[cols.rec_lane][rec], start, scale, bins)
     return _buckets_payload(start, end, bins, *runs)
@@ -324,7 +257,7 @@ def _searched_runs(cols: Columns, rows, firsts, lasts, edges: np.ndarray):
 
 def _bins(start: float, end: float, width: int) -> tuple[int, float]:
     """Buckets across the window, and buckets per second."""
-    bins = max(1, width // BUCKET_PX)
+    bins = bucket_count(width)
     return bins, bins / (end - start)
 
 
@@ -354,10 +287,10 @@ def _buckets_payload(start, end, bins, lanes, bucket, counts, worst) -> dict:
         "count": int(len(counts)),
         "bins": bins,
         "bin_width": (end - start) / bins,
-        "lane": _b64(lanes, "<u4"),
-        "bin": _b64(bucket, "<u4"),
-        "n": _b64(counts, "<u4"),
-        "state": _b64(worst, "<u2"),
+        "lane": b64(lanes, "<u4"),
+        "bin": b64(bucket, "<u4"),
+        "n": b64(counts, "<u4"),
+        "state": b64(worst, "<u2"),
     }
 
 
@@ -366,10 +299,10 @@ def _intervals_payload(iv: dict[str, np.ndarray], position, start: float, end: f
     keep = (pos >= 0) & (iv["t1"] >= start) & (iv["t0"] <= end)
     return {
         "count": int(keep.sum()),
-        "lane": _b64(pos[keep], "<u4"),
-        "t0": _b64(iv["t0"][keep], "<f8"),
-        "t1": _b64(iv["t1"][keep], "<f8"),
-        "state": _b64(iv["state"][keep], "<u2"),
-        "label": _b64(iv["label"][keep], "<u4"),
-        "open": _b64(iv["open"][keep], "<u2"),
+        "lane": b64(pos[keep], "<u4"),
+        "t0": b64(iv["t0"][keep], "<f8"),
+        "t1": b64(iv["t1"][keep], "<f8"),
+        "state": b64(iv["state"][keep], "<u2"),
+        "label": b64(iv["label"][keep], "<u4"),
+        "open": b64(iv["open"][keep], "<u2"),
     }

@@ -1,11 +1,12 @@
-"""Keeps a :class:`~tb_plugin.store.TimelineStore` fresh on a background thread.
+"""Keeps a store (:class:`~tb_plugin.provider_store.ProviderStore`) fresh on a background thread.
 
 Decoding a big job the first time takes seconds (TensorBoard converts every record to numpy), so
 it must never happen on a request thread that the browser waits on. A :class:`Refresher` starts
 warming the store as soon as the plugin is loaded, polling the data provider's listing cheaply, so
 a user who opens the tab after TensorBoard has loaded the logdir gets the warm path. A request
 asks for a refresh and waits for it only a short while; past that it answers with what is decoded
-so far, and the store's :meth:`~tb_plugin.store.TimelineStore.loading` says how far it is.
+so far, and the store's :meth:`~tb_plugin.provider_store.ProviderStore.loading` says how far it
+is. The Timeline's and the Ranks view's stores are refreshed by the same class.
 """
 
 from __future__ import annotations
@@ -13,28 +14,32 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from tensorboard import context as tb_context
 
-from tb_plugin.store import REFRESH_INTERVAL_S, TimelineStore
+from tb_plugin.provider_store import REFRESH_INTERVAL_S, ProviderStore
 
-__all__ = ["ANSWER_WAIT_S", "POLL_S", "Refresher"]
+__all__ = ["ANSWER_WAIT_S", "MAX_EXPERIMENTS", "POLL_S", "Refresher", "Refreshers"]
 
 #: A request waits at most this long (seconds) for the refresh it asked for.
 ANSWER_WAIT_S = 1.0
 #: The background thread lists the provider's series this often (seconds) while idle.
 POLL_S = 2.0
+#: Experiments whose stores are kept, per view (one background thread each).
+MAX_EXPERIMENTS = 8
 
 _log = logging.getLogger(__name__)
 
+StoreT = TypeVar("StoreT", bound=ProviderStore)
 
-class Refresher:
+
+class Refresher(Generic[StoreT]):
     """One daemon thread that runs every refresh of one store: polled, or asked for by requests."""
 
     def __init__(
         self,
-        store: TimelineStore,
+        store: StoreT,
         poll_s: float = POLL_S,
         context: Callable[[], Any] = tb_context.RequestContext,
     ) -> None:
@@ -47,9 +52,9 @@ class Refresher:
         self._busy = False
         self._asked_ctx: Any = None
         self._stopped = False
-        self._thread = threading.Thread(target=self._run, name="tb-monitor-timeline", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="tb-monitor-refresh", daemon=True)
 
-    def start(self) -> Refresher:
+    def start(self) -> Refresher[StoreT]:
         """Start the thread: the first poll (the warm-up) runs at once."""
         self._thread.start()
         return self
@@ -60,6 +65,10 @@ class Refresher:
             self._stopped = True
             self._cond.notify_all()
         self._thread.join(timeout)
+
+    def is_running(self) -> bool:
+        """Whether the thread still runs (a stopped one ends after its current round)."""
+        return self._thread.is_alive()
 
     def request(self, ctx: Any, wait_s: float = ANSWER_WAIT_S) -> bool:
         """Have the store refreshed with a request's context; True when that happened in time.
@@ -110,3 +119,39 @@ class Refresher:
                     self._busy = False
                     self._done += 1
                     self._cond.notify_all()
+
+
+class Refreshers(Generic[StoreT]):
+    """One store per experiment, each with its :class:`Refresher`, made the same way for every
+    view: the Timeline's and the Ranks view's are two instances of this.
+
+    Any experiment id in a URL reaches here (the local provider ignores it), so only the newest
+    ``most`` are kept: stray ids cannot pile up threads and copies of the data.
+    """
+
+    def __init__(self, make_store: Callable[[str], StoreT], most: int = MAX_EXPERIMENTS):
+        self._make_store = make_store
+        self._most = most
+        self._refreshers: dict[str, Refresher[StoreT]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, eid: str) -> Refresher[StoreT]:
+        """The experiment's refresher, started (its store warming up) on first use."""
+        with self._lock:
+            refresher = self._refreshers.get(eid)
+            if refresher is None:
+                if len(self._refreshers) >= self._most:
+                    self._refreshers.pop(next(iter(self._refreshers))).stop(timeout=0)
+                refresher = self._refreshers[eid] = Refresher(self._make_store(eid)).start()
+            return refresher
+
+    def store(self, eid: str, ctx: Any, *, behind: bool = False) -> StoreT:
+        """The experiment's store, refreshed for a request with context ``ctx``: after a short
+        wait (:meth:`Refresher.request`), or with ``behind`` at once once it has read
+        everything (:meth:`Refresher.request_behind_once_read`)."""
+        refresher = self.get(eid)
+        if behind:
+            refresher.request_behind_once_read(ctx)
+        else:
+            refresher.request(ctx)
+        return refresher.store

@@ -3,8 +3,9 @@
 Reading a record through TensorBoard's data provider costs microseconds
 (:mod:`tb_plugin.records`): seconds per request for a big job. :class:`TimelineStore` decodes
 each record once, identical payloads (keep-alive heartbeats) only once in all, reads only what
-a refresh finds new, in chunks so a query during a long first decode answers with what is
-there, and hands :mod:`tb_plugin.query` a :class:`Snapshot` of sorted numpy columns. A record
+a refresh finds new (the refresh itself is :class:`~tb_plugin.provider_store.ProviderStore`'s),
+in chunks so a query during a long first decode answers with what is there, and hands
+:mod:`tb_plugin.query` a :class:`~tb_plugin.columns.Snapshot` of sorted numpy columns. A record
 may hold several events (content versions 2 and 3, ``tb_monitor.contract.decode_records``);
 each is an event here. An event costs its time and its record's id (12 bytes), so a
 1,024-node day fits.
@@ -23,50 +24,37 @@ from __future__ import annotations
 
 import array
 import bisect
-import ctypes
 import functools
 import logging
-import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
-from tb_monitor.analysis.restarts import (
-    STOPPED_BY_RESTART,
-    Attempt,
-    attempt_dict,
-    attempts,
-    mark_restarts,
-)
+from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
+from tb_monitor.analysis.restart_marks import STOPPED_BY_RESTART, mark_restarts
+from tb_plugin.columns import Columns, Interner, Records, Snapshot, column, lane_time_order
+from tb_plugin.provider_store import ProviderStore, Want
 from tb_plugin.records import Series, read_series
 
 __all__ = [
     "CHUNK_RECORDS",
-    "ProviderStore",
-    "REFRESH_INTERVAL_S",
     "RESORT_BEFORE",
     "RESORT_GROWTH",
-    "Columns",
-    "Snapshot",
     "TimelineStore",
     "UnknownEventError",
 ]
 
-#: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
-REFRESH_INTERVAL_S = 1.0
 #: While a first read goes on, the sorted columns are renewed when the events grew this much,
 #: and only while less than this share of the read is done.
 RESORT_GROWTH = 2.0
 RESORT_BEFORE = 0.25
 #: About this many records are read from the provider at a time, so a first decode shows progress.
 CHUNK_RECORDS = 50_000
-_RUNNING = [state.name for state in timeline.STATES].index("RUNNING")
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
 _log = logging.getLogger(__name__)
@@ -74,263 +62,6 @@ _log = logging.getLogger(__name__)
 
 class UnknownEventError(LookupError):
     """An event id that the store does not hold."""
-
-
-class _Interner:
-    """Values to dense ids, so columns hold small integers."""
-
-    def __init__(self) -> None:
-        self.ids: dict[Any, int] = {}
-        self.values: list[Any] = []
-
-    def __call__(self, value: Any) -> int:
-        found = self.ids.get(value)
-        if found is None:
-            found = self.ids[value] = len(self.values)
-            self.values.append(value)
-        return found
-
-
-class _Records:
-    """Each distinct record (a run's payload of one kind), decoded once: the per-event columns
-    hold its id, and every field an event shows is a lookup here. A node's keep-alives, most of
-    a long job's events, are one record; so an event costs its time and one integer."""
-
-    def __init__(self) -> None:
-        self.ids: dict[tuple[str, str, str], int] = {}  # (run, kind, payload) -> record id
-        self.lane = array.array("q")
-        self.state = array.array("q")
-        self.kind = array.array("q")
-        self.run = array.array("q")
-        self.name = array.array("q")
-        self.msg = array.array("q")
-        self.text = array.array("q")
-        self.raw: list[str] = []
-        self.row: list[dict[str, Any] | None] = []  # when it may open or close an interval
-        self.stopped: dict[int, int] = {}  # record id -> its twin drawn STOPPED_BY_RESTART
-
-    def __len__(self) -> int:
-        return len(self.raw)
-
-    def add(self, fields: tuple[int, ...], raw: str, row: dict[str, Any] | None) -> int:
-        lane, state, kind, run, name, msg, text = fields
-        self.lane.append(lane)
-        self.state.append(state)
-        self.kind.append(kind)
-        self.run.append(run)
-        self.name.append(name)
-        self.msg.append(msg)
-        self.text.append(text)
-        self.raw.append(raw)
-        self.row.append(row)
-        return len(self.raw) - 1
-
-    def fields(self, rec: int) -> tuple[int, ...]:
-        return (
-            self.lane[rec],
-            self.state[rec],
-            self.kind[rec],
-            self.run[rec],
-            self.name[rec],
-            self.msg[rec],
-            self.text[rec],
-        )
-
-
-@dataclass(frozen=True)
-class Columns:
-    """Numpy columns of every event at one generation, sorted by (lane order, time).
-
-    Per event only its time, its record (``rec``) and its id; an event's lane, state, kind,
-    run, name, message and search text are its record's (``rec_*``, one entry per record),
-    gathered on access (``lane``, ``state``, ...) or, faster, filtered per record.
-    """
-
-    t: np.ndarray
-    rec: np.ndarray
-    ids: np.ndarray  # position in the store's append-only columns
-    lane_rank: np.ndarray  # lane id -> display position
-    rank_start: np.ndarray  # display position -> its first event (one more: the end)
-    intervals: dict[str, np.ndarray]
-    rec_lane: np.ndarray
-    rec_state: np.ndarray
-    rec_kind: np.ndarray
-    rec_run: np.ndarray
-    rec_text: np.ndarray
-    rec_name: np.ndarray
-    rec_msg: np.ndarray
-    rec_count: np.ndarray  # events per record
-
-    @functools.cached_property
-    def rec_severity(self) -> np.ndarray:
-        """Per record, how alarming its state is: its id, as the store interns
-        ``timeline.STATES`` first in order of severity; a state outside them ranks as RUNNING,
-        so the alarming ones still show in a bucket that holds it."""
-        known = self.rec_state < len(timeline.STATES)
-        return np.where(known, self.rec_state, _RUNNING).astype(np.uint8)
-
-    @functools.cached_property
-    def event_severity(self) -> np.ndarray:
-        """Per event its record's severity, and a 0 after the last event (so a range may end
-        with the column): what a bucket's most severe state is a max over. Made once."""
-        return np.append(self.rec_severity[self.rec], np.uint8(0))
-
-    @property
-    def lane(self) -> np.ndarray:
-        return self.rec_lane[self.rec]
-
-    @property
-    def state(self) -> np.ndarray:
-        return self.rec_state[self.rec]
-
-    @property
-    def kind(self) -> np.ndarray:
-        return self.rec_kind[self.rec]
-
-    @property
-    def run(self) -> np.ndarray:
-        return self.rec_run[self.rec]
-
-    @property
-    def text(self) -> np.ndarray:
-        return self.rec_text[self.rec]
-
-    @property
-    def name(self) -> np.ndarray:
-        return self.rec_name[self.rec]
-
-    @property
-    def msg(self) -> np.ndarray:
-        return self.rec_msg[self.rec]
-
-
-@dataclass(frozen=True)
-class Snapshot:
-    """The columns at one generation, and the values their integer ids stand for.
-
-    A state listed in :data:`tb_monitor.timeline.STATES` has its index there as its id.
-    """
-
-    columns: Columns
-    generation: int
-    loading: dict[str, int] | None
-    lanes: list[timeline.Lane]
-    lane_runs: list[str]  # per lane: the first run it was seen in
-    states: list[str]
-    runs: list[str]
-    names: Sequence[str]
-    msgs: Sequence[str]
-    texts: Sequence[str]  # per distinct record: its searchable text, lower case
-    labels: list[str]  # interval labels
-    #: Per attempt, ``tb_monitor.analysis.restarts.attempt_dict`` (no traceback); a root cause
-    #: also names its event id (``event``) and its lane id (``lane``).
-    attempts: list[dict[str, Any]] = field(default_factory=list)
-
-
-def _column(values: array.array, dtype: type) -> np.ndarray:
-    # A copy: the array keeps growing, and a buffer it exports could not be resized.
-    return np.frombuffer(values, dtype=dtype).copy()
-
-
-def _chunks(
-    stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]], limit: int
-) -> list[tuple[list[str], list[str], int]]:
-    """Stale runs grouped into reads of about ``limit`` points: (runs, their tags, points)."""
-    out: list[tuple[list[str], list[str], int]] = []
-    runs: list[str] = []
-    tags: set[str] = set()
-    size = 0
-    for run in sorted(stale):
-        runs.append(run)
-        tags.update(stale[run])
-        size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
-        if size >= limit:
-            out.append((runs, sorted(tags), size))
-            runs, tags, size = [], set(), 0
-    if runs:
-        out.append((runs, sorted(tags), size))
-    return out
-
-
-def _release_freed_memory() -> None:
-    """Hand the C heap's free pages back to the system. A long read frees hundreds of MB of
-    passing objects (the provider's replies, decoded chunks) in small blocks, which glibc
-    keeps for the process (a 1,024-node day: ~0.1 GiB of TensorBoard's RSS at rest). Elsewhere
-    than glibc, nothing to do."""
-    try:
-        trim = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return
-    trim(0)
-
-
-def _lane_time_order(t: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """The order sorting events by (lane, time): one stable sort of a 64-bit key of lane and
-    microseconds (events arrive in runs already sorted, which a stable sort merges in near
-    linear time: 4x faster than ``np.lexsort`` at 18M events), unless the key would not fit."""
-    if not len(t):
-        return np.zeros(0, dtype=np.int64)
-    lo, hi = float(t.min()), float(t.max())
-    time_bits = max(1, math.ceil(math.log2((hi - lo) * 1e6 + 2)))
-    lane_bits = max(1, int(lane.max()).bit_length())
-    if time_bits + lane_bits > 62 or not math.isfinite(hi - lo):
-        return np.lexsort((t, lane))
-    key = lane.astype(np.int64) << time_bits
-    key += np.round((t - lo) * 1e6).astype(np.int64)
-    return np.argsort(key, kind="stable")
-
-
-class ProviderStore:
-    """What a store refreshed from TensorBoard's data provider shares (the timeline's, the
-    Ranks view's): the data provider, the time of its last refresh, and reads in chunks whose
-    progress a request can see while a long first read goes on."""
-
-    def __init__(
-        self,
-        data_provider: tb_provider.DataProvider,
-        experiment_id: str,
-        clock: Callable[[], float],
-    ) -> None:
-        self._provider = data_provider
-        self._eid = experiment_id
-        self._clock = clock
-        self._last_refresh = -math.inf
-        self._progress: tuple[int, int] | None = None
-        self._read_all = False  # a full refresh has read everything it listed
-
-    def refreshed_within(self, seconds: float) -> bool:
-        """Whether a full refresh started less than ``seconds`` ago."""
-        return self._clock() - self._last_refresh < seconds
-
-    def has_read_all(self) -> bool:
-        """Whether a full refresh has read everything it listed: from then on a request may
-        answer from the store at once while the next refresh runs behind it."""
-        return self._read_all
-
-    def loading(self) -> dict[str, int] | None:
-        """How far a refresh that is reading is, or None when none is."""
-        progress = self._progress
-        return None if progress is None else {"done": progress[0], "expected": progress[1]}
-
-    def _read_in_chunks(
-        self,
-        stale: dict[str, list[str]],
-        listing: Mapping[str, Mapping[str, Any]],
-        limit: int,
-        expected: int,
-        read: Callable[[list[str], list[str]], None],
-    ) -> None:
-        """``read(runs, tags)`` for every stale run, about ``limit`` points at a time."""
-        self._progress = (0, expected)
-        chunks = _chunks(stale, listing, limit)
-        try:
-            for runs, tags, size in chunks:
-                read(runs, tags)
-                self._progress = (self._progress[0] + size, expected)
-        finally:
-            self._progress = None
-        if len(chunks) > 1:
-            _release_freed_memory()
 
 
 class TimelineStore(ProviderStore):
@@ -349,10 +80,6 @@ class TimelineStore(ProviderStore):
     ) -> None:
         super().__init__(data_provider, experiment_id, clock)
         self._lock = threading.RLock()  # the columns, interners and snapshot
-        self._refresh_lock = threading.Lock()  # one refresh at a time
-        self._last_step: dict[tuple[str, str], int] = {}
-        self._listed: dict[tuple[str, str], int] = {}  # max_step at the previous listing
-        self.generation = 0
         # Append-only columns, one entry per event; an event's id is its position here.
         self._t = array.array("d")
         self._rec = array.array("i")  # its record in self._records (a C int: np.intc)
@@ -361,15 +88,15 @@ class TimelineStore(ProviderStore):
         # 70 MB, a record per run of keep-alives costs nothing).
         self._record_first = array.array("q")
         self._record_step = array.array("I")
-        self._records = _Records()
-        self._lanes = _Interner()  # tb_monitor.timeline.Lane values
+        self._records = Records()
+        self._lanes = Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
-        self._runs = _Interner()
-        self._states = _Interner()
-        self._names = _Interner()
-        self._msgs = _Interner()
-        self._texts = _Interner()
-        self._labels = _Interner()
+        self._runs = Interner()
+        self._states = Interner()
+        self._names = Interner()
+        self._msgs = Interner()
+        self._texts = Interner()
+        self._labels = Interner()
         for state in timeline.STATES:  # first, so a known state's id is its severity
             self._states(state.name)
         # Events that may open or close an interval, for timeline.spans, and that the restart
@@ -385,47 +112,22 @@ class TimelineStore(ProviderStore):
 
     # -- ingestion -------------------------------------------------------------------------
 
-    def refresh(self, ctx: Any, force: bool = False, settled_only: bool = False) -> int:
-        """Read what is new since the last refresh; return the generation (bumped on change).
+    def _list(self, ctx: Any) -> Mapping[str, Mapping[str, Any]]:
+        return self._provider.list_tensors(
+            ctx, experiment_id=self._eid, plugin_name=contract.PLUGIN_NAME
+        )
 
-        ``settled_only`` reads only the series whose ``max_step`` has not moved since the
-        previous listing: the provider hands back whole series, so a background warm-up that
-        read each series while TensorBoard is still loading it would decode it many times.
-        """
-        with self._refresh_lock:
-            now = self._clock()
-            if not force and now - self._last_refresh < REFRESH_INTERVAL_S:
-                return self.generation
-            if not settled_only:  # a settled-only pass may leave growing series behind
-                self._last_refresh = now
-            listing = self._provider.list_tensors(
-                ctx, experiment_id=self._eid, plugin_name=contract.PLUGIN_NAME
-            )
-            stale: dict[str, list[str]] = {}
-            expected = 0
-            left_behind = False
-            for run, tags in listing.items():
-                for tag, series in tags.items():
-                    if contract.kind_of_tag(tag) is None:
-                        continue
-                    key = (run, tag)
-                    listed, self._listed[key] = self._listed.get(key), series.max_step
-                    if series.max_step <= self._last_step.get(key, -1):
-                        continue
-                    if settled_only and listed != series.max_step:
-                        left_behind = True
-                        continue
-                    stale.setdefault(run, []).append(tag)
-                    expected += series.max_step + 1
-            if settled_only and not left_behind:  # it reads all there is: a full refresh
-                self._last_refresh = now
-            if stale:
-                read = functools.partial(self._read, ctx)
-                self._read_in_chunks(stale, listing, CHUNK_RECORDS, expected, read)
-            self._read_all = self._read_all or not left_behind
-            return self.generation
+    def _wants(self, run: str, tag: str) -> Want | None:
+        return None if contract.kind_of_tag(tag) is None else Want.WHOLE
 
-    def _read(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
+    def _read(
+        self, ctx: Any, stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]]
+    ) -> None:
+        self._read_in_chunks(
+            stale, listing, CHUNK_RECORDS, functools.partial(self._decode_runs, ctx)
+        )
+
+    def _decode_runs(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
         data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
         added = 0
         for run in runs:
@@ -592,9 +294,9 @@ class TimelineStore(ProviderStore):
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
             len(lanes)
         )
-        rec_lane = _column(records.lane, np.int64)
+        rec_lane = column(records.columns["lane"], np.int64)
         event_rank = lane_rank[rec_lane[rec]]
-        order = _lane_time_order(t, event_rank).astype(np.int32)
+        order = lane_time_order(t, event_rank).astype(np.int32)
         sorted_rec = rec[order]
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(event_rank, minlength=len(lanes)), out=rank_start[1:])
@@ -610,9 +312,6 @@ class TimelineStore(ProviderStore):
             sorted_rec[where] = [self._stopped_twin(int(r)) for r in sorted_rec[where]]
         self._attempts = [self._attempt_payload(a) for a in found]
 
-        def table(values: array.array) -> np.ndarray:
-            return _column(values, np.int64)
-
         self._columns = Columns(
             t=t[order],
             rec=sorted_rec,
@@ -620,13 +319,7 @@ class TimelineStore(ProviderStore):
             lane_rank=lane_rank,
             rank_start=rank_start,
             intervals=intervals,
-            rec_lane=table(records.lane),
-            rec_state=table(records.state),
-            rec_kind=table(records.kind),
-            rec_run=table(records.run),
-            rec_text=table(records.text),
-            rec_name=table(records.name),
-            rec_msg=table(records.msg),
+            **{f"rec_{name}": column(values, np.int64) for name, values in records.columns.items()},
             rec_count=np.bincount(sorted_rec, minlength=len(records)),
         )
         return self._columns
@@ -661,7 +354,7 @@ class TimelineStore(ProviderStore):
 
     def _intervals(self, marks: list[timeline.Span], last_time: float) -> dict[str, np.ndarray]:
         """Worker attempts and rendezvous rounds, as tb_monitor.timeline.spans finds them, and
-        collateral ranks' attempts stopped by the restart (``tb_monitor.analysis.restarts.mark_restarts``)."""
+        collateral ranks' attempts stopped by the restart (``mark_restarts``)."""
         found = [span for span in marks if span.end is not None]
         return {
             "lane": np.asarray([self._lanes.ids[s.lane] for s in found], dtype=np.int64),
@@ -688,15 +381,15 @@ class TimelineStore(ProviderStore):
                 raise UnknownEventError(f"unknown event id {event_id!r}")
             records = self._records
             rec = self._rec[event_id]
-            kind = contract.KINDS[records.kind[rec]]
+            kind = contract.KINDS[records.get("kind", rec)]
             raw = records.raw[rec]
             return {
                 "id": event_id,
-                "run": self._runs.values[records.run[rec]],
+                "run": self._runs.values[records.get("run", rec)],
                 "kind": kind,
                 "step": self._record_step[bisect.bisect_right(self._record_first, event_id) - 1],
                 "wall_time": self._t[event_id],
-                "lane": self._lanes.values[records.lane[rec]].label,
+                "lane": self._lanes.values[records.get("lane", rec)].label,
                 "fields": contract.decode_record(kind, raw),
                 "raw": raw,
             }

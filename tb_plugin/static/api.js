@@ -1,5 +1,6 @@
-// Data access: the plugin's routes (relative to the iframe's <base>), and a timeline payload's
-// base64 columns decoded into typed arrays, indexed by lane for drawing and hit-testing.
+// Data access for both views: the plugin's routes (relative to the iframe's <base>), the
+// payloads' base64 columns decoded into typed arrays, and the polling both views do (only the
+// newest request's reply counts; polls pause while the page is hidden).
 
 async function getJson(url) {
   const res = await fetch(url);
@@ -11,6 +12,9 @@ async function getJson(url) {
 // One window of the timeline; `params` is the query string. Throws with the server's message.
 export const fetchTimeline = (params) => getJson(`./timeline?${params}`);
 
+// One window of the Ranks heatmap; `params` is the query string. Throws like fetchTimeline.
+export const fetchRanks = (params) => getJson(`./ranks?${params}`);
+
 // Every field of one event, for the details panel. Throws with the server's message.
 export const fetchEvent = (id) => getJson(`./event?id=${encodeURIComponent(id)}`);
 
@@ -21,12 +25,99 @@ export async function fetchStatus() {
   return res.json();
 }
 
-function decode(b64, Type) {
+// ---------------------------------------------------------------- polling
+
+// While the server is still reading a job's first records, a view asks again this soon (ms).
+export const LOADING_POLL_MS = 700;
+
+// Run `fn` every `ms` while the page is visible and `when()` holds.
+export function every(ms, fn, when = () => true) {
+  return setInterval(() => {
+    if (!document.hidden && when()) fn();
+  }, ms);
+}
+
+// One pending timeout at a time: setting it again replaces it (a retry, a debounce).
+export class Timer {
+  constructor() {
+    this.id = null;
+  }
+
+  get pending() {
+    return this.id !== null;
+  }
+
+  set(fn, ms) {
+    this.clear();
+    this.id = setTimeout(() => {
+      this.id = null;
+      fn();
+    }, ms);
+  }
+
+  clear() {
+    clearTimeout(this.id);
+    this.id = null;
+  }
+}
+
+// A view's requests of one route, of which only the newest counts.
+export class Latest {
+  constructor(fetchJson) {
+    this.fetchJson = fetchJson;
+    this.seq = 0;
+  }
+
+  // The reply to `params`, or null when a newer request went out before it came (or, given
+  // `ready`, before that promise resolved). A failure throws only when it is the newest's.
+  async get(params, ready = null) {
+    const seq = ++this.seq;
+    let payload;
+    try {
+      payload = await this.fetchJson(params);
+    } catch (err) {
+      if (seq === this.seq) throw err;
+      return null;
+    }
+    await ready;
+    return seq === this.seq ? payload : null;
+  }
+}
+
+// ---------------------------------------------------------------- decoding
+
+// Base64 bytes as a typed array of `Type` (the server's little-endian columns).
+export function decode(b64, Type = Uint8Array) {
   const bin = atob(b64);
   const bytes = new Uint8Array(bin.length);
   for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
   return new Type(bytes.buffer);
 }
+
+// Each listed column of `part` decoded as its type, with its `count`.
+function columns(part, types) {
+  const out = { count: part.count };
+  for (const [name, Type] of Object.entries(types)) out[name] = decode(part[name], Type);
+  return out;
+}
+
+const EVENT_COLUMNS = {
+  t: Float64Array,
+  lane: Uint32Array,
+  state: Uint16Array,
+  id: Uint32Array,
+  name: Uint32Array,
+  msg: Uint32Array,
+};
+const BUCKET_COLUMNS = { lane: Uint32Array, bin: Uint32Array, n: Uint32Array, state: Uint16Array };
+const INTERVAL_COLUMNS = {
+  lane: Uint32Array,
+  t0: Float64Array,
+  t1: Float64Array,
+  state: Uint16Array,
+  label: Uint32Array,
+  open: Uint16Array,
+};
 
 // Where each lane's rows start in a column sorted (or counted) by lane: lane i is [s[i], s[i+1]).
 function offsets(laneColumn, lanes) {
@@ -54,52 +145,26 @@ export function lowerBound(arr, value, lo, hi) {
   return lo;
 }
 
-// The payload with its columns as typed arrays: `events` or `buckets` (with `laneStart`), and
-// `intervals` (with their own `laneStart` and `order`). `states[i]` is drawn in `colors[i]`.
+// The timeline payload with its columns as typed arrays: `events` or `buckets` (with
+// `laneStart`), and `intervals` (with their own `laneStart` and `order`). `states[i]` is drawn
+// in `colors[i]`.
 export function decodePayload(payload) {
   const d = { ...payload };
+  const lanes = payload.lanes.length;
   if (payload.mode === "events") {
-    const e = payload.events;
-    d.events = {
-      count: e.count,
-      t: decode(e.t, Float64Array),
-      lane: decode(e.lane, Uint32Array),
-      state: decode(e.state, Uint16Array),
-      id: decode(e.id, Uint32Array),
-      name: decode(e.name, Uint32Array),
-      msg: decode(e.msg, Uint32Array),
-      names: e.names,
-      msgs: e.msgs,
-    };
-    d.laneStart = offsets(d.events.lane, payload.lanes.length);
+    d.events = { ...columns(payload.events, EVENT_COLUMNS), names: payload.events.names, msgs: payload.events.msgs };
+    d.laneStart = offsets(d.events.lane, lanes);
   } else {
     const b = payload.buckets;
-    d.buckets = {
-      count: b.count,
-      bins: b.bins,
-      binWidth: b.bin_width,
-      lane: decode(b.lane, Uint32Array),
-      bin: decode(b.bin, Uint32Array),
-      n: decode(b.n, Uint32Array),
-      state: decode(b.state, Uint16Array),
-    };
-    d.laneStart = offsets(d.buckets.lane, payload.lanes.length);
+    d.buckets = { ...columns(b, BUCKET_COLUMNS), bins: b.bins, binWidth: b.bin_width };
+    d.laneStart = offsets(d.buckets.lane, lanes);
     let max = 1;
     for (const n of d.buckets.n) if (n > max) max = n;
     d.buckets.logMax = Math.log(max + 1);
   }
-  const iv = payload.intervals;
-  d.intervals = {
-    count: iv.count,
-    lane: decode(iv.lane, Uint32Array),
-    t0: decode(iv.t0, Float64Array),
-    t1: decode(iv.t1, Float64Array),
-    state: decode(iv.state, Uint16Array),
-    label: decode(iv.label, Uint32Array),
-    open: decode(iv.open, Uint16Array),
-  };
+  d.intervals = columns(payload.intervals, INTERVAL_COLUMNS);
   // Each lane's intervals, in payload order: a frame and a hover visit only their lanes'.
-  d.intervals.laneStart = offsets(d.intervals.lane, payload.lanes.length);
+  d.intervals.laneStart = offsets(d.intervals.lane, lanes);
   d.intervals.order = laneOrder(d.intervals.lane, d.intervals.laneStart);
   // Complete data needs no refetch on zoom: every filtered event of the job is here.
   d.complete = payload.mode === "events" && payload.in_window === payload.total;

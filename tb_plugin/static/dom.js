@@ -11,3 +11,14 @@ export function el(tag, attrs = {}, ...children) {
   for (const child of children) node.append(child);
   return node;
 }
+
+// Size `canvas` to `w` x `h` CSS pixels at the screen's pixel ratio (only when that changed:
+// resizing clears it).
+export function sizeCanvas(canvas, w, h) {
+  const dpr = window.devicePixelRatio || 1;
+  if (canvas.width === Math.round(w * dpr) && canvas.height === Math.round(h * dpr)) return;
+  canvas.width = Math.round(w * dpr);
+  canvas.height = Math.round(h * dpr);
+  canvas.style.width = `${w}px`;
+  canvas.style.height = `${h}px`;
+}

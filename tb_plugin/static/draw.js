@@ -5,7 +5,7 @@
 // nothing here fetches or decides.
 
 import { lowerBound } from "./api.js";
-import { formatDuration, formatTime } from "./format.js";
+import { formatDuration } from "./format.js";
 
 export const ROW_H = 20;
 export const GROUP_H = 24;
@@ -13,16 +13,6 @@ export const AXIS_H = 30;
 const ALPHA_LEVELS = 16; // shades of a level-of-detail bucket (by its event count)
 const OPEN_DASH = [3, 2]; // the outline of an interval still in progress
 const SOLID = [];
-
-const TICK_STEPS = [
-  0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600,
-  900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800,
-];
-
-function tickStep(span, width) {
-  const target = span / Math.max(1, width / 110);
-  return TICK_STEPS.find((s) => s >= target) || TICK_STEPS[TICK_STEPS.length - 1];
-}
 
 function batchOf(batches, key) {
   let p = batches.get(key);
@@ -72,21 +62,12 @@ export function drawPlot(tl) {
       ctx.fillRect(0, y, tl.width, r.h);
     }
   }
-  const span = tl.view.end - tl.view.start;
-  const step = tickStep(span, tl.width);
-  ctx.strokeStyle = c.line;
-  ctx.lineWidth = 1;
-  ctx.beginPath();
-  for (let t = Math.ceil(tl.view.start / step) * step; t <= tl.view.end; t += step) {
-    const x = Math.round(tl.x(t)) + 0.5;
-    ctx.moveTo(x, 0);
-    ctx.lineTo(x, tl.height);
-  }
-  ctx.stroke();
+  tl.time.drawGrid(ctx, 0, tl.height, c.line);
   const laneRows = rows.filter((r) => !r.group);
+  const scale = 1 / tl.time.perPixel(); // pixels per second
   drawIntervals(tl, ctx, laneRows, top);
-  if (tl.data.events) drawEvents(tl, ctx, laneRows, top);
-  else drawBuckets(tl, ctx, laneRows, top);
+  if (tl.data.events) drawEvents(tl, ctx, laneRows, top, scale);
+  else drawBuckets(tl, ctx, laneRows, top, scale);
   drawAttempts(tl, ctx, rows, top);
 }
 
@@ -192,11 +173,8 @@ function drawIntervals(tl, ctx, rows, top) {
   }
 }
 
-function drawEvents(tl, ctx, rows, top) {
-  const e = tl.data.events;
-  const colors = tl.data.colors;
-  const start = tl.data.laneStart;
-  const scale = tl.width / (tl.view.end - tl.view.start);
+function drawEvents(tl, ctx, rows, top, scale) {
+  const { events: e, colors, laneStart: start } = tl.data;
   const v0 = tl.view.start;
   // One path per state colour: far fewer canvas state changes than one fill per mark.
   const paths = emptyBatches();
@@ -244,11 +222,8 @@ function drawSelection(tl, ctx, rows, top) {
 // Level of detail in few canvas calls: neighbouring buckets of one colour and shade become one
 // rect, buckets narrower than a pixel share their pixel column (the most severe state, their
 // summed count), and each colour and shade is one path. Only the bins in view are visited.
-function drawBuckets(tl, ctx, rows, top) {
-  const b = tl.data.buckets;
-  const colors = tl.data.colors;
-  const start = tl.data.laneStart;
-  const scale = tl.width / (tl.view.end - tl.view.start);
+function drawBuckets(tl, ctx, rows, top, scale) {
+  const { buckets: b, colors, laneStart: start } = tl.data;
   const binW = b.binWidth * scale;
   const origin = (tl.data.window[0] - tl.view.start) * scale; // x of bin 0
   const firstBin = Math.floor(-origin / binW) - 1;
@@ -302,34 +277,11 @@ function drawBuckets(tl, ctx, rows, top) {
   ctx.globalAlpha = 1;
 }
 
+// The time axis over the plot (axis.js), and where the window starts and how wide it is.
 export function drawAxis(tl) {
   const ctx = tl.axisCanvas.getContext("2d");
   const dpr = window.devicePixelRatio || 1;
-  const c = tl.colors;
   ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
-  ctx.fillStyle = c.bg;
-  ctx.fillRect(0, 0, tl.width, AXIS_H);
-  const span = tl.view.end - tl.view.start;
-  const step = tickStep(span, tl.width);
-  const ms = step < 1;
-  ctx.font = "11px Roboto, Arial, sans-serif";
-  ctx.textBaseline = "alphabetic";
-  ctx.fillStyle = c.muted;
-  ctx.strokeStyle = c.muted;
-  ctx.beginPath();
-  let lastDay = null;
-  // Align ticks to the local clock (a 1-hour step lands on the hour in the user's zone).
-  const offset = new Date(tl.view.start * 1000).getTimezoneOffset() * -60;
-  const first = Math.ceil((tl.view.start + offset) / step) * step - offset;
-  for (let t = first; t <= tl.view.end; t += step) {
-    const x = Math.round(tl.x(t)) + 0.5;
-    ctx.moveTo(x, AXIS_H - 6);
-    ctx.lineTo(x, AXIS_H);
-    const day = new Date(t * 1000).toDateString();
-    const label = formatTime(t, day !== lastDay && (lastDay !== null || step >= 3600), ms);
-    lastDay = day;
-    ctx.fillText(label, x + 3, AXIS_H - 10);
-  }
-  ctx.stroke();
-  tl.axisCorner.textContent = `${formatTime(tl.view.start, true)}\nspan ${formatDuration(span)}`;
+  tl.time.draw(ctx, AXIS_H, tl.colors, { rule: false });
+  tl.axisCorner.textContent = tl.time.caption();
 }

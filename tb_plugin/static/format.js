@@ -24,3 +24,12 @@ export function formatDuration(s) {
   if (s < 3600) return `${Math.floor(s / 60)} min ${Math.round(s % 60)} s`;
   return `${Math.floor(s / 3600)} h ${Math.round((s % 3600) / 60)} min`;
 }
+
+// How far the server's first read is: "Loading events… 42%", and with a `unit` how many of
+// them ("(1,200 records of 3,000 read)").
+export function loadingText(what, loading, unit = null) {
+  const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
+  const text = `Loading ${what}… ${pct}%`;
+  if (!unit) return text;
+  return `${text} (${count(loading.done, unit)} of ${loading.expected.toLocaleString("en-US")} read)`;
+}

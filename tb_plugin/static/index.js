@@ -19,9 +19,12 @@ import { Timeline } from "./timeline.js";
 // The Ranks view (panels/ranks.js) sits under the toolbar and replaces the plot when toggled.
 const PANELS = [createFilters, createLegend, createAttempts, createRanks, createDetails];
 
-function addStylesheet() {
+// The stylesheets: the page's, and the Ranks view's (which uses the page's colour variables).
+const STYLESHEETS = ["style.css", "ranks.css"];
+
+function addStylesheet(name) {
   return new Promise((resolve) => {
-    const link = el("link", { rel: "stylesheet", href: "./static/style.css" });
+    const link = el("link", { rel: "stylesheet", href: `./static/${name}` });
     link.addEventListener("load", resolve);
     link.addEventListener("error", resolve);
     document.head.append(link);
@@ -29,7 +32,7 @@ function addStylesheet() {
 }
 
 export async function render() {
-  const stylesheet = addStylesheet();
+  const stylesheet = Promise.all(STYLESHEETS.map(addStylesheet));
   const timeline = new Timeline(document.body, PANELS);
   // The first request goes out while the stylesheet loads; drawing waits for the styles.
   const first = timeline.refetch({ fit: true, ready: stylesheet });

@@ -5,51 +5,23 @@
 import { lowerBound } from "./api.js";
 import { el } from "./dom.js";
 import { formatDuration, formatTime } from "./format.js";
+import { bindPlotPointer, placeTooltip } from "./pointer.js";
 
 export function bindPointer(tl) {
-  const canvas = tl.canvas;
-  let drag = null;
-  canvas.addEventListener(
-    "wheel",
-    (event) => {
-      event.preventDefault();
-      const rect = canvas.getBoundingClientRect();
-      const px = event.clientX - rect.left;
-      if (event.shiftKey || Math.abs(event.deltaX) > Math.abs(event.deltaY)) {
-        tl.panBy(event.shiftKey ? event.deltaY || event.deltaX : event.deltaX);
-      } else {
-        tl.zoomBy(Math.exp(event.deltaY * 0.0015), px);
-      }
+  bindPlotPointer(tl.canvas, {
+    ready: () => Boolean(tl.view),
+    zoom: (factor, px) => tl.zoomBy(factor, px),
+    pan: (px) => tl.panBy(px),
+    grab: () => ({ view: { ...tl.view }, top: tl.scroll.scrollTop }),
+    drag: (grabbed, dx, dy) => {
+      const { start, end } = tl.time.dragged(grabbed.view, dx);
+      tl.setView(start, end);
+      tl.scroll.scrollTop = grabbed.top - dy;
     },
-    { passive: false }
-  );
-  canvas.addEventListener("mousedown", (event) => {
-    if (event.button !== 0) return;
-    drag = { x: event.clientX, y: event.clientY, moved: false, view: { ...tl.view }, top: tl.scroll.scrollTop };
-    canvas.classList.add("dragging");
+    hover: (event) => onHover(tl, event),
+    click: (event) => onClick(tl, event),
+    leave: () => hideTooltip(tl),
   });
-  window.addEventListener("mousemove", (event) => {
-    if (drag) {
-      const dx = event.clientX - drag.x;
-      const dy = event.clientY - drag.y;
-      if (Math.abs(dx) + Math.abs(dy) > 3) drag.moved = true;
-      if (drag.moved) {
-        const dt = (dx / tl.width) * (drag.view.end - drag.view.start);
-        tl.setView(drag.view.start - dt, drag.view.end - dt);
-        tl.scroll.scrollTop = drag.top - dy;
-      }
-      return;
-    }
-    onHover(tl, event);
-  });
-  window.addEventListener("mouseup", (event) => {
-    if (!drag) return;
-    const wasClick = !drag.moved;
-    drag = null;
-    canvas.classList.remove("dragging");
-    if (wasClick) onClick(tl, event);
-  });
-  canvas.addEventListener("mouseleave", () => hideTooltip(tl));
 }
 
 export function bindKeys(tl) {
@@ -165,11 +137,7 @@ function onHover(tl, event) {
       return line;
     })
   );
-  tl.tooltip.hidden = false;
-  const x = Math.min(event.clientX + 14, window.innerWidth - tl.tooltip.offsetWidth - 8);
-  const y = Math.min(event.clientY + 14, window.innerHeight - tl.tooltip.offsetHeight - 8);
-  tl.tooltip.style.left = `${Math.max(4, x)}px`;
-  tl.tooltip.style.top = `${Math.max(4, y)}px`;
+  placeTooltip(tl.tooltip, event);
 }
 
 function hideTooltip(tl) {

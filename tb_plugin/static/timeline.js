@@ -7,14 +7,15 @@
 // toolbar's controls; update() runs on every loaded payload, before the lanes are laid out,
 // select() on every change of the selected event (id, or null), redraw() on a theme change.
 
-import { decodePayload, fetchStatus, fetchTimeline } from "./api.js";
-import { el } from "./dom.js";
+import { decodePayload, every, fetchStatus, fetchTimeline, Latest, LOADING_POLL_MS, Timer } from "./api.js";
+import { clampSpan, TimeAxis, wantsDetail } from "./axis.js";
+import { el, sizeCanvas } from "./dom.js";
 import { AXIS_H, drawAxis, drawPlot, GROUP_H, ROW_H } from "./draw.js";
-import { count, KIND_TITLES } from "./format.js";
+import { count, KIND_TITLES, loadingText } from "./format.js";
+import { Frames } from "./frames.js";
 import { bindKeys, bindPointer } from "./input.js";
 
 const POLL_MS = 5000;
-const LOADING_POLL_MS = 700; // while the server is still decoding the job's first records
 const EMPTY_POLL_MS = 1000; // while there is nothing to show: TensorBoard may still be starting
 const LABEL_W = 230; // the lane labels' column (style.css --label-w), for the first request
 const MIN_SPAN_S = 0.001;
@@ -22,7 +23,7 @@ const MIN_SPAN_S = 0.001;
 export class Timeline {
   constructor(root, panels = []) {
     this.root = root;
-    this.view = null; // {start, end} in epoch seconds
+    this.time = new TimeAxis(0); // the window shown, {start, end} in epoch seconds: this.view
     this.userZoomed = false;
     this.data = null;
     this.rows = [];
@@ -31,13 +32,25 @@ export class Timeline {
     this.hover = null;
     this.filters = { run: "", run_id: "", kind: "", state: "", q: "" };
     this.generation = -1;
-    this.fetchSeq = 0;
+    this.requests = new Latest(fetchTimeline);
+    this.loadingRetry = new Timer(); // asks again while the server is still reading
+    this.emptyRetry = new Timer(); // looks again soon while there is nothing to show
+    this.detailFetch = new Timer(); // fetches detail once a zoom or pan has settled
+    this.frames = new Frames(() => this.draw());
     this.colors = {};
     // firstPaint: the first events drawn; firstRender: the first complete (not loading) view.
-    this.stats = { frames: [], firstPaint: null, firstRender: null, fetches: 0 };
+    this.stats = { frames: this.frames.times, firstPaint: null, firstRender: null, fetches: 0 };
     window.tbTimeline = this; // for the benchmark and for debugging from the console
     this.panels = panels.map((create) => create(this));
     this.build();
+  }
+
+  get view() {
+    return this.time.view;
+  }
+
+  set view(view) {
+    this.time.view = view;
   }
 
   // ---------------------------------------------------------------- DOM
@@ -107,7 +120,7 @@ export class Timeline {
 
   // ---------------------------------------------------------------- data
   startPolling() {
-    setInterval(() => this.poll(), POLL_MS);
+    every(POLL_MS, () => this.poll());
   }
 
   query(extra) {
@@ -118,7 +131,6 @@ export class Timeline {
   }
 
   async poll() {
-    if (document.hidden) return;
     try {
       const status = await fetchStatus();
       if (!status) return;
@@ -126,8 +138,9 @@ export class Timeline {
       // A read under way that this view has not shown yet: say how far it is at once (the
       // status is cheap, a first picture of millions of events is not), and show it growing
       // (refetch asks again while it lasts). Otherwise only news, fitted when nothing was shown.
-      if (loading && !this.loadingTimer) this.showLoading(loading);
-      if (loading ? !this.loadingTimer : generation !== this.generation) {
+      const retrying = this.loadingRetry.pending;
+      if (loading && !retrying) this.showLoading(loading);
+      if (loading ? !retrying : generation !== this.generation) {
         await this.refetch({ fit: !this.total && !this.userZoomed });
       }
     } catch {
@@ -138,10 +151,8 @@ export class Timeline {
   // Ask for the current view; without a zoom, let the server fit the window to the data.
   // `ready`: a promise to wait for before drawing (the stylesheet, on the first request).
   async refetch({ fit = false, ready = null } = {}) {
-    const seq = ++this.fetchSeq;
-    clearTimeout(this.loadingTimer);
-    clearTimeout(this.emptyTimer);
-    this.loadingTimer = this.emptyTimer = null;
+    this.loadingRetry.clear();
+    this.emptyRetry.clear();
     // Before the stylesheet lays the page out, the plot's width is estimated from the window.
     const width = Math.max(200, this.width || window.innerWidth - LABEL_W);
     let params;
@@ -158,36 +169,32 @@ export class Timeline {
     if (!this.loadingShown) this.setStatus("Loading…"); // a read's progress stays up meanwhile
     let payload;
     try {
-      payload = await fetchTimeline(params);
+      payload = await this.requests.get(params, ready);
     } catch (err) {
-      if (seq === this.fetchSeq) {
-        this.loadingShown = false;
-        this.setStatus(`Could not load the timeline: ${err.message}`, true);
-      }
+      this.loadingShown = false;
+      this.setStatus(`Could not load the timeline: ${err.message}`, true);
       return;
     }
-    await ready;
-    if (seq !== this.fetchSeq) return; // a newer request superseded this one
+    if (!payload) return; // a newer request superseded this one
     this.stats.fetches++;
     this.load(payload, fit || !this.view);
     const loading = payload.loading;
     if (loading) {
       // Partial data: show it, say how far the server is, and ask again soon.
       this.showLoading(loading);
-      this.loadingTimer = setTimeout(() => this.refetch({ fit: fit && !this.userZoomed }), LOADING_POLL_MS);
+      this.loadingRetry.set(() => this.refetch({ fit: fit && !this.userZoomed }), LOADING_POLL_MS);
     } else {
       this.loadingShown = false;
       this.setStatus("");
       // Nothing yet (TensorBoard may not have loaded the logdir): look again soon, not at the
       // next regular poll, so a first read's progress shows from its first second.
-      if (!payload.total) this.emptyTimer = setTimeout(() => this.poll(), EMPTY_POLL_MS);
+      if (!payload.total) this.emptyRetry.set(() => this.poll(), EMPTY_POLL_MS);
     }
   }
 
   showLoading(loading) {
-    const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
     this.loadingShown = true;
-    this.setStatus(`Loading events… ${pct}% (${count(loading.done, "record")} of ${loading.expected.toLocaleString("en-US")} read)`);
+    this.setStatus(loadingText("events", loading, "record"));
     if (!this.total) this.empty.textContent = "Loading events…";
   }
 
@@ -284,31 +291,21 @@ export class Timeline {
   }
 
   resize() {
-    const dpr = window.devicePixelRatio || 1;
     const w = this.plotWidth();
     const h = Math.max(1, Math.min(this.scroll.clientHeight - AXIS_H - 1, Math.max(this.contentHeight || 0, 1)));
-    for (const [canvas, cw, ch] of [
-      [this.canvas, w, h],
-      [this.axisCanvas, w, AXIS_H],
-    ]) {
-      if (canvas.width !== Math.round(cw * dpr) || canvas.height !== Math.round(ch * dpr)) {
-        canvas.width = Math.round(cw * dpr);
-        canvas.height = Math.round(ch * dpr);
-        canvas.style.width = `${cw}px`;
-        canvas.style.height = `${ch}px`;
-      }
-    }
-    this.width = w;
+    sizeCanvas(this.canvas, w, h);
+    sizeCanvas(this.axisCanvas, w, AXIS_H);
+    this.width = this.time.width = w;
     this.height = h;
     this.drawNow();
   }
 
   x(t) {
-    return ((t - this.view.start) / (this.view.end - this.view.start)) * this.width;
+    return this.time.x(t);
   }
 
   timeAt(px) {
-    return this.view.start + (px / this.width) * (this.view.end - this.view.start);
+    return this.time.timeAt(px);
   }
 
   rowAtY(y) {
@@ -326,47 +323,37 @@ export class Timeline {
 
   // ---------------------------------------------------------------- drawing
   requestDraw() {
-    if (this.pending) return;
-    this.pending = requestAnimationFrame(() => {
-      this.pending = 0;
-      this.drawNow();
-    });
+    this.frames.request();
   }
 
   drawNow() {
-    if (!this.view || !this.width) return;
-    const t0 = performance.now();
+    this.frames.now();
+  }
+
+  draw() {
+    if (!this.view || !this.width) return false;
     drawPlot(this);
     drawAxis(this);
-    const ms = performance.now() - t0;
-    this.stats.frames.push(ms);
-    if (this.stats.frames.length > 500) this.stats.frames.shift();
+    return true;
   }
 
   // ---------------------------------------------------------------- view changes
   setView(start, end, user = true) {
     const home = this.home || this.view;
-    const maxSpan = (home.end - home.start) * 20;
-    let span = Math.min(Math.max(end - start, MIN_SPAN_S), maxSpan);
-    const mid = (start + end) / 2;
-    start = mid - span / 2;
-    end = mid + span / 2;
-    this.view = { start, end };
+    this.view = clampSpan(start, end, MIN_SPAN_S, (home.end - home.start) * 20);
     if (user) this.userZoomed = true;
     this.requestDraw();
     this.scheduleDetailFetch();
   }
 
   zoomBy(factor, px = this.width / 2) {
-    const t = this.timeAt(px);
-    const start = t - (t - this.view.start) * factor;
-    const end = t + (this.view.end - t) * factor;
+    const { start, end } = this.time.zoomed(factor, px);
     this.setView(start, end);
   }
 
   panBy(px) {
-    const dt = (px / this.width) * (this.view.end - this.view.start);
-    this.setView(this.view.start + dt, this.view.end + dt);
+    const { start, end } = this.time.panned(px);
+    this.setView(start, end);
   }
 
   resetView() {
@@ -378,15 +365,9 @@ export class Timeline {
   // Complete data redraws at any zoom; otherwise fetch detail for the new window once idle.
   scheduleDetailFetch() {
     if (!this.data || this.data.complete) return;
-    clearTimeout(this.detailTimer);
-    this.detailTimer = setTimeout(() => {
-      const [w0, w1] = this.data.window;
-      const span = this.view.end - this.view.start;
-      const loadedSpan = w1 - w0;
-      const outside = this.view.start < w0 || this.view.end > w1;
-      const coarse = this.data.buckets && loadedSpan / span > 3;
-      const fine = loadedSpan / span < 1.2;
-      if (outside || coarse || fine) this.refetch({});
+    this.detailFetch.set(() => {
+      const loaded = this.data.window;
+      if (wantsDetail(this.view, loaded, { coarse: Boolean(this.data.buckets), margin: true })) this.refetch({});
     }, 150);
   }
 }

@@ -16,7 +16,8 @@ from tb_monitor import contract, export
 from tb_monitor.logdir import readers
 from tb_monitor.testing import generate_job
 from tb_plugin import query as query_module
-from tb_plugin.query import Query, timeline_payload
+from tb_plugin.query import timeline_payload
+from tb_plugin.requests import Query
 
 NODES, WORKERS = 64, 4
 

@@ -14,7 +14,9 @@ from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import query as query_module
-from tb_plugin.query import Query, QueryError, UnknownRunError, timeline_payload
+from tb_plugin.payloads import BUCKET_PX
+from tb_plugin.query import UnknownRunError, timeline_payload
+from tb_plugin.requests import Query, RequestError
 from tb_plugin.store import TimelineStore
 
 CUSTOM = "CUSTOM_STATE"  # a state outside timeline.STATES
@@ -61,8 +63,8 @@ def _total(job) -> int:
     ],
 )
 def test_parse_errors_name_the_parameter(args, name):
-    """Each malformed request argument raises a QueryError whose message names it."""
-    with pytest.raises(QueryError, match=name):
+    """Each malformed request argument raises a RequestError whose message names it."""
+    with pytest.raises(RequestError, match=name):
         Query.from_args(args)
 
 
@@ -129,7 +131,7 @@ def test_bucket_counts_add_up_to_the_events_in_the_window(snap, monkeypatch):
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 10)
     data = timeline_payload(snap, window)
     assert data["mode"] == "buckets"
-    assert data["buckets"]["bins"] == 300 // query_module.BUCKET_PX
+    assert data["buckets"]["bins"] == 300 // BUCKET_PX
     assert int(column(data, "buckets", "n", "<u4").sum()) == data["in_window"]
     assert data["in_window"] == events["in_window"]
 

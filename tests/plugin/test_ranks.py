@@ -12,7 +12,7 @@ from tensorboard.backend.event_processing import data_provider, plugin_event_mul
 from test_routes import App
 
 from tb_monitor import contract
-from tb_monitor.analysis.stragglers import longest_over, relative_scores
+from tb_monitor.analysis.scoring import longest_over, relative_scores
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.testing import (
     DEFAULT_START,
@@ -21,7 +21,8 @@ from tb_monitor.testing import (
     rank_window_scalars,
 )
 from tb_plugin import ranks
-from tb_plugin.refresher import ANSWER_WAIT_S, Refresher
+from tb_plugin.refresher import ANSWER_WAIT_S, Refresher, Refreshers
+from tb_plugin.requests import RankQuery
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/ranks"
 
@@ -114,7 +115,7 @@ def test_lod_buckets_add_up_to_the_windows(tmp_path):
     generate_rank_windows(tmp_path, 8, 1.0, slow_ranks=[5], seed=3)
     snap = _store(tmp_path).snapshot()
     assert snap.compute.shape == (8, 360)
-    payload = ranks.ranks_payload(snap, ranks.RankQuery(width=40))
+    payload = ranks.ranks_payload(snap, RankQuery(width=40))
     per_bin = payload["per_bin"]
     assert (
         payload["bins"] <= 20 and payload["bins"] * per_bin >= 360 > (payload["bins"] - 1) * per_bin
@@ -126,7 +127,7 @@ def test_lod_buckets_add_up_to_the_windows(tmp_path):
         np.testing.assert_array_equal(cells[:, b], ranks.levels(window.mean(axis=1)))
     # The same grid zoomed into 10 minutes: one window a bucket.
     lo = payload["extent"][0]
-    zoomed = ranks.ranks_payload(snap, ranks.RankQuery(start=lo + 600, end=lo + 1200, width=1000))
+    zoomed = ranks.ranks_payload(snap, RankQuery(start=lo + 600, end=lo + 1200, width=1000))
     assert zoomed["per_bin"] == 1 and zoomed["bins"] == 60 and zoomed["t0"] == lo + 600
 
 
@@ -239,10 +240,11 @@ def test_once_everything_is_read_a_request_answers_at_once(slow_job, monkeypatch
         return original(self, ctx, wait_s)
 
     monkeypatch.setattr(Refresher, "request", request)
-    app = ranks.RanksApp(local_provider(slow_job.logdir))
+    provider = local_provider(slow_job.logdir)
+    stores = Refreshers(lambda eid: ranks.RankStore(provider, eid))
     ctx = tb_context.RequestContext()
-    first = app.store("", ctx)
+    first = stores.store("", ctx, behind=True)
     assert waits == [ANSWER_WAIT_S]
     first.refresh(ctx, force=True)  # what the first request's round does
-    assert app.store("", ctx).has_read_all()
+    assert stores.store("", ctx, behind=True).has_read_all()
     assert waits == [ANSWER_WAIT_S, 0.0]

@@ -13,8 +13,9 @@ from werkzeug.test import Client
 
 from tb_plugin import store as store_module
 from tb_plugin.plugin import TimelinePlugin
-from tb_plugin.query import Query, timeline_payload
-from tb_plugin.refresher import Refresher
+from tb_plugin.query import timeline_payload
+from tb_plugin.refresher import Refresher, Refreshers
+from tb_plugin.requests import Query
 from tb_plugin.store import TimelineStore
 
 
@@ -174,3 +175,16 @@ def test_while_loading_the_picture_is_resorted_only_when_it_doubled_early_in_the
     finally:
         provider.steps.release(1000)
         refresher.stop(timeout=30)
+
+
+def test_refreshers_keep_only_the_newest_experiments(job):
+    """Past ``most`` experiments, the oldest one's refresher is stopped and forgotten: a stray
+    experiment id in a URL cannot pile up threads, and asking for it again starts afresh."""
+    provider = local_provider(job.logdir)
+    stores = Refreshers(lambda eid: TimelineStore(provider, eid), most=2)
+    first = stores.get("a")
+    assert stores.get("a") is first
+    stores.get("b")
+    stores.get("c")
+    wait_for(lambda: not first.is_running(), timeout=30, what="the oldest refresher to stop")
+    assert stores.get("a") is not first

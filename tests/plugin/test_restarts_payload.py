@@ -11,7 +11,8 @@ from tensorboard import context as tb_context
 
 from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict, attempts
 from tb_monitor.logdir import readers
-from tb_plugin.query import Query, timeline_payload
+from tb_plugin.query import timeline_payload
+from tb_plugin.requests import Query
 
 
 @pytest.fixture(scope="module")

@@ -292,6 +292,13 @@ def test_bad_parameters_get_a_json_error(app, query, status, names):
     assert "Traceback" not in body
 
 
+@pytest.mark.parametrize("query", ["start=abc", "width=0", "start=5&end=1", "end=inf"])
+def test_both_views_answer_a_bad_window_with_the_same_error(app, query):
+    """The timeline and ranks routes share one request parser and error path: the same 400."""
+    timeline_error = app.json(f"{PREFIX}/timeline?{query}", status=400)
+    assert app.json(f"{PREFIX}/ranks?{query}", status=400) == timeline_error
+
+
 def test_new_records_are_appended_incrementally(tmp_path):
     """After a reload, new records appear with a new generation and old event ids unchanged."""
     job = small_job(tmp_path / "logs", nodes=2, workers_per_node=1, events=0)

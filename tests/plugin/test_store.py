@@ -14,7 +14,8 @@ from tensorboard.data.provider import RunTagFilter
 from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
-from tb_plugin.store import REFRESH_INTERVAL_S, TimelineStore, UnknownEventError
+from tb_plugin.provider_store import REFRESH_INTERVAL_S
+from tb_plugin.store import TimelineStore, UnknownEventError
 
 
 class CountingProvider:
@@ -195,10 +196,11 @@ def test_identical_payloads_are_decoded_once(tmp_path, monkeypatch):
 def test_a_read_in_several_chunks_gives_freed_memory_back_once_at_its_end(job, monkeypatch):
     """After a read in several chunks (a big first read), the heap's free pages go back to the
     system once; a one-chunk read (a live job's poll) does not pay for it."""
+    import tb_plugin.provider_store as provider_store_module
     import tb_plugin.store as store_module
 
     trims = []
-    monkeypatch.setattr(store_module, "_release_freed_memory", lambda: trims.append(1))
+    monkeypatch.setattr(provider_store_module, "release_freed_memory", lambda: trims.append(1))
     TimelineStore(local_provider(job.logdir)).refresh(tb_context.RequestContext(), force=True)
     assert trims == []
     monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)

@@ -25,6 +25,43 @@ function errorFileData(text) {
   }
 }
 
+// What the panel shows of one event (the event route's `info`): its title, a banner when it is
+// an attempt's root cause, every field, the error trace, the metadata and the raw record.
+function eventParts(info, attempts) {
+  const f = info.fields;
+  const dl = el("dl");
+  const row = (k, v) => {
+    if (v === null || v === undefined || v === "") v = "—";
+    dl.append(el("dt", { text: k }), el("dd", { text: typeof v === "object" ? JSON.stringify(v) : String(v) }));
+  };
+  row("time", formatTime(info.wall_time, true, true));
+  row("lane", info.lane);
+  row("run", info.run || ".");
+  row("kind", info.kind);
+  row("step", info.step);
+  for (const key of FIELDS) row(key, f[key]);
+  const parts = [el("h2", { text: f.name || "(unnamed event)" })];
+  for (const a of attempts) {
+    if (a.root_cause && a.root_cause.event === info.id) {
+      const text = `Root cause of attempt ${a.attempt} (${a.job}): rank ${a.root_cause.rank} · ${a.root_cause.reason}`;
+      parts.push(el("p", { class: "tl-cause-banner", text }));
+    }
+  }
+  parts.push(dl);
+  parts.push(el("h3", { text: "error_trace" }));
+  const failure = errorFileData(f.error_trace);
+  if (failure && failure.message) parts.push(el("p", { class: "tl-error-message", text: failure.message }));
+  const trace = failure ? failure.trace : f.error_trace;
+  parts.push(el("pre", { class: f.error_trace ? "tl-error" : "", text: trace || "—" }));
+  const md = el("dl");
+  for (const [k, v] of Object.entries(f.metadata || {})) {
+    md.append(el("dt", { text: k }), el("dd", { text: v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v) }));
+  }
+  parts.push(el("h3", { text: "metadata" }), md);
+  parts.push(el("h3", { text: "raw record" }), el("pre", { text: info.raw }));
+  return parts;
+}
+
 export function createDetails(tl) {
   const node = el("aside", { class: "tl-details", hidden: "", "aria-label": "Event details" });
 
@@ -38,40 +75,9 @@ export function createDetails(tl) {
       return;
     }
     if (tl.selected !== id) return;
-    const f = info.fields;
     const close = el("button", { type: "button", class: "tl-close", "aria-label": "Close details", text: "×" });
     close.addEventListener("click", () => tl.select(null));
-    const dl = el("dl");
-    const row = (k, v) => {
-      if (v === null || v === undefined || v === "") v = "—";
-      dl.append(el("dt", { text: k }), el("dd", { text: typeof v === "object" ? JSON.stringify(v) : String(v) }));
-    };
-    row("time", formatTime(info.wall_time, true, true));
-    row("lane", info.lane);
-    row("run", info.run || ".");
-    row("kind", info.kind);
-    row("step", info.step);
-    for (const key of FIELDS) row(key, f[key]);
-    const parts = [close, el("h2", { text: f.name || "(unnamed event)" })];
-    const attempts = (tl.data && tl.data.attempts) || [];
-    for (const a of attempts) {
-      if (a.root_cause && a.root_cause.event === id) {
-        const text = `Root cause of attempt ${a.attempt} (${a.job}): rank ${a.root_cause.rank} · ${a.root_cause.reason}`;
-        parts.push(el("p", { class: "tl-cause-banner", text }));
-      }
-    }
-    parts.push(dl);
-    parts.push(el("h3", { text: "error_trace" }));
-    const failure = errorFileData(f.error_trace);
-    if (failure && failure.message) parts.push(el("p", { class: "tl-error-message", text: failure.message }));
-    const trace = failure ? failure.trace : f.error_trace;
-    parts.push(el("pre", { class: f.error_trace ? "tl-error" : "", text: trace || "—" }));
-    const md = el("dl");
-    for (const [k, v] of Object.entries(f.metadata || {})) {
-      md.append(el("dt", { text: k }), el("dd", { text: v === null ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v) }));
-    }
-    parts.push(el("h3", { text: "metadata" }), md);
-    parts.push(el("h3", { text: "raw record" }), el("pre", { text: info.raw }));
+    const parts = [close, ...eventParts(info, (tl.data && tl.data.attempts) || [])];
     node.replaceChildren(...parts);
     node.hidden = false;
     if (focus) close.focus({ preventScroll: true });

@@ -1,6 +1,7 @@
 // The toolbar's filters: run, job, source and state menus, and the free-text search. The menus
 // list what the payload's facets offer; a change sets the timeline's filter and fetches again.
 
+import { Timer } from "../api.js";
 import { el } from "../dom.js";
 import { KIND_TITLES } from "../format.js";
 
@@ -23,11 +24,8 @@ export function createFilters(tl) {
   onSelect(runIdSelect, "run_id");
   onSelect(kindSelect, "kind");
   onSelect(stateSelect, "state");
-  let searchTimer = 0;
-  search.addEventListener("input", () => {
-    clearTimeout(searchTimer);
-    searchTimer = setTimeout(() => tl.setFilter("q", search.value.trim()), 250);
-  });
+  const typing = new Timer(); // searches once the typing pauses
+  search.addEventListener("input", () => typing.set(() => tl.setFilter("q", search.value.trim()), 250));
   const field = (text, control) => {
     control.id = `tl-${text.toLowerCase()}`;
     return el("span", { class: "tl-field" }, el("label", { for: control.id, text }), control);

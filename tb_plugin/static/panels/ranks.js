@@ -9,64 +9,38 @@
 // twice as slow, log scale), the colour scale's stops, and the markers' colours; this module turns
 // the bytes into one image (a 256-entry lookup table from the server's scale) and each frame is a
 // single drawImage of the visible part. Everything from the data goes in as text (dom.js el).
+// Fetching and polling (api.js), the time axis, zoom and pan (axis.js) and frame scheduling
+// (frames.js) are the Timeline's own.
 
-import { el } from "../dom.js";
-import { count, formatDuration, formatTime } from "../format.js";
+import { decode, every, fetchRanks, Latest, LOADING_POLL_MS, Timer } from "../api.js";
+import { clampSpan, TimeAxis, wantsDetail } from "../axis.js";
+import { el, sizeCanvas } from "../dom.js";
+import { count, formatDuration, formatTime, loadingText } from "../format.js";
+import { Frames } from "../frames.js";
+import { HeatColors } from "./heatmap.js";
+import { bindPlotPointer, placeTooltip } from "../pointer.js";
 
 const POLL_MS = 3000;
-const LOADING_POLL_MS = 700; // while the server is still reading the ranks' first windows
 const LABEL_W = 64; // the rank labels' column, inside the canvas
 const AXIS_H = 22;
 const MIN_ROW_H = 3;
 const MAX_ROW_H = 16;
 const VIEW_KEY = "tb-monitor.view";
 
-const fetchRanks = async (params) => {
-  const res = await fetch(`./ranks?${params}`);
-  const body = await res.json();
-  if (!res.ok) throw new Error(body.error || res.statusText);
-  return body;
-};
-
-function decodeBytes(b64) {
-  const bin = atob(b64);
-  const bytes = new Uint8Array(bin.length);
-  for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-  return bytes;
-}
-
-function parseHex(hex) {
-  const h = hex.replace("#", "");
-  return [0, 2, 4].map((i) => parseInt(h.slice(i, i + 2), 16));
-}
-
-// RGBA per level (0: transparent), interpolating the server's stops evenly over levels 1..255.
-function lookupTable(scale) {
-  const stops = scale.colors.map(parseHex);
-  const lut = new Uint8ClampedArray(256 * 4);
-  for (let level = 1; level < 256; level++) {
-    const x = ((level - 1) / 254) * (stops.length - 1);
-    const i = Math.min(stops.length - 2, Math.floor(x));
-    const f = x - i;
-    for (let c = 0; c < 3; c++) lut[level * 4 + c] = stops[i][c] + (stops[i + 1][c] - stops[i][c]) * f;
-    lut[level * 4 + 3] = 255;
-  }
-  return lut;
-}
-
-// The relative score a level stands for (the inverse of tb_plugin.ranks.levels).
-const scoreOf = (level, scale) => Math.pow(scale.max, (level - 128) / 127);
 const times = (x) => (x === null || x === undefined ? "–" : `×${x.toFixed(2)}`);
 
 class RanksView {
   constructor(tl) {
     this.tl = tl;
     this.data = null;
-    this.view = null; // {start, end}, epoch seconds
+    this.time = new TimeAxis(LABEL_W); // the window shown, {start, end} in epoch seconds: this.view
     this.userZoomed = false; // else the view follows the job as it grows
-    this.fetchSeq = 0;
+    this.requests = new Latest(fetchRanks);
+    this.loadingRetry = new Timer(); // asks again while the server is still reading
+    this.detailFetch = new Timer(); // fetches detail once a zoom or pan has settled
+    this.frames = new Frames(() => this.draw());
     this.selectedRow = null;
-    this.stats = { frames: [], firstRender: null, fetches: 0 };
+    this.stats = { frames: this.frames.times, firstRender: null, fetches: 0 };
     window.tbRanks = this; // for the benchmark and for debugging from the console
 
     this.toggle = el("button", {
@@ -107,10 +81,16 @@ class RanksView {
     this.scroll.addEventListener("scroll", () => this.requestDraw());
     new ResizeObserver(() => this.resize()).observe(this.scroll);
     this.bindPointer();
-    setInterval(() => {
-      if (this.active && !document.hidden) this.refetch({ poll: true });
-    }, POLL_MS);
+    every(POLL_MS, () => this.refetch({ poll: true }), () => this.active);
     if (localStorage.getItem(VIEW_KEY) === "ranks") queueMicrotask(() => this.show(true));
+  }
+
+  get view() {
+    return this.time.view;
+  }
+
+  set view(view) {
+    this.time.view = view;
   }
 
   get active() {
@@ -135,7 +115,6 @@ class RanksView {
   // ---------------------------------------------------------------- data
   // `poll`: the same window again, answered with {unchanged: true} when nothing is new.
   async refetch({ poll = false } = {}) {
-    const seq = ++this.fetchSeq;
     const width = Math.max(100, this.plotWidth());
     const params = new URLSearchParams({ width: String(Math.round(width)) });
     if (this.view && this.userZoomed) {
@@ -147,33 +126,26 @@ class RanksView {
     if (poll && this.data) params.set("generation", String(this.data.generation));
     let payload;
     try {
-      payload = await fetchRanks(params.toString());
+      payload = await this.requests.get(params.toString());
     } catch (err) {
-      if (seq === this.fetchSeq) this.tl.setStatus(`Could not load the ranks: ${err.message}`, true);
+      this.tl.setStatus(`Could not load the ranks: ${err.message}`, true);
       return;
     }
-    if (seq !== this.fetchSeq || payload.unchanged) return;
+    if (!payload || payload.unchanged) return; // superseded, or nothing new
     this.stats.fetches++;
     this.load(payload);
-    clearTimeout(this.loadingTimer);
-    if (payload.loading) this.loadingTimer = setTimeout(() => this.refetch(), LOADING_POLL_MS);
+    this.loadingRetry.clear();
+    if (payload.loading) this.loadingRetry.set(() => this.refetch(), LOADING_POLL_MS);
   }
 
   load(payload) {
     const d = { ...payload };
-    if (!this.lut || this.scaleKey !== payload.scale.colors.join()) {
-      this.scaleKey = payload.scale.colors.join();
-      this.lut = lookupTable(payload.scale);
-      const stops = payload.scale.colors.join(", ");
-      this.key.replaceChildren(
-        el("span", { text: `×${payload.scale.min} faster` }),
-        el("span", { class: "tl-ranks-gradient" }),
-        el("span", { text: `×${payload.scale.max} slower than the median rank` })
-      );
-      this.key.children[1].style.background = `linear-gradient(to right, ${stops})`;
+    if (!this.heat || !this.heat.fits(payload.scale)) {
+      this.heat = new HeatColors(payload.scale);
+      this.key.replaceChildren(...this.heat.key());
     }
-    d.cells = payload.bins ? decodeBytes(payload.cells) : new Uint8Array(0);
-    d.image = this.image(d);
+    d.cells = payload.bins ? decode(payload.cells) : new Uint8Array(0);
+    d.image = this.heat.image(d.cells, d.bins, d.ranks.length);
     this.data = d;
     if ((!this.view || !this.userZoomed) && payload.extent) this.view = { start: payload.extent[0], end: payload.extent[1] };
     this.lists(d);
@@ -181,29 +153,12 @@ class RanksView {
     this.summary.textContent = ranks
       ? `${count(ranks, "rank")} · ${count(Math.round((payload.extent[1] - payload.extent[0]) / payload.window_s), "window")} of ${payload.window_s} s`
       : payload.loading
-        ? `Loading rank windows… ${payload.loading.expected ? Math.floor((100 * payload.loading.done) / payload.loading.expected) : 0}%`
+        ? loadingText("rank windows", payload.loading)
         : "No rank health recorded: run the job with tb-monitor run or init(torch=True).";
     this.resize();
     if (this.stats.firstRender === null && ranks && !payload.loading) {
       this.stats.firstRender = performance.timeOrigin + performance.now();
     }
-  }
-
-  // One pixel per cell, coloured through the lookup table.
-  image(d) {
-    const rows = d.ranks.length;
-    if (!rows || !d.bins) return null;
-    const canvas = document.createElement("canvas");
-    canvas.width = d.bins;
-    canvas.height = rows;
-    const ctx = canvas.getContext("2d");
-    const img = ctx.createImageData(d.bins, rows);
-    const px = new Uint32Array(img.data.buffer);
-    const lut32 = new Uint32Array(this.lut.buffer);
-    const cells = d.cells;
-    for (let i = 0; i < cells.length; i++) px[i] = lut32[cells[i]];
-    ctx.putImageData(img, 0, 0);
-    return canvas;
   }
 
   lists(d) {
@@ -290,43 +245,29 @@ class RanksView {
 
   resize() {
     if (!this.active) return;
-    const dpr = window.devicePixelRatio || 1;
     const rows = this.data ? this.data.ranks.length : 0;
     const rowH = this.rowH();
     this.spacer.style.height = `${AXIS_H + rows * rowH}px`;
     const w = this.scroll.clientWidth;
     const h = Math.min(this.scroll.clientHeight, AXIS_H + rows * rowH);
-    if (this.canvas.width !== Math.round(w * dpr) || this.canvas.height !== Math.round(h * dpr)) {
-      this.canvas.width = Math.round(w * dpr);
-      this.canvas.height = Math.round(h * dpr);
-      this.canvas.style.width = `${w}px`;
-      this.canvas.style.height = `${h}px`;
-    }
+    sizeCanvas(this.canvas, w, h);
     this.w = w;
+    this.time.width = Math.max(1, w - LABEL_W);
     this.h = h;
     this.drawNow();
   }
 
-  x(t) {
-    return LABEL_W + ((t - this.view.start) / (this.view.end - this.view.start)) * (this.w - LABEL_W);
-  }
-
-  timeAt(px) {
-    return this.view.start + ((px - LABEL_W) / (this.w - LABEL_W)) * (this.view.end - this.view.start);
-  }
-
   requestDraw() {
-    if (this.pending) return;
-    this.pending = requestAnimationFrame(() => {
-      this.pending = 0;
-      this.drawNow();
-    });
+    this.frames.request();
   }
 
   drawNow() {
+    this.frames.now();
+  }
+
+  draw() {
     const d = this.data;
-    if (!this.active || !d || !this.w) return;
-    const t0 = performance.now();
+    if (!this.active || !d || !this.w || !this.view) return false;
     const ctx = this.canvas.getContext("2d");
     const dpr = window.devicePixelRatio || 1;
     const c = this.tl.colors;
@@ -342,8 +283,8 @@ class RanksView {
       const s0 = Math.max(0, (this.view.start - d.t0) / d.bin_s);
       const s1 = Math.min(d.bins, (this.view.end - d.t0) / d.bin_s);
       if (s1 > s0) {
-        const x0 = this.x(d.t0 + s0 * d.bin_s);
-        const x1 = this.x(d.t0 + s1 * d.bin_s);
+        const x0 = this.time.x(d.t0 + s0 * d.bin_s);
+        const x1 = this.time.x(d.t0 + s1 * d.bin_s);
         ctx.imageSmoothingEnabled = false;
         const y = AXIS_H - (top - first * rowH);
         ctx.save();
@@ -369,15 +310,13 @@ class RanksView {
       if (row % every === 0) ctx.fillText(`rank ${d.ranks[row]}`, 6, y);
     }
     this.drawMarkers(ctx, d);
-    this.drawAxis(ctx, c);
-    const ms = performance.now() - t0;
-    this.stats.frames.push(ms);
-    if (this.stats.frames.length > 500) this.stats.frames.shift();
+    this.time.draw(ctx, AXIS_H, c);
+    return true;
   }
 
   drawMarkers(ctx, d) {
     for (const m of d.markers) {
-      const x = this.x(m.t);
+      const x = this.time.x(m.t);
       if (x < LABEL_W || x > this.w) continue;
       ctx.strokeStyle = m.color;
       ctx.lineWidth = m.kind === "failure" ? 2 : 1.5;
@@ -397,25 +336,6 @@ class RanksView {
     ctx.lineWidth = 1;
   }
 
-  drawAxis(ctx, c) {
-    ctx.fillStyle = c.bg;
-    ctx.fillRect(0, 0, this.w, AXIS_H);
-    ctx.strokeStyle = c.line;
-    ctx.beginPath();
-    ctx.moveTo(0, AXIS_H - 0.5);
-    ctx.lineTo(this.w, AXIS_H - 0.5);
-    ctx.stroke();
-    ctx.fillStyle = c.muted;
-    ctx.textBaseline = "middle";
-    const span = this.view.end - this.view.start;
-    const ticks = Math.max(2, Math.floor((this.w - LABEL_W) / 120));
-    for (let i = 0; i <= ticks; i++) {
-      const t = this.view.start + (span * i) / ticks;
-      const x = this.x(t);
-      ctx.fillText(formatTime(t), Math.min(x, this.w - 50), AXIS_H / 2);
-    }
-  }
-
   // ---------------------------------------------------------------- pointer
   cellAt(event) {
     const d = this.data;
@@ -426,53 +346,37 @@ class RanksView {
     if (py < AXIS_H) return null;
     const row = Math.floor((py - AXIS_H + this.scroll.scrollTop) / this.rowH());
     if (row < 0 || row >= d.ranks.length) return null;
-    const t = this.timeAt(px);
+    const t = this.time.timeAt(px);
     const bin = Math.floor((t - d.t0) / d.bin_s);
     const level = bin >= 0 && bin < d.bins && px >= LABEL_W ? d.cells[row * d.bins + bin] : 0;
     return { row, t, bin, level, px };
   }
 
   bindPointer() {
-    let drag = null;
-    const canvas = this.canvas;
-    canvas.addEventListener(
-      "wheel",
-      (event) => {
-        if (!this.view) return;
-        event.preventDefault();
-        const rect = canvas.getBoundingClientRect();
-        const t = this.timeAt(event.clientX - rect.left);
-        const f = Math.exp(event.deltaY * 0.0015);
-        this.setView(t - (t - this.view.start) * f, t + (this.view.end - t) * f);
+    bindPlotPointer(this.canvas, {
+      ready: () => Boolean(this.view),
+      zoom: (factor, px) => {
+        const { start, end } = this.time.zoomed(factor, px);
+        this.setView(start, end);
       },
-      { passive: false }
-    );
-    canvas.addEventListener("mousedown", (event) => {
-      if (event.button === 0 && this.view) drag = { x: event.clientX, view: { ...this.view }, moved: false };
+      pan: (px) => {
+        const { start, end } = this.time.panned(px);
+        this.setView(start, end);
+      },
+      grab: () => ({ ...this.view }),
+      drag: (view, dx) => {
+        const { start, end } = this.time.dragged(view, dx);
+        this.setView(start, end);
+      },
+      hover: (event) => {
+        if (event.target === this.canvas) this.hover(event);
+      },
+      click: (event) => {
+        const cell = this.cellAt(event);
+        if (cell) this.goToRank(cell.row, this.data.runs[cell.row], this.data.ranks[cell.row]);
+      },
+      leave: () => (this.tooltip.hidden = true),
     });
-    window.addEventListener("mousemove", (event) => {
-      if (drag) {
-        const dx = event.clientX - drag.x;
-        if (Math.abs(dx) > 3) drag.moved = true;
-        if (drag.moved) {
-          const dt = (dx / (this.w - LABEL_W)) * (drag.view.end - drag.view.start);
-          this.setView(drag.view.start - dt, drag.view.end - dt);
-        }
-        return;
-      }
-      if (event.target === canvas) this.hover(event);
-    });
-    window.addEventListener("mouseup", (event) => {
-      const moved = drag && drag.moved;
-      drag = null;
-      if (moved || event.target !== canvas) return;
-      const cell = this.cellAt(event);
-      if (cell) {
-        const d = this.data;
-        this.goToRank(cell.row, d.runs[cell.row], d.ranks[cell.row]);
-      }
-    });
-    canvas.addEventListener("mouseleave", () => (this.tooltip.hidden = true));
   }
 
   hover(event) {
@@ -483,12 +387,12 @@ class RanksView {
       return;
     }
     const d = this.data;
-    const marker = d.markers.find((m) => Math.abs(this.x(m.t) - cell.px) <= 3);
+    const marker = d.markers.find((m) => Math.abs(this.time.x(m.t) - cell.px) <= 3);
     const lines = [el("b", { text: `rank ${d.ranks[cell.row]}` }), el("br")];
     if (marker) lines.unshift(el("b", { text: `${formatTime(marker.t)} ${marker.label}` }), el("br"));
     if (cell.level) {
       const from = d.t0 + cell.bin * d.bin_s;
-      lines.push(`${formatTime(from)}–${formatTime(from + d.bin_s)}: compute ${times(scoreOf(cell.level, d.scale))} the median rank`);
+      lines.push(`${formatTime(from)}–${formatTime(from + d.bin_s)}: compute ${times(this.heat.scoreOf(cell.level))} the median rank`);
     } else {
       lines.push(el("span", { class: "tl-dim", text: "no window here" }));
     }
@@ -497,29 +401,19 @@ class RanksView {
       lines.push(el("br"), el("span", { class: "tl-dim", text: `median ${times(score.relative)}, compute ${formatDuration(score.compute_s || 0)} a step` }));
     }
     tip.replaceChildren(...lines);
-    tip.hidden = false;
-    tip.style.left = `${Math.max(4, Math.min(event.clientX + 14, window.innerWidth - tip.offsetWidth - 8))}px`;
-    tip.style.top = `${Math.max(4, Math.min(event.clientY + 14, window.innerHeight - tip.offsetHeight - 8))}px`;
+    placeTooltip(tip, event);
   }
 
   setView(start, end) {
     const ext = this.data && this.data.extent;
     const max = ext ? (ext[1] - ext[0]) * 4 : Infinity;
-    const min = this.data ? this.data.window_s * 4 : 1;
-    const mid = (start + end) / 2;
-    const span = Math.min(max, Math.max(min, end - start));
-    this.view = { start: mid - span / 2, end: mid + span / 2 };
+    this.view = clampSpan(start, end, this.data ? this.data.window_s * 4 : 1, max);
     this.userZoomed = true;
     this.requestDraw();
-    clearTimeout(this.detailTimer);
-    this.detailTimer = setTimeout(() => {
+    this.detailFetch.set(() => {
       const d = this.data;
-      const loaded = d.bins * d.bin_s;
-      const shown = this.view.end - this.view.start;
-      const outside = this.view.start < d.t0 || this.view.end > d.t0 + loaded;
-      // Coarser than two windows a pixel where finer ones exist: fetch the detail.
-      const coarse = d.per_bin > 1 && loaded / shown > 3;
-      if (outside || coarse) this.refetch();
+      // Coarser than a window a bucket where finer ones exist: fetch the detail.
+      if (wantsDetail(this.view, [d.t0, d.t0 + d.bins * d.bin_s], { coarse: d.per_bin > 1 })) this.refetch();
     }, 150);
   }
 }

@@ -1,0 +1,171 @@
+"""The timeline's decoded events as columns: what the store appends to and what a query reads.
+
+:class:`Records` holds each distinct record once (a node's keep-alives, most of a long job's
+events, are one record), :class:`Interner` turns values into the small integers the columns
+hold, and a :class:`Snapshot` is the sorted numpy :class:`Columns` of one generation with the
+values their ids stand for; :mod:`tb_plugin.query` filters and buckets it.
+"""
+
+from __future__ import annotations
+
+import array
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tb_monitor import timeline
+
+__all__ = ["FIELDS", "Columns", "Interner", "Records", "Snapshot", "column", "lane_time_order"]
+
+#: What a record holds as an interned id, in the order :meth:`Records.add` takes them; each is
+#: the ``rec_<name>`` column of :class:`Columns`.
+FIELDS = ("lane", "state", "kind", "run", "name", "msg", "text")
+_RUNNING = [state.name for state in timeline.STATES].index("RUNNING")
+
+
+class Interner:
+    """Values to dense ids, so columns hold small integers."""
+
+    def __init__(self) -> None:
+        self.ids: dict[Any, int] = {}
+        self.values: list[Any] = []
+
+    def __call__(self, value: Any) -> int:
+        found = self.ids.get(value)
+        if found is None:
+            found = self.ids[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+
+class Records:
+    """Each distinct record (a run's payload of one kind), decoded once: the per-event columns
+    hold its id, and every field an event shows is a lookup here. A node's keep-alives, most of
+    a long job's events, are one record; so an event costs its time and one integer."""
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, str, str], int] = {}  # (run, kind, payload) -> record id
+        #: Per field of :data:`FIELDS`, each record's interned id.
+        self.columns = {name: array.array("q") for name in FIELDS}
+        self.raw: list[str] = []
+        self.row: list[dict[str, Any] | None] = []  # when it may open or close an interval
+        self.stopped: dict[int, int] = {}  # record id -> its twin drawn STOPPED_BY_RESTART
+
+    def __len__(self) -> int:
+        return len(self.raw)
+
+    def add(self, fields: tuple[int, ...], raw: str, row: dict[str, Any] | None) -> int:
+        """Append a record (``fields`` in the order of :data:`FIELDS`); return its id."""
+        for values, value in zip(self.columns.values(), fields, strict=True):
+            values.append(value)
+        self.raw.append(raw)
+        self.row.append(row)
+        return len(self.raw) - 1
+
+    def fields(self, rec: int) -> tuple[int, ...]:
+        return tuple(values[rec] for values in self.columns.values())
+
+    def get(self, name: str, rec: int) -> int:
+        """Record ``rec``'s id of field ``name``."""
+        return self.columns[name][rec]
+
+
+def _per_event(name: str) -> property:
+    """The ``rec_<name>`` column gathered per event (sorted like ``t``)."""
+    return property(lambda self: getattr(self, f"rec_{name}")[self.rec], doc=f"Per event: {name}.")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Numpy columns of every event at one generation, sorted by (lane order, time).
+
+    Per event only its time, its record (``rec``) and its id; an event's lane, state, kind,
+    run, name, message and search text are its record's (``rec_*``, one entry per record),
+    gathered on access (``lane``, ``state``, ...) or, faster, filtered per record.
+    """
+
+    t: np.ndarray
+    rec: np.ndarray
+    ids: np.ndarray  # position in the store's append-only columns
+    lane_rank: np.ndarray  # lane id -> display position
+    rank_start: np.ndarray  # display position -> its first event (one more: the end)
+    intervals: dict[str, np.ndarray]
+    rec_lane: np.ndarray
+    rec_state: np.ndarray
+    rec_kind: np.ndarray
+    rec_run: np.ndarray
+    rec_text: np.ndarray
+    rec_name: np.ndarray
+    rec_msg: np.ndarray
+    rec_count: np.ndarray  # events per record
+
+    lane = _per_event("lane")
+    state = _per_event("state")
+    kind = _per_event("kind")
+    run = _per_event("run")
+    text = _per_event("text")
+    name = _per_event("name")
+    msg = _per_event("msg")
+
+    @functools.cached_property
+    def rec_severity(self) -> np.ndarray:
+        """Per record, how alarming its state is: its id, as the store interns
+        ``timeline.STATES`` first in order of severity; a state outside them ranks as RUNNING,
+        so the alarming ones still show in a bucket that holds it."""
+        known = self.rec_state < len(timeline.STATES)
+        return np.where(known, self.rec_state, _RUNNING).astype(np.uint8)
+
+    @functools.cached_property
+    def event_severity(self) -> np.ndarray:
+        """Per event its record's severity, and a 0 after the last event (so a range may end
+        with the column): what a bucket's most severe state is a max over. Made once."""
+        return np.append(self.rec_severity[self.rec], np.uint8(0))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The columns at one generation, and the values their integer ids stand for.
+
+    A state listed in :data:`tb_monitor.timeline.STATES` has its index there as its id.
+    """
+
+    columns: Columns
+    generation: int
+    loading: dict[str, int] | None
+    lanes: list[timeline.Lane]
+    lane_runs: list[str]  # per lane: the first run it was seen in
+    states: list[str]
+    runs: list[str]
+    names: Sequence[str]
+    msgs: Sequence[str]
+    texts: Sequence[str]  # per distinct record: its searchable text, lower case
+    labels: list[str]  # interval labels
+    #: Per attempt, ``tb_monitor.analysis.attempts.attempt_dict`` (no traceback); a root cause
+    #: also names its event id (``event``) and its lane id (``lane``).
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+def column(values: array.array, dtype: type) -> np.ndarray:
+    """A numpy copy of an append-only array: it keeps growing, and a buffer it exported
+    could not be resized."""
+    return np.frombuffer(values, dtype=dtype).copy()
+
+
+def lane_time_order(t: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """The order sorting events by (lane, time): one stable sort of a 64-bit key of lane and
+    microseconds (events arrive in runs already sorted, which a stable sort merges in near
+    linear time: 4x faster than ``np.lexsort`` at 18M events), unless the key would not fit."""
+    if not len(t):
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = float(t.min()), float(t.max())
+    time_bits = max(1, math.ceil(math.log2((hi - lo) * 1e6 + 2)))
+    lane_bits = max(1, int(lane.max()).bit_length())
+    if time_bits + lane_bits > 62 or not math.isfinite(hi - lo):
+        return np.lexsort((t, lane))
+    key = lane.astype(np.int64) << time_bits
+    key += np.round((t - lo) * 1e6).astype(np.int64)
+    return np.argsort(key, kind="stable")

@@ -1,0 +1,77 @@
+"""One refresh for both views' stores: the Timeline's and the Ranks view's read the same way."""
+
+from __future__ import annotations
+
+import pytest
+from plugin_helpers import local_provider, small_job
+from tensorboard import context as tb_context
+
+from tb_monitor.testing import generate_rank_windows
+from tb_plugin.provider_store import REFRESH_INTERVAL_S
+from tb_plugin.ranks import RankStore
+from tb_plugin.store import TimelineStore
+
+STORES = [TimelineStore, RankStore]
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory):
+    """A synthetic job whose 4 ranks record timeline events and rank-health windows."""
+    root = tmp_path_factory.mktemp("both")
+    job = small_job(root, nodes=2, workers_per_node=2)
+    generate_rank_windows(root, 4, 0.1, start=job.start)
+    return root
+
+
+class Listings:
+    """A real data provider that counts its listings."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def __getattr__(self, name: str):
+        if name.startswith("list_"):
+            self.count += 1
+        return getattr(self.inner, name)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize("make", STORES, ids=lambda cls: cls.__name__)
+def test_a_poll_reads_what_stopped_growing_and_then_counts_as_full(logdir, make):
+    """A background poll leaves a series it sees for the first time for the next poll (it may
+    still be loading); once a poll has read everything, the store has read all and is fresh."""
+    clock = Clock()
+    store = make(local_provider(logdir), "", clock)
+    ctx = tb_context.RequestContext()
+    first = store.refresh(ctx, force=True, settled_only=True)  # all new: left behind
+    assert not store.has_read_all() and not store.refreshed_within(REFRESH_INTERVAL_S)
+    assert store.refresh(ctx, force=True, settled_only=True) > first  # settled since: read
+    assert store.has_read_all() and store.refreshed_within(REFRESH_INTERVAL_S)
+
+
+@pytest.mark.parametrize("make", STORES, ids=lambda cls: cls.__name__)
+def test_a_request_reads_everything_at_once(logdir, make):
+    """A request's refresh reads every series, settled or not, and is a full refresh."""
+    store = make(local_provider(logdir), "", Clock())
+    assert store.refresh(tb_context.RequestContext(), force=True) > 0
+    assert store.has_read_all() and store.loading() is None
+
+
+@pytest.mark.parametrize("make", STORES, ids=lambda cls: cls.__name__)
+def test_an_unforced_refresh_soon_after_lists_nothing(logdir, make):
+    """Within REFRESH_INTERVAL_S of a full refresh, another unforced one answers at once."""
+    clock, provider = Clock(), Listings(local_provider(logdir))
+    store = make(provider, "", clock)
+    ctx = tb_context.RequestContext()
+    generation = store.refresh(ctx, force=True)
+    assert (store.refresh(ctx), provider.count) == (generation, 1)
+    clock.now += REFRESH_INTERVAL_S
+    assert (store.refresh(ctx), provider.count) == (generation, 2)
