@@ -1,4 +1,4 @@
-"""The data contract's record decoding: malformed records fail with a ValueError naming them."""
+"""The data contract: bad records fail with a ValueError naming them; tags keep their names."""
 
 from __future__ import annotations
 
@@ -35,3 +35,23 @@ def test_rank_of_reads_the_run_a_worker_writes(role, rank):
     env = {"TORCHELASTIC_RUN_ID": "job-1", "RANK": rank, "ROLE_NAME": role}
     assert contract.rank_of(contract.run_name_from_env(env)) == int(rank)
     assert contract.rank_of(contract.agent_run_name("job-1", "node-a", 7)) is None
+
+
+def test_rank_health_tags_keep_their_on_disk_names():
+    """The rank-health scalars keep the tags existing logdirs hold."""
+    assert contract.stat_tag(contract.RANK_STEP, "COUNT") == "rank/step_s.count"
+    assert contract.stat_tag(contract.RANK_COLLECTIVE, "SUM") == "rank/collective_s.sum"
+    assert [contract.beat_tag(n) for n in contract.RANK_BEATS] == [
+        "rank/steps.value",
+        "rank/entered.value",
+        "rank/left.value",
+        "rank/in_collective_s.value",
+        "rank/since_step_s.value",
+        "rank/fr_seq.value",
+    ]
+
+
+def test_an_unknown_heartbeat_is_a_valueerror_naming_it():
+    """A heartbeat name outside RANK_BEATS is refused, naming it."""
+    with pytest.raises(ValueError, match="'stepz'"):
+        contract.beat_tag("stepz")

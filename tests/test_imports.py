@@ -153,4 +153,9 @@ def test_a_stat_and_an_event_load_only_the_monitor_surface():
         "tb_monitor._tensors",
         "tb_monitor._accumulator",
         "tb_monitor.contract",
+        "tb_monitor.contract.batches",
+        "tb_monitor.contract.ranks",
+        "tb_monitor.contract.records",
+        "tb_monitor.contract.runs",
+        "tb_monitor.contract.tags",
     }

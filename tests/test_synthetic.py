@@ -88,7 +88,8 @@ def test_a_failed_attempt_carries_its_workers_traceback(tmp_path):
 def test_rank_stats_counts_the_windows_it_writes(tmp_path):
     """``rank_windows`` is the number of step windows written, over every rank's run."""
     job = generate_job(tmp_path, nodes=2, workers_per_node=2, hours=0.05, rank_stats=True)
-    counts = [p for p in readers.iter_scalars(tmp_path) if p.tag == "rank/step_s.count"]
+    tag = contract.stat_tag(contract.RANK_STEP, "count")
+    counts = [p for p in readers.iter_scalars(tmp_path) if p.tag == tag]
     assert job.rank_windows == len(counts) > 0
     assert {p.run for p in counts} == {f"job/rank-{r}" for r in range(4)}
 

@@ -96,8 +96,11 @@ def test_generate_rank_windows_writes_deterministic_rank_health(tmp_path):
 
     first = points(tmp_path / "a")
     assert first == points(tmp_path / "b")
-    sums = {run: v for run, tag, _, v in first if tag == "rank/step_s.sum"}
-    waits = {run: v for run, tag, _, v in first if tag == "rank/collective_s.sum"}
+    step_sum = contract.stat_tag(contract.RANK_STEP, "sum")
+    wait_sum = contract.stat_tag(contract.RANK_COLLECTIVE, "sum")
+    sums = {run: v for run, tag, _, v in first if tag == step_sum}
+    waits = {run: v for run, tag, _, v in first if tag == wait_sum}
     compute = {run: sums[run] - waits[run] for run in runs}
     assert compute["job/rank-2"] > 1.4 * compute["job/rank-0"]
-    assert len([p for p in first if p[0] == "job/rank-0" and p[1] == "rank/step_s.count"]) == 18
+    step_count = contract.stat_tag(contract.RANK_STEP, "count")
+    assert len([p for p in first if p[0] == "job/rank-0" and p[1] == step_count]) == 18

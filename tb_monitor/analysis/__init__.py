@@ -2,6 +2,8 @@
 
 Shared by the notebooks, the plugin, the exports and the command line. One module per job:
 
+- ``grid``: ``RankGrid``, the ranks x windows grid of rank health built once (numpy), whose
+  scores and stalls (``scoring``) every reader of rank health reads;
 - ``health``: ``job_report(logdir)``, the one ``JobReport`` of a job's health (attempts, root
   causes, ranks, stragglers, stalls, step times) that ``tb-monitor report`` and the notebook
   render; its ``rank_report`` part reads the ranks' own records;
@@ -16,12 +18,14 @@ logdir (a path or an ``s3://`` / ``gs://`` URL) or the DataFrame ``tb_monitor.re
 returns.
 """
 
+from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.health import JobReport, job_report
 from tb_monitor.analysis.restarts import restart_summary, restarts
 from tb_monitor.analysis.stragglers import rank_windows, stalls, stragglers
 
 __all__ = [
     "JobReport",
+    "RankGrid",
     "job_report",
     "rank_windows",
     "restart_summary",

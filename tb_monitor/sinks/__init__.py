@@ -1,14 +1,15 @@
 """Sinks: where records go. The ``Sink`` protocol, the TensorBoard sink and its pieces.
 
 - ``base``: the ``Sink`` protocol and what a sink receives (``Window``, ``TimelineRecord``).
-- ``tensorboard``: ``TensorboardSink``, the three handlers below on one writer.
-- ``handlers``: ``TensorboardEventHandler`` (torch.monitor events), ``TensorboardMetricHandler``
-  (torchelastic metrics), ``TensorboardLoggingHandler`` (torchelastic events destination).
 - ``fanout``: one handler per registry handing each record to every sink, isolating failures.
+- ``tensorboard``: ``TensorboardSink``, the three TensorBoard handlers on one writer.
 - ``memory``: ``MemorySink``, which keeps what it receives (tests; ``tb_monitor.testing``).
 - ``prometheus``: ``PrometheusSink``, series on ``/metrics`` (the ``prometheus`` extra).
-- ``summaries``: records as TensorBoard's own protos (timeline, text, Custom Scalars layout).
+- ``handlers``: the TensorBoard handlers of torch.monitor events, metrics and torchelastic events.
+- ``checks``: ``AsyncWriter.add_*``'s argument checks, on the caller's thread.
 - ``encoding``: the hand-written wire format of the hot path (and its C twin, ``_encoding.c``).
+- ``batching``: timeline events gathered into batched records (content version 3).
+- ``summaries``: records as TensorBoard's own protos (timeline, text, Custom Scalars layout).
 - ``service``: the one background thread per process that drains every writer.
 - ``writer``: ``AsyncWriter``, the caller-side queue, step allocation and files.
 """

@@ -8,6 +8,7 @@ import random
 from dataclasses import dataclass
 from functools import partial
 
+from tb_monitor import contract
 from tb_monitor.logdir import fs
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.synthetic._parallel import map_in_processes
@@ -20,14 +21,15 @@ def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> di
     """One window of one rank as ``rank_health`` writes it: ``steps`` steps, each computing
     ``compute_s`` and waiting ``collective_s`` in collectives."""
     step = compute_s + collective_s
+    stat_tag, step_stat, wait_stat = contract.stat_tag, contract.RANK_STEP, contract.RANK_COLLECTIVE
     return {
-        "rank/step_s.count": steps,
-        "rank/step_s.sum": steps * step,
-        "rank/step_s.min": step,
-        "rank/step_s.max": step,
-        "rank/collective_s.count": steps,
-        "rank/collective_s.sum": steps * collective_s,
-        "rank/collective_s.max": collective_s,
+        stat_tag(step_stat, "count"): steps,
+        stat_tag(step_stat, "sum"): steps * step,
+        stat_tag(step_stat, "min"): step,
+        stat_tag(step_stat, "max"): step,
+        stat_tag(wait_stat, "count"): steps,
+        stat_tag(wait_stat, "sum"): steps * collective_s,
+        stat_tag(wait_stat, "max"): collective_s,
     }
 
 
@@ -42,16 +44,12 @@ def rank_heartbeat_scalars(
     """One heartbeat of one rank as ``rank_health`` writes it: steps taken, collectives entered
     and left, time inside the current collective, time since the last step boundary, and, for a
     rank that read torch's Flight Recorder while stalled, its newest collective there."""
-    beat = {
-        "rank/steps.value": steps,
-        "rank/entered.value": entered,
-        "rank/left.value": left,
-        "rank/in_collective_s.value": in_collective_s,
-        "rank/since_step_s.value": since_step_s,
+    values = (steps, entered, left, in_collective_s, since_step_s, fr_seq)
+    return {
+        contract.beat_tag(name): value
+        for name, value in zip(contract.RANK_BEATS, values, strict=True)
+        if value is not None
     }
-    if fr_seq is not None:
-        beat["rank/fr_seq.value"] = fr_seq
-    return beat
 
 
 def generate_rank_windows(

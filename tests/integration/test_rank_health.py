@@ -13,8 +13,14 @@ import pytest
 from conftest import need
 from torchrun_jobs import agent_env, stop_agents, tb_monitor_command, two_agent_command
 
+from tb_monitor import contract
 from tb_monitor.analysis.stragglers import stalls, stragglers
 from tb_monitor.logdir import readers
+
+COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")
+LONGEST_COLLECTIVE = contract.stat_tag(contract.RANK_COLLECTIVE, "max")
+LEFT = contract.beat_tag("left")
+ENTERED = contract.beat_tag("entered")
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_rank_health.py"
 ASYNC_SCRIPT = Path(__file__).parent / "scripts" / "async_collective.py"
@@ -205,6 +211,6 @@ def test_an_async_collective_is_timed_to_its_completion(tmp_path):
     for scalar in readers.iter_scalars(logdir):
         by_run.setdefault(scalar.run.rsplit("/", 1)[-1], {})[scalar.tag] = scalar.value
     rank0 = by_run["rank-0"]
-    assert rank0["rank/collective_s.count"] == 1
-    assert rank0["rank/collective_s.max"] >= 1.0
-    assert rank0["rank/left.value"] == rank0["rank/entered.value"] == 1
+    assert rank0[COLLECTIVES] == 1
+    assert rank0[LONGEST_COLLECTIVE] >= 1.0
+    assert rank0[LEFT] == rank0[ENTERED] == 1

@@ -19,9 +19,14 @@ from datetime import timedelta
 
 import pytest
 
+from tb_monitor import contract
 from tb_monitor.integrations._device_works import DeviceWorks
 from tb_monitor.integrations.rank_health import RankHealth
 from tb_monitor.testing import capture
+
+COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")
+LONGEST_COLLECTIVE = contract.stat_tag(contract.RANK_COLLECTIVE, "max")
+LEFT = contract.beat_tag("left")
 
 
 class _QueuedWork:
@@ -103,9 +108,9 @@ def test_the_wait_is_the_cuda_events_span_once_the_device_is_done(torch, recorde
     work.finish()
     recorder._device_works.poll()
     scalars = recorder.scalars()
-    assert scalars["rank/collective_s.count"] == 1
-    assert scalars["rank/collective_s.max"] == pytest.approx(0.25)
-    assert scalars["rank/left.value"] == 1
+    assert scalars[COLLECTIVES] == 1
+    assert scalars[LONGEST_COLLECTIVE] == pytest.approx(0.25)
+    assert scalars[LEFT] == 1
 
 
 def test_without_cuda_events_the_wait_lasts_until_the_work_is_seen_done(torch, recorder, caplog):
@@ -120,8 +125,8 @@ def test_without_cuda_events_the_wait_lasts_until_the_work_is_seen_done(torch, r
             work.finish()
         recorder._device_works.poll()
     scalars = recorder.scalars()
-    assert scalars["rank/collective_s.count"] == 2
-    assert scalars["rank/collective_s.max"] == pytest.approx(3.0)
+    assert scalars[COLLECTIVES] == 2
+    assert scalars[LONGEST_COLLECTIVE] == pytest.approx(3.0)
     assert recorder._device_works.timed_when_seen == 2
     messages = [record.getMessage() for record in caplog.records]
     assert len([m for m in messages if "TORCH_NCCL_ENABLE_TIMING" in m]) == 1
@@ -139,9 +144,9 @@ def test_a_failed_collective_is_left_and_timed_to_when_it_was_seen(torch, record
         next_one.finish()
         assert recorder._device_works.poll() == 0
     scalars = recorder.scalars()
-    assert scalars["rank/collective_s.count"] == 2
-    assert scalars["rank/collective_s.max"] == pytest.approx(2.0)
-    assert scalars["rank/left.value"] == 2
+    assert scalars[COLLECTIVES] == 2
+    assert scalars[LONGEST_COLLECTIVE] == pytest.approx(2.0)
+    assert scalars[LEFT] == 2
     assert not caplog.records
 
 
@@ -303,6 +308,6 @@ def test_a_real_nccl_collective_is_timed_on_the_gpu_without_a_host_sync(
             recorder.close()
             dist.destroy_process_group()
     by_tag = {scalar.tag: scalar.value for scalar in captured.scalars()}
-    assert by_tag["rank/collective_s.count"] == 1
+    assert by_tag[COLLECTIVES] == 1
     assert waited > 0.05
-    assert 0 <= by_tag["rank/collective_s.max"] < waited / 2
+    assert 0 <= by_tag[LONGEST_COLLECTIVE] < waited / 2

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from tb_monitor import contract
 from tb_monitor._stat import end_windows
 from tb_monitor.integrations._flight_recorder import last_collective_seq
 from tb_monitor.integrations.rank_health import RankHealth
 from tb_monitor.testing import capture
+
+FR_SEQ = contract.beat_tag("fr_seq")
 
 
 class _Clock:
@@ -45,7 +48,7 @@ def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
             clock.now = float(now)
             recorder.beat()
             end_windows()  # each heartbeat in a window of its own
-            values = [s.value for s in captured.scalars("rank/fr_seq.value")]
+            values = [s.value for s in captured.scalars(FR_SEQ)]
             reported.append(values[-1] if len(values) > seen else None)
             seen = len(values)
         recorder.close()

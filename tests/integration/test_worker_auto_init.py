@@ -26,6 +26,10 @@ from tb_monitor import contract
 from tb_monitor.integrations import bootstrap, torchrun
 from tb_monitor.logdir import readers
 
+COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")
+STEPS = contract.stat_tag(contract.RANK_STEP, "count")
+STEP_TIME = contract.stat_tag(contract.RANK_STEP, "sum")
+
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 SCRIPTS = Path(__file__).parent / "scripts"
@@ -133,9 +137,9 @@ def test_each_worker_records_its_rank_health(plain):
     """Every rank's run holds its step and collective timing: 3 optimizer steps, 3 all_reduces."""
     job, _ = plain
     for rank in (0, 1):
-        assert job.total(rank, "rank/step_s.count") == 3
-        assert job.total(rank, "rank/collective_s.count") == 3
-        assert job.total(rank, "rank/step_s.sum") > 0
+        assert job.total(rank, STEPS) == 3
+        assert job.total(rank, COLLECTIVES) == 3
+        assert job.total(rank, STEP_TIME) > 0
 
 
 def test_the_script_runs_as_main_with_its_arguments_and_directory(plain):
@@ -189,7 +193,7 @@ def test_a_script_calling_init_records_each_worker_event_once(own_init):
 
 def test_collectives_taken_before_init_are_timed_once(own_init):
     """``all_reduce`` imported before the script's ``init`` is timed, once a call."""
-    assert own_init.total(0, "rank/collective_s.count") == 3
+    assert own_init.total(0, COLLECTIVES) == 3
 
 
 # -- other ways to start workers ----------------------------------------------------------------

@@ -1,0 +1,78 @@
+"""The data contract between the writers and the readers (plugin, notebooks, exports).
+
+Everything that decides how a record looks in a TensorBoard logdir lives in this package, so
+the writer side and the reading side (``tb_plugin``, ``tb_monitor.readers``,
+``tb_monitor.export``) can never drift apart. Import it whole (``from tb_monitor import
+contract``; ``contract.stat_tag(...)``); its modules split it by job:
+
+- ``tags``: tag names, the timeline kinds and the plugin's metadata;
+- ``runs``: run names, one run directory per process role and rank;
+- ``ranks``: the rank-health tags;
+- ``records``: a timeline record decoded into one flat dict;
+- ``batches``: content versions 2 and 3, several events per record.
+
+See ``docs/DESIGN.md`` for the reasoning behind each rule.
+"""
+
+from tb_monitor.contract.batches import DecodedRecords, decode_records, encode_batch, record_events
+from tb_monitor.contract.ranks import (
+    RANK_BEATS,
+    RANK_COLLECTIVE,
+    RANK_PREFIX,
+    RANK_STEP,
+    RANK_WINDOW_S,
+    beat_tag,
+)
+from tb_monitor.contract.records import FIELDS, decode_record, is_heartbeat
+from tb_monitor.contract.runs import agent_run_name, rank_of, run_name_from_env
+from tb_monitor.contract.tags import (
+    AGENT,
+    CONTENT_VERSION,
+    KINDS,
+    LOGDIR_ENV,
+    MONITOR,
+    PLUGIN_NAME,
+    RENDEZVOUS,
+    STAT_EVENT,
+    TIMELINE_PREFIX,
+    WORKER,
+    kind_of_tag,
+    metric_tag,
+    plugin_content,
+    stat_tag,
+    timeline_tag,
+)
+
+__all__ = [
+    "AGENT",
+    "CONTENT_VERSION",
+    "FIELDS",
+    "KINDS",
+    "LOGDIR_ENV",
+    "MONITOR",
+    "PLUGIN_NAME",
+    "RANK_BEATS",
+    "RANK_COLLECTIVE",
+    "RANK_PREFIX",
+    "RANK_STEP",
+    "RANK_WINDOW_S",
+    "RENDEZVOUS",
+    "STAT_EVENT",
+    "TIMELINE_PREFIX",
+    "WORKER",
+    "DecodedRecords",
+    "agent_run_name",
+    "beat_tag",
+    "decode_record",
+    "decode_records",
+    "encode_batch",
+    "is_heartbeat",
+    "kind_of_tag",
+    "metric_tag",
+    "plugin_content",
+    "rank_of",
+    "record_events",
+    "run_name_from_env",
+    "stat_tag",
+    "timeline_tag",
+]

@@ -1,0 +1,198 @@
+"""Content versions 2 and 3: several events per timeline record, encoded and decoded.
+
+The record's tensor is a rank-1 string tensor ``[index, payload_0, ..., payload_m-1]``: each
+payload is one event's JSON exactly as torch serialized it, stored once however often it
+occurs, and ``index`` is a JSON object with ``t0``, the first event's wall time, and:
+- version 3: ``dt_le64``, each event's microseconds after t0 as little-endian int64, and
+  ``p_le32``, each event's payload position as little-endian uint32 (absent: all 0), both in
+  base64: a reader decodes a run of keep-alives with a few C calls instead of parsing numbers;
+- version 2: ``dt`` and ``p``, the same as JSON lists of integers.
+A version-1 record is a scalar tensor.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import binascii
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["DecodedRecords", "decode_records", "encode_batch", "record_events"]
+
+
+def encode_batch(times: Sequence[float], payload_ids: Sequence[int]) -> str:
+    """The index of a version-3 record: each event's wall time and payload position."""
+    if not times or len(times) != len(payload_ids):
+        raise ValueError(
+            f"a batch needs one payload per time, got {len(times)} and {len(payload_ids)}"
+        )
+    t0 = times[0]
+    index: dict[str, Any] = {
+        "t0": t0,
+        "dt_le64": _base64_le(array.array("q", [round((t - t0) * 1e6) for t in times])),
+    }
+    if any(payload_ids):
+        index["p_le32"] = _base64_le(array.array("I", payload_ids))
+    return json.dumps(index, separators=(",", ":"))
+
+
+def _base64_le(values: array.array) -> str:
+    return base64.b64encode(_bytes_le(values)).decode("ascii")
+
+
+@dataclass
+class DecodedRecords:
+    """Many timeline records' events as numpy columns, one entry per event, in record order."""
+
+    times: np.ndarray  # float64: the event's wall time
+    record: np.ndarray  # int64: the position of its record in the input
+    payload: np.ndarray  # int64: the position of its payload in ``payloads``
+    payloads: list[str]  # every record's distinct payloads, record after record
+    errors: list[tuple[int, str]]  # (position, why) of each record left out
+
+
+def decode_records(records: Iterable[tuple[Sequence[str | bytes], float, bool]]) -> DecodedRecords:
+    """The events of many timeline records of any version, as whole columns.
+
+    Each record is ``(values, wall_time, batched)``: its tensor's strings, its own wall time (a
+    version-1 event's time) and whether the tensor has a dimension (versions 2 and 3). A long
+    job's store decodes millions of events, so a record costs a few C calls and the events'
+    times and positions are computed for all records at once. A record whose index does not
+    describe its payloads is left out and named in ``errors``.
+    """
+    import numpy as np  # tensorboard's dependency; imported here to keep writers' imports light
+
+    t0s: list[float] = []
+    counts: list[int] = []
+    bases: list[int] = []  # per record: its first payload's position in ``payloads``
+    used: list[int] = []  # per record kept: its position in the input
+    offsets: list[bytes] = []  # per record: its events' int64 microseconds, little-endian
+    positions: list[bytes] = []  # per record: its events' uint32 payload positions
+    payloads: list[str] = []
+    errors: list[tuple[int, str]] = []
+    for where, (values, wall_time, batched) in enumerate(records):
+        strings = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
+        try:
+            if batched:
+                t0, dt, ids = _batch_index(strings)
+                strings = strings[1:]
+            elif strings:
+                t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, strings[:1]
+            else:
+                raise ValueError("a timeline record without a payload")
+        except ValueError as exc:
+            errors.append((where, str(exc)))
+            continue
+        t0s.append(t0)
+        counts.append(len(dt) // 8)
+        bases.append(len(payloads))
+        used.append(where)
+        offsets.append(dt)
+        positions.append(ids)
+        payloads.extend(strings)
+    n = np.array(counts, dtype=np.int64)
+    # The same doubles as t0 + d * 1e-6 in Python: each number converts exactly, then one
+    # multiply and one add, each rounded as IEEE 754 prescribes.
+    times = np.repeat(np.array(t0s, dtype=np.float64), n)
+    times += np.frombuffer(b"".join(offsets), dtype="<i8") * 1e-6
+    payload = np.frombuffer(b"".join(positions), dtype="<u4").astype(np.int64)
+    payload += np.repeat(np.array(bases, dtype=np.int64), n)
+    record = np.repeat(np.array(used, dtype=np.int64), n)
+    return DecodedRecords(times, record, payload, payloads, errors)
+
+
+_ONE_OFFSET = bytes(8)  # a version-1 record: one event at the record's time
+_ONE_POSITION = bytes(4)
+
+
+def _batch_index(values: list[str]) -> tuple[float, bytes, bytes]:
+    """A version-2 or -3 record's ``t0`` and its events' offsets (int64 µs) and positions
+    (uint32) as little-endian bytes, checked to describe its payloads (``values[1:]``)."""
+    if len(values) < 2:
+        raise ValueError(
+            f"a batched timeline record needs an index and a payload, got {len(values)} values"
+        )
+    raw = values[0]
+    try:
+        index = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"batch index is not JSON ({exc}): {raw!r:.200}") from None
+    if not isinstance(index, dict):
+        raise ValueError(f"batch index is not a JSON object: {raw!r:.200}")
+    payloads = len(values) - 1
+    t0 = index.get("t0")
+    try:
+        if type(t0) not in (int, float) or not abs(t0) < 2**62:  # NaN and inf fail too
+            raise ValueError("t0 is not a number of seconds")
+        if "dt_le64" in index:
+            dt, ids = _binary_index(index, payloads)
+        else:
+            dt, ids = _list_index(index, payloads)
+    except (ValueError, TypeError, OverflowError, binascii.Error) as exc:
+        raise ValueError(
+            f"batch index does not describe its {payloads} payloads ({exc}): {raw!r:.200}"
+        ) from None
+    return t0, dt, ids
+
+
+def _binary_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
+    """Version 3: base64 of little-endian int64 offsets and uint32 positions."""
+    dt = base64.b64decode(index["dt_le64"], validate=True)
+    events = len(dt) // 8
+    if not events or len(dt) % 8:
+        raise ValueError("dt_le64 is not a whole number of int64 offsets")
+    if "p_le32" not in index:
+        return dt, bytes(4 * events)  # every event is payload 0
+    ids = base64.b64decode(index["p_le32"], validate=True)
+    if len(ids) != 4 * events:
+        raise ValueError("p_le32 does not hold one uint32 position per offset")
+    if max(_from_le(array.array("I"), ids)) >= payloads:
+        raise ValueError("positions out of range")
+    return dt, ids
+
+
+def _list_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
+    """Version 2: JSON lists of integers."""
+    dt, ids = index.get("dt"), index.get("p")
+    if type(dt) is not list or type(ids) is not list or not ids or len(dt) != len(ids):
+        raise ValueError("dt and p are not lists of equal, non-zero length")
+    if set(map(type, dt)) != {int} or set(map(type, ids)) != {int}:
+        raise ValueError("offsets or positions are not integers")
+    if min(ids) < 0 or max(ids) >= payloads:
+        raise ValueError("positions out of range")
+    return _bytes_le(array.array("q", dt)), _bytes_le(array.array("I", ids))
+
+
+def _from_le(values: array.array, data: bytes) -> array.array:
+    values.frombytes(data)
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values
+
+
+def _bytes_le(values: array.array) -> bytes:
+    if sys.byteorder == "big":
+        values.byteswap()
+    return values.tobytes()
+
+
+def record_events(
+    values: Sequence[str | bytes], wall_time: float, batched: bool
+) -> list[tuple[float, str]]:
+    """``(wall time, payload)`` of every event of one timeline record (see ``decode_records``);
+    raises ValueError naming what is wrong with a batched record's index."""
+    decoded = decode_records([(values, wall_time, batched)])
+    if decoded.errors:
+        raise ValueError(decoded.errors[0][1])
+    payloads = decoded.payloads
+    return [
+        (t, payloads[i])
+        for t, i in zip(decoded.times.tolist(), decoded.payload.tolist(), strict=True)
+    ]

@@ -1,0 +1,91 @@
+"""Tag names and the timeline plugin's metadata: how a record is named in a logdir."""
+
+from __future__ import annotations
+
+import json
+
+__all__ = [
+    "AGENT",
+    "CONTENT_VERSION",
+    "KINDS",
+    "LOGDIR_ENV",
+    "MONITOR",
+    "PLUGIN_NAME",
+    "RENDEZVOUS",
+    "STAT_EVENT",
+    "TIMELINE_PREFIX",
+    "WORKER",
+    "kind_of_tag",
+    "metric_tag",
+    "plugin_content",
+    "stat_tag",
+    "timeline_tag",
+]
+
+#: Name of the TensorBoard plugin that owns the timeline records (also its dashboard URL hash).
+PLUGIN_NAME = "tb_monitor_timeline"
+#: Version of the timeline record layout, stored in ``SummaryMetadata.plugin_data.content``.
+#: Version 1: one event per record. Version 2: several events per record (``encode_batch``).
+#: Version 3: the same, with the record's index in binary. Readers tell them apart per record,
+#: by the tensor's rank and the index's keys (TensorBoard keeps a tag's first
+#: metadata only, and a restarted writer may continue a version-1 run).
+CONTENT_VERSION = 3
+
+#: Name torch.monitor gives the event it logs when a Stat window closes.
+STAT_EVENT = "torch.monitor.Stat"
+
+#: Kinds of timeline record. Each kind is one tag per run: ``timeline/<kind>``.
+RENDEZVOUS = "rendezvous"  # torchelastic RdzvEvent (dynamic_rendezvous)
+AGENT = "agent"  # torchelastic Event with source AGENT
+WORKER = "worker"  # torchelastic Event with source WORKER (agent-side or worker-side)
+MONITOR = "monitor"  # a torch.monitor-style Event other than a Stat window
+KINDS = (RENDEZVOUS, AGENT, WORKER, MONITOR)
+
+#: Prefix of every timeline tag.
+TIMELINE_PREFIX = "timeline/"
+
+#: Environment variable through which `tb-monitor run` hands its logdir to the processes it starts.
+LOGDIR_ENV = "TB_MONITOR_LOGDIR"
+
+
+def timeline_tag(kind: str) -> str:
+    """Tag of the timeline records of one kind."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown timeline kind {kind!r}; expected one of {KINDS}")
+    return TIMELINE_PREFIX + kind
+
+
+def kind_of_tag(tag: str) -> str | None:
+    """The timeline kind a tag holds, or None when the tag is not a timeline tag."""
+    if tag.startswith(TIMELINE_PREFIX):
+        kind = tag[len(TIMELINE_PREFIX) :]
+        if kind in KINDS:
+            return kind
+    return None
+
+
+def plugin_content() -> bytes:
+    """``plugin_data.content`` of every timeline record: the layout version, as JSON."""
+    return json.dumps({"version": CONTENT_VERSION}).encode()
+
+
+def _writable(tag: str, what: str, value: str) -> str:
+    """``tag``, or a ValueError naming ``value`` when it is no valid Unicode (a lone surrogate
+    cannot be written to an event file)."""
+    try:
+        tag.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(
+            f"{what} {value!r} cannot be written: it is not valid Unicode (a lone surrogate)"
+        ) from None
+    return tag
+
+
+def stat_tag(stat_name: str, aggregation: str) -> str:
+    """Scalar tag of one aggregation of a Stat window, named as torch.monitor names it."""
+    return _writable(f"{stat_name}.{aggregation.lower()}", "Stat name", stat_name)
+
+
+def metric_tag(group: str, name: str) -> str:
+    """Scalar tag of a torchelastic metric: TensorBoard sections tags by the prefix."""
+    return _writable(f"{group}/{name}", "metric", f"{group}/{name}")
