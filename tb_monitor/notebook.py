@@ -1,6 +1,6 @@
 """An elastic job's life in a notebook: the timeline figure, why it restarted, the restart summary.
 
-    >>> tb_monitor.notebook.report("runs/demo")            # the job's health: a JobReport
+    >>> tb_monitor.notebook.report("runs/demo")            # the job's health, shown as its text
     >>> tb_monitor.notebook.timeline("runs/demo")          # matplotlib figure, one row per lane
     >>> tb_monitor.notebook.restarts("runs/demo")          # per attempt: root cause, collateral
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
@@ -51,7 +51,8 @@ def _need(module: str) -> Any:
 def report(logdir: str | os.PathLike[str]) -> JobReport:
     """The job's health (``tb_monitor.analysis.health.job_report``): each job's attempts with
     their root causes, collateral ranks and time lost, the ranks' step times, stragglers and
-    stalls. The same document ``tb-monitor report`` prints; ``.to_json()`` is its ``--json``."""
+    stalls. A notebook shows it as the text ``tb-monitor report`` prints (``str()`` of it too);
+    ``.to_json()`` is its ``--json``."""
     return job_report(logdir)
 
 

@@ -35,7 +35,8 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
-from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
+from tb_monitor.analysis.attempts import Attempt, attempt_dict
+from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.restart_marks import STOPPED_BY_RESTART, mark_restarts
 from tb_plugin.columns import Columns, Interner, Records, Snapshot, column, lane_time_order
 from tb_plugin.provider_store import ProviderStore, Want
@@ -325,12 +326,13 @@ class TimelineStore(ProviderStore):
         return self._columns
 
     def _analysis(self, last_time: float) -> tuple[list[Attempt], dict[str, np.ndarray]]:
-        """The attempts and the intervals drawn (``timeline.spans``, restarts marked). Python
-        over every bounding event, so while a first read goes on, the sorts that show its
-        progress reuse the last ones: the analysis runs again once the read is done."""
+        """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.health``:
+        the report and the notebook show the same), and the intervals drawn (``timeline.spans``,
+        restarts marked). Python over every bounding event, so while a first read goes on, the
+        sorts that show its progress reuse the last ones: it runs again once the read is done."""
         if self._progress is None or self._analysed is None:
             marks = timeline.spans(self._span_rows)
-            found = attempts(self._span_rows, marks)
+            found = list(report_of(self._eid, self._span_rows, marks=marks).attempts)
             self._analysed = (found, self._intervals(mark_restarts(marks, found), last_time))
         return self._analysed
 

@@ -9,7 +9,7 @@ from conftest import need
 
 from tb_monitor import notebook, timeline
 from tb_monitor.logdir import readers
-from tb_monitor.testing import generate_job
+from tb_monitor.testing import generate_job, generate_rank_windows
 
 
 @pytest.fixture
@@ -110,3 +110,48 @@ def test_missing_matplotlib_names_the_extra(logdir, job, monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib.pyplot", None)
     with pytest.raises(ImportError, match=r"pip install 'tb-monitor\[notebook\]'"):
         notebook.timeline(logdir)
+
+
+@pytest.fixture
+def straggling_job(logdir):
+    """The restarted job of ``job``, its 4 ranks recording health with rank 1 computing 1.5x."""
+    job = generate_job(logdir, nodes=2, workers_per_node=2, restarts=1)
+    generate_rank_windows(job.logdir, 4, 0.05, slow_ranks=[1], start=job.start)
+    return job
+
+
+def _displayed(value) -> dict[str, str]:
+    """What IPython's display machinery shows for ``value``, by MIME type."""
+    IPython = need("IPython")
+    data, _ = IPython.core.formatters.DisplayFormatter().format(value)
+    return data
+
+
+def test_the_displayed_report_names_the_root_cause_and_stragglers(straggling_job):
+    """A notebook shows notebook.report(logdir) as the report's text: the root cause of the
+    failed attempt, the ranks that went down with it, and the straggler."""
+    html = _displayed(notebook.report(straggling_job.logdir))["text/html"]
+    assert "root cause      rank 2 on node-001" in html
+    assert "went down with  ranks 0, 1, 3" in html
+    assert "straggler       rank 1 x1." in html
+
+
+def test_the_displayed_report_is_the_report_commands_text(straggling_job):
+    """str() of the report and its notebook display are the text ``tb-monitor report`` prints."""
+    import html
+    import io
+
+    from tb_monitor.cli import report as report_command
+
+    out = io.StringIO()
+    report_command.main([straggling_job.logdir], out=out)
+    shown = notebook.report(straggling_job.logdir)
+    assert str(shown) == out.getvalue()
+    assert _displayed(shown)["text/html"] == f"<pre>{html.escape(out.getvalue())}</pre>"
+
+
+def test_the_displayed_report_escapes_what_it_quotes(tmp_path):
+    """Text the report quotes is never read as markup: a logdir named like a tag is escaped."""
+    job = generate_job(tmp_path / "<img src=x onerror=alert(1)>", restarts=1)
+    html = _displayed(notebook.report(job.logdir))["text/html"]
+    assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html

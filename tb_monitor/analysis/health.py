@@ -3,10 +3,12 @@
 Everything a user asks of a finished or running elastic job in one typed document: each job's
 attempts with their root causes, collateral ranks and time lost (``tb_monitor.analysis.attempts``),
 and, where the ranks recorded their health, the ranks' step times, the stragglers and the
-stalled ranks with the rank the others wait for. ``tb-monitor report`` prints it (text or
-``--json``), the notebook shows it; nothing else assembles the job's health, so every view of
-it agrees. A reader that already holds the records and the ``RankGrid`` (the plugin, through
-TensorBoard's data provider) builds the same value with ``report_of``.
+stalled ranks with the rank the others wait for. ``tb-monitor report`` prints it (text as
+``tb_monitor.analysis.report_text`` renders it, or ``--json``), a notebook shows the same text,
+the Timeline tab's header its attempts and the Prometheus sink its restarts and state; nothing
+else assembles the job's health, so every view of it agrees. A reader that already holds the
+records (and the ``RankGrid``) builds the same value with ``report_of``: the plugin, through
+TensorBoard's data provider; the Prometheus sink, from the records it was handed.
 ``JobReport.to_json()`` is the ``--json`` document, a plain dict:
 
 JSON schema (``schema`` is ``SCHEMA_VERSION``, bumped on an incompatible change; a new key is
@@ -75,7 +77,9 @@ from typing import Any
 from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts, finished_jobs
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
+from tb_monitor.analysis.report_text import html_text, render
 from tb_monitor.analysis.sources import timeline_rows
+from tb_monitor.timeline import Span
 
 __all__ = ["SCHEMA_VERSION", "JobHealth", "JobReport", "job_report", "report_of"]
 
@@ -127,6 +131,11 @@ class JobReport:
     ranks: RankHealth | None  # None where no rank recorded its health
 
     @property
+    def attempts(self) -> tuple[Attempt, ...]:
+        """Every job's attempts, by job and attempt (``tb_monitor.analysis.attempts.attempts``)."""
+        return tuple(attempt for job in self.jobs for attempt in job.attempts)
+
+    @property
     def finished(self) -> bool:
         """Every job has ended (and there is at least one)."""
         return bool(self.jobs) and all(job.finished for job in self.jobs)
@@ -162,10 +171,18 @@ class JobReport:
             "jobs": [job.to_json() for job in self.jobs],
         }
 
+    def __str__(self) -> str:
+        """The text ``tb-monitor report`` prints (``tb_monitor.analysis.report_text``)."""
+        return render(self)
 
-def _jobs(rows: Sequence[Mapping[str, Any]]) -> tuple[JobHealth, ...]:
+    def _repr_html_(self) -> str:
+        """A notebook shows the same text, escaped."""
+        return html_text(self)
+
+
+def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[JobHealth, ...]:
     """Each job's attempts, in the order ``attempts`` gives them."""
-    found = attempts(rows)
+    found = attempts(rows, marks)
     finished = finished_jobs(rows, found)
     by_job: dict[str, list[Attempt]] = {}
     for attempt in found:
@@ -181,13 +198,16 @@ def report_of(
     grid: RankGrid | None = None,
     *,
     now: float | None = None,
+    marks: list[Span] | None = None,
 ) -> JobReport:
     """The report from what a reader already holds: the decoded timeline records
-    (``sources.timeline_rows``) and the ranks' ``RankGrid``, as the plugin reads both through
-    TensorBoard's data provider. ``now``: when stalls are judged (default: the newest heartbeat).
+    (``sources.timeline_rows``; rendezvous keep-alives may be left out, they change nothing) and
+    the ranks' ``RankGrid``, as the plugin reads both through TensorBoard's data provider.
+    ``now``: when stalls are judged (default: the newest heartbeat); ``marks``:
+    ``timeline.spans(rows)`` when the caller already drew them.
     """
     ranks = None if grid is None else rank_health(grid, now=now)
-    return JobReport(logdir=logdir, jobs=_jobs(list(rows)), ranks=ranks)
+    return JobReport(logdir=logdir, jobs=_jobs(list(rows), marks), ranks=ranks)
 
 
 def job_report(

@@ -15,8 +15,11 @@ counter, anything else outside ``[a-zA-Z0-9_]`` an underscore. Who reported a va
   Points that only say something happened are not series: ``<fn>.success``/``.failure`` (one
   per call of a ``@prof`` function) and torchelastic's ``workers.<role>.*`` flags and counts
   (its run's outcome, state and remaining restarts), which the next two series say instead;
-- the agent's events: ``tb_monitor_restarts_total`` and ``tb_monitor_job_state{state=...}``
-  (1 for the current one of ``JOB_STATES``, 0 for the others).
+- the job's health: ``tb_monitor_restarts_total`` and ``tb_monitor_job_state{state=...}``
+  (1 for the current one of ``JOB_STATES``, 0 for the others), the restarts and state of the
+  ``JobReport`` (``tb_monitor.analysis.health``, what ``tb-monitor report`` prints) over the
+  timeline records the sink has seen, renewed when an agent's event arrives. Rendezvous
+  keep-alives are not kept (most of a long job's records, and they change nothing).
 
 So a rank adds 2 series, and a node's agent 6 (restarts, their ``_created``, 4 states) plus one
 per ``@prof`` function torchelastic times (8 in torch 2.13): a 1,024-rank job on 128 nodes
@@ -44,9 +47,10 @@ from tb_monitor.sinks.base import TimelineRecord, Window
 
 if TYPE_CHECKING:
     from tb_monitor._event import Event
+    from tb_monitor.analysis.health import JobReport
     from tb_monitor.elastic.metrics.api import MetricData
 
-__all__ = ["JOB_STATES", "MULTIPROC_DIR_ENV", "PROMETHEUS_ENV", "PrometheusSink"]
+__all__ = ["JOB_STATES", "MULTIPROC_DIR_ENV", "PROMETHEUS_ENV", "PrometheusSink", "job_state"]
 
 #: Set (to "1") by ``tb-monitor run --prometheus-port`` for its workers: their ``init`` adds a
 #: ``PrometheusSink`` that writes to the agent's multi-process directory.
@@ -58,17 +62,6 @@ JOB_STATES = ("rendezvous", "running", "failed", "succeeded")
 #: Prefix of every series.
 PREFIX = "tb_monitor_"
 
-#: torchelastic's agent events (``torchelastic.worker.status.<STATE>``) by the job state
-#: each one starts.
-_STATE_OF = {
-    "RENDEZVOUS": "rendezvous",
-    "ASSIGN_WORKER_RANKS": "rendezvous",
-    "START": "running",
-    "FAILED": "failed",
-    "TERMINATED": "failed",
-    "UNHEALTHY": "failed",
-    "SUCCEEDED": "succeeded",
-}
 _AGENT_EVENT = "torchelastic.worker.status."
 _TORCHELASTIC_FLAGS = ("torchelastic", "workers.")  # group, and name prefix
 _WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # CamelCase -> camel_case
@@ -85,6 +78,16 @@ def series_name(name: str) -> tuple[str, float]:
         if base.endswith(suffix):
             return base[: -len(suffix)] + "_seconds", scale
     return base, 1.0
+
+
+def job_state(report: JobReport) -> str:
+    """The job's state in ``report``: ``succeeded`` or ``failed`` once it has ended (its
+    verdict), ``running`` while an attempt runs, else ``rendezvous`` (before the first attempt,
+    and between an attempt that ended and the restart)."""
+    if report.finished:
+        return "failed" if report.status == "failed" else "succeeded"
+    running = any(job.status == "RUNNING" for job in report.jobs)
+    return "running" if running else "rendezvous"
 
 
 def _process_labels() -> dict[str, str]:
@@ -128,6 +131,9 @@ class PrometheusSink:
         self._labels = dict(_process_labels() if labels is None else labels)
         self._families: dict[str, Any] = {}
         self._lock = threading.Lock()  # families are made once, by whichever thread is first
+        # The timeline records seen, rendezvous keep-alives left out: what the job's report reads.
+        self._rows: list[dict[str, Any]] = []
+        self._rows_lock = threading.Lock()
         self._restarts = 0
         self._server: Any = None
         self.port: int | None = None  # the port it serves on
@@ -176,19 +182,16 @@ class PrometheusSink:
         """Events other than Stat windows are points in time: nothing to export."""
 
     def timeline(self, record: TimelineRecord) -> None:
+        """Keep the record for the job's report; an agent's event publishes the report's restarts
+        and state. Records reach here on torchelastic's thread (the agent's), not training's."""
         fields = record.fields
-        name = fields.get("name") or ""
-        if not name.startswith(_AGENT_EVENT):
-            return
-        counter = self._series("restarts", "Times the job's workers were restarted.", "Counter")
-        restarts = (fields.get("metadata") or {}).get("agent_restarts")
-        if isinstance(restarts, int) and restarts > self._restarts:
-            counter.inc(restarts - self._restarts)
-            self._restarts = restarts
-        state = _STATE_OF.get(name[len(_AGENT_EVENT) :])
-        if state is not None:
-            for each in JOB_STATES:
-                self._set("job_state", "1 for the job's current state.", each == state, state=each)
+        if record.kind == contract.RENDEZVOUS and contract.is_heartbeat(fields):
+            return  # most of a long job's records, and they change nothing in the report
+        row = {**fields, "kind": record.kind, "run": self._run, "wall_time": record.wall_time}
+        with self._rows_lock:
+            self._rows.append(row)
+            if str(fields.get("name") or "").startswith(_AGENT_EVENT):
+                self._publish(self._job_report())
 
     def flush(self) -> None:
         """Values are live: nothing is buffered."""
@@ -202,6 +205,30 @@ class PrometheusSink:
 
     def __repr__(self) -> str:
         return f"<PrometheusSink port={self.port!r}>"
+
+    # -- the job's report ----------------------------------------------------------------------
+
+    @property
+    def _run(self) -> str:
+        """The run the records stand in: this node's agent (``analysis.attempts.finished_jobs``
+        reads an agent's verdict from its run)."""
+        return f"agent-{self._labels.get('node', 'node')}"
+
+    def _job_report(self) -> JobReport:
+        from tb_monitor.analysis.health import report_of  # numpy: not at ``import tb_monitor``
+
+        return report_of("", self._rows)
+
+    def _publish(self, report: JobReport) -> None:
+        """The report's restarts (a counter only grows) and its state, one of ``JOB_STATES``."""
+        counter = self._series("restarts", "Times the job's workers were restarted.", "Counter")
+        restarts = sum(job.restarts for job in report.jobs)
+        if restarts > self._restarts:
+            counter.inc(restarts - self._restarts)
+            self._restarts = restarts
+        state = job_state(report)
+        for each in JOB_STATES:
+            self._set("job_state", "1 for the job's current state.", each == state, state=each)
 
     # -- series -------------------------------------------------------------------------------
 

@@ -204,21 +204,16 @@ def _beats(logdir, when: float, hung: int | None) -> None:
     """One heartbeat per rank of job/rank-0..3 at ``when``: with ``hung``, the others inside
     collective 61 for 45 s and ``hung`` outside it, behind (as rank_health reports a hang)."""
     from tb_monitor.sinks import AsyncWriter
+    from tb_monitor.testing import rank_heartbeat_scalars
 
     for rank in range(4):
         stuck = hung is not None
         behind = rank == hung
         with AsyncWriter(f"{logdir}/job/rank-{rank}") as writer:
-            writer.add_scalars(
-                {
-                    "rank/steps.value": 60,
-                    "rank/entered.value": 60 if behind or not stuck else 61,
-                    "rank/left.value": 60,
-                    "rank/in_collective_s.value": 45.0 if stuck and not behind else 0.0,
-                    "rank/since_step_s.value": 46.0 if stuck else 0.05,
-                },
-                wall_time=when,
-            )
+            entered = 60 if behind or not stuck else 61
+            inside = 45.0 if stuck and not behind else 0.0
+            beat = rank_heartbeat_scalars(60, entered, 60, inside, 46.0 if stuck else 0.05)
+            writer.add_scalars(beat, wall_time=when)
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import pytest
 from plugin_helpers import column, refreshed_store, small_job
 from tensorboard import context as tb_context
 
-from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict, attempts
-from tb_monitor.logdir import readers
+from tb_monitor.analysis.health import job_report
+from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict
 from tb_plugin.query import timeline_payload
 from tb_plugin.requests import Query
 
@@ -33,10 +33,10 @@ def payload(store):
     return timeline_payload(store.snapshot(), Query())
 
 
-def test_payload_attempts_match_the_analysis_of_the_logdir(job, payload):
-    """The payload's attempts are restarts.attempt_dict of the logdir's attempts (no traceback)."""
-    rows = readers.decode_timeline(readers.iter_timeline(job.logdir))
-    expected = [attempt_dict(a, traceback=False) for a in attempts(rows)]
+def test_payload_attempts_are_the_job_reports(job, payload):
+    """The payload's attempts are those of the logdir's JobReport (``tb-monitor report``'s),
+    as ``attempt_dict`` writes them without a traceback."""
+    expected = [attempt_dict(a, traceback=False) for a in job_report(job.logdir).attempts]
     got = [
         {
             **a,

@@ -66,13 +66,14 @@ def test_stat_windows_are_gauges_of_their_aggregations(served):
 
 
 def test_rank_health_is_step_and_collective_seconds_per_rank(served):
-    """rank/step_s becomes the mean step time, rank/collective_s the seconds in collectives;
-    heartbeat Stats are not series."""
+    """The step Stat becomes the mean step time, the collective Stat the seconds in
+    collectives; heartbeat Stats are not series."""
     step = {"count": 4.0, "sum": 2.0, "min": 0.4, "max": 0.6}
     collective = {"count": 4.0, "sum": 0.5, "max": 0.2}
     for stat, values in ((contract.RANK_STEP, step), (contract.RANK_COLLECTIVE, collective)):
-        served.window(Window(stat, {f"{stat}.{k}": v for k, v in values.items()}, NOW))
-    served.window(Window("rank/steps", {"rank/steps.value": 40.0}, NOW))
+        served.window(Window(stat, {contract.stat_tag(stat, k): v for k, v in values.items()}, NOW))
+    beat = contract.RANK_PREFIX + "steps"
+    served.window(Window(beat, {contract.beat_tag("steps"): 40.0}, NOW))
     families = scrape(served.port)
     assert families["tb_monitor_rank_step_seconds"][0][1:] == ({"node": "n1", "rank": "3"}, 0.5)
     assert families["tb_monitor_rank_collective_seconds"][0][2] == 0.5
@@ -126,7 +127,7 @@ def test_a_port_in_use_is_one_warning_and_training_goes_on(logdir, caplog):
 
 def test_names_follow_prometheus_rules():
     """Names are snake case in [a-z0-9_], with the unit spelled out and values scaled to it."""
-    assert series_name("rank/step_s") == ("rank_step_seconds", 1.0)
+    assert series_name(contract.RANK_STEP) == ("rank_step_seconds", 1.0)
     assert series_name("Agent._run.duration.ms") == ("agent_run_duration_seconds", 0.001)
     assert series_name("épochs/µ-batch") == ("pochs_batch", 1.0)
     assert series_name("///") == ("unnamed", 1.0)
@@ -205,3 +206,30 @@ def test_tb_monitor_run_workers_get_a_sink_that_serves_nothing(logdir, monkeypat
     assert sink.port is None
     text = generate_latest(sink.registry).decode()
     assert [f.name for f in text_string_to_metric_families(text)] == ["tb_monitor_metric_tokens"]
+
+
+@pytest.mark.parametrize(("fail_last", "state"), [(False, "succeeded"), (True, "failed")])
+def test_restarts_and_job_state_are_the_job_reports(tmp_path, fail_last, state):
+    """Fed a job's timeline records, the sink serves the restarts and the verdict of the job's
+    JobReport (what ``tb-monitor report`` prints)."""
+    from tb_monitor.analysis.health import job_report
+    from tb_monitor.analysis.sources import timeline_rows
+    from tb_monitor.sinks.base import TimelineRecord
+    from tb_monitor.testing import generate_job
+
+    job = generate_job(
+        tmp_path / "logs", nodes=2, workers_per_node=2, restarts=2, fail_last=fail_last
+    )
+    sink = PrometheusSink(labels={"node": "n1"})
+    for row in timeline_rows(job.logdir, "test"):
+        fields = {name: row[name] for name in contract.FIELDS}
+        sink.timeline(TimelineRecord(row["kind"], "{}", row["wall_time"], fields))
+    families = {
+        family.name: family.samples
+        for family in text_string_to_metric_families(generate_latest(sink.registry).decode())
+    }
+    (report_job,) = job_report(job.logdir).jobs
+    (restarts,) = [s for s in families["tb_monitor_restarts"] if s.name.endswith("_total")]
+    assert restarts.value == report_job.restarts == 2
+    states = {s.labels["state"]: s.value for s in families["tb_monitor_job_state"]}
+    assert states == {each: float(each == state) for each in JOB_STATES}

@@ -1,0 +1,175 @@
+"""The job's health as text: ``render(report)`` is what ``tb-monitor report`` prints and what a
+notebook shows for a ``JobReport`` (``JobReport.__str__`` and its ``_repr_html_``), so the
+terminal and the notebook read the same words.
+
+Readable in a CI log or over ssh, in the spirit of ``git status``: each job, its attempts with
+outcome and duration, each failed attempt's root cause (rank, host, the exception's last line or
+the signal that killed it), the ranks that went down with it, the time lost to restarts, the
+nodes that left or joined; then the ranks' stragglers and stalls, and a one-line verdict.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from tb_monitor.analysis.scoring import FLAG_THRESHOLD
+
+if TYPE_CHECKING:  # health imports this module to render itself
+    from tb_monitor.analysis.attempts import Attempt
+    from tb_monitor.analysis.grid import Score, Stall
+    from tb_monitor.analysis.health import JobHealth, JobReport
+    from tb_monitor.analysis.rank_report import RankHealth
+    from tb_monitor.analysis.root_cause import RootCause
+
+__all__ = ["html_text", "render"]
+
+_VERDICTS = {
+    "empty": "nothing to report",
+    "failed": "FAILED: the last attempt failed (exit code 1)",
+    "running": "running",
+    "succeeded": "healthy: every job succeeded",
+}
+
+
+def _clock(t: float, ms: bool = False) -> str:
+    when = datetime.fromtimestamp(t, tz=timezone.utc)
+    return when.strftime("%H:%M:%S.%f")[:-3] if ms else when.strftime("%H:%M:%S")
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min {round(seconds % 60)} s"
+    return f"{int(seconds // 3600)} h {round(seconds % 3600 / 60)} min"
+
+
+def _ranks(ranks: Iterable[int]) -> str:
+    ranks = list(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def _render_cause(cause: RootCause) -> list[str]:
+    host = f" on {cause.host}" if cause.host else ""
+    lines = [
+        f"    root cause      rank {cause.rank}{host} at {_clock(cause.time, True)}",
+        f"                    {cause.reason}",
+    ]
+    code = []
+    if cause.signal and cause.signal not in cause.reason:
+        code.append(f"signal {cause.signal}")
+    if cause.exit_code is not None:
+        code.append(f"exit code {cause.exit_code}")
+    if code:
+        lines.append(f"                    ({', '.join(code)})")
+    return lines
+
+
+def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
+    lines = [
+        f"  attempt {a.attempt:<3} {a.outcome:<10} {_duration(a.duration_s):>9}"
+        f"   {_clock(a.start)} → {_clock(a.end)}"
+        f"   {_plural(len(a.ranks), 'rank')} on {_plural(len(a.nodes), 'node')}"
+    ]
+    if a.root_cause is not None:
+        lines.extend(_render_cause(a.root_cause))
+    if a.collateral_ranks:
+        lines.append(f"    went down with  {_ranks(a.collateral_ranks)} (stopped by restart)")
+    if a.time_lost_s is not None:
+        until = f"attempt {later.attempt} started" if later else "the job ended"
+        lines.append(f"    time lost       {_duration(a.time_lost_s)} (until {until})")
+    if a.nodes_left:
+        lines.append(f"    nodes left      {', '.join(a.nodes_left)}")
+    if a.nodes_joined:
+        lines.append(f"    nodes joined    {', '.join(a.nodes_joined)}")
+    return lines
+
+
+def _render_job(job: JobHealth) -> list[str]:
+    day = datetime.fromtimestamp(job.attempts[0].start, tz=timezone.utc).strftime("%Y-%m-%d")
+    state = "finished" if job.finished else "still running"
+    lines = [
+        "",
+        f"job {job.job}: {job.status} · {_plural(len(job.attempts), 'attempt')}, "
+        f"{_plural(job.restarts, 'restart')} · {_duration(job.time_lost_s)} lost to "
+        f"restarts · {state} (times UTC, {day})",
+    ]
+    for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
+        lines.extend(_render_attempt(a, later))
+    return lines
+
+
+def _score(s: Score) -> str:
+    relative = "?" if s.relative is None else f"x{s.relative:.2f}"
+    return f"rank {s.rank} {relative}"
+
+
+def _render_stall(stall: Stall, label: str) -> str:
+    if stall.waited_for:
+        what = "the others wait for it: it has not entered their collective"
+    elif stall.in_collective:
+        what = "waiting inside a collective"
+    else:
+        what = "no progress"
+    recorder = "" if stall.fr_seq is None else f" · Flight Recorder at collective {stall.fr_seq}"
+    return (
+        f"  {label:<15} rank {stall.rank}: {what} · no step for {_duration(stall.since_step_s)}"
+        f" · collectives entered {stall.entered}, left {stall.left}{recorder}"
+    )
+
+
+def _render_ranks(ranks: RankHealth, stalled: bool) -> list[str]:
+    lines = [
+        "",
+        f"ranks: {_plural(ranks.count, 'rank')} recorded their health, "
+        f"{_plural(ranks.windows, 'window')} (compute time relative to the median rank)",
+    ]
+    for s in ranks.stragglers:
+        lines.append(
+            f"  straggler       {_score(s)} the median rank "
+            f"({s.windows_over} windows in a row over x{FLAG_THRESHOLD:g})"
+        )
+    if not ranks.stragglers:
+        lines.append("  stragglers      none")
+    if ranks.slowest:
+        lines.append(f"  slowest         {', '.join(_score(s) for s in ranks.slowest)}")
+    label = "STALLED" if stalled else "stalled"
+    lines.extend(_render_stall(s, label) for s in ranks.stalls)
+    return lines
+
+
+def _verdict(doc: JobReport) -> str:
+    if doc.stalled:
+        waited = doc.ranks.waited_for if doc.ranks else ()
+        who = f"the job waits for {_ranks(waited)}" if waited else "progress stopped"
+        stall = f"STALLED: {who} (exit code 1)"
+        return stall if doc.status != "failed" else f"{stall}\n{_VERDICTS['failed']}"
+    return _VERDICTS[doc.status]
+
+
+def render(doc: JobReport) -> str:
+    """The report as the terminal text."""
+    lines = [f"logdir {doc.logdir}"]
+    if not doc.jobs:
+        lines.append("  no elastic job attempts recorded yet")
+    for job in doc.jobs:
+        lines.extend(_render_job(job))
+    if doc.ranks is not None:
+        lines.extend(_render_ranks(doc.ranks, doc.stalled))
+    lines.extend(["", _verdict(doc)])
+    return "\n".join(lines) + "\n"
+
+
+def html_text(doc: JobReport) -> str:
+    """``render(doc)`` as HTML for a notebook: the text escaped in a ``<pre>``, so nothing an
+    event recorded (an exception message, a host name) is ever read as markup."""
+    return f"<pre>{html.escape(render(doc))}</pre>"
