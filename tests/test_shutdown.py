@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -126,3 +127,133 @@ def test_adds_after_the_exit_hooks_are_discarded_quietly(logdir, pure_python):
     assert (done.returncode, done.stderr) == (0, "")
     assert done.stdout.splitlines() == ["late add accepted False"]
     assert scalars(logdir) == {"loss.sum": [1.0]}
+
+
+BLOCK_IN_C = """
+    import ctypes
+    def block_in_c():  # as a DDP all_reduce waiting for a stopped peer: no bytecode runs
+        mutex = ctypes.create_string_buffer(64)  # zeroes: PTHREAD_MUTEX_INITIALIZER
+        libc = ctypes.CDLL(None)
+        libc.pthread_mutex_lock(mutex)
+        print("blocking", flush=True)
+        libc.pthread_mutex_lock(mutex)  # relocked: waits forever, without the GIL
+"""
+
+
+def start(script: str, *args: str) -> subprocess.Popen:
+    source = textwrap.dedent(PRELUDE) + textwrap.dedent(BLOCK_IN_C) + textwrap.dedent(script)
+    child = subprocess.Popen(
+        [sys.executable, "-c", source, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline() == "blocking\n", child.stderr.read()
+    time.sleep(0.3)  # from the print to the second lock: microseconds of bytecode
+    return child
+
+
+def test_sigterm_ends_a_process_whose_main_thread_is_blocked_in_c(logdir):
+    """A SIGTERM ends a process blocked in C at once, as without tb_monitor, its records written."""
+    child = start(
+        """
+        tb_monitor.init(sys.argv[1])
+        Stat("loss", [Aggregation.SUM], timedelta(hours=1)).add(1.0)
+        block_in_c()
+        """,
+        str(logdir),
+    )
+    try:
+        child.send_signal(signal.SIGTERM)
+        returncode = child.wait(timeout=20)  # torchrun's grace is 30 s; before, it never ended
+    finally:
+        child.kill()
+    assert returncode == -signal.SIGTERM, child.stderr.read()
+    assert scalars(logdir) == {"loss.sum": [1.0]}
+
+
+def test_sigterm_survived_flushes_while_the_main_thread_is_blocked_in_c(logdir):
+    """With the user's own handler, a SIGTERM flushes without the main thread, which lives on."""
+    child = start(
+        """
+        signal.signal(signal.SIGTERM, lambda signum, frame: print("user handler", flush=True))
+        tb_monitor.init(sys.argv[1])
+        Stat("loss", [Aggregation.SUM], timedelta(hours=1)).add(2.0)
+        block_in_c()
+        """,
+        str(logdir),
+    )
+    try:
+        child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while not scalars(logdir) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert child.poll() is None  # the user's handler decides; it runs once main is back
+    finally:
+        child.kill()
+        child.wait()
+    assert scalars(logdir) == {"loss.sum": [2.0]}
+
+
+def test_an_asyncio_wakeup_fd_set_before_init_keeps_working(logdir):
+    """asyncio's signal handlers, which read its wakeup fd, still fire after init."""
+    done = run(
+        """
+        import asyncio
+        loop = asyncio.new_event_loop()
+        loop.add_signal_handler(signal.SIGUSR1, lambda: (print("asyncio got it"), loop.stop()))
+        tb_monitor.init(sys.argv[1])
+        loop.call_soon(os.kill, os.getpid(), signal.SIGUSR1)
+        loop.run_forever()
+        loop.close()
+        """,
+        str(logdir),
+    )
+    assert (done.returncode, done.stdout) == (0, "asyncio got it\n"), done.stderr
+
+
+def test_a_handler_installed_after_init_decides_even_when_it_calls_ours(logdir):
+    """A later handler that calls every callable earlier one (as Lightning's) keeps the process
+    alive as it would without tb_monitor, with the records flushed."""
+    done = run(
+        """
+        mon = tb_monitor.init(sys.argv[1])
+        earlier = signal.getsignal(signal.SIGTERM)
+        stop = []
+        def composed(signum, frame):  # Lightning's _HandlersCompose: its own, then the earlier
+            stop.append(signum)
+            if callable(earlier):
+                earlier(signum, frame)
+        signal.signal(signal.SIGTERM, composed)
+        loss = Stat("loss", [Aggregation.SUM], timedelta(hours=1))
+        loss.add(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("alive, stop requested:", stop == [signal.SIGTERM], flush=True)
+        print("flushed:", sorted(tb_monitor.read_scalars(sys.argv[1]).tag), flush=True)
+        loss.add(2.0)  # the loop finishes its step, then stops on its own
+        """,
+        str(logdir),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["alive, stop requested: True", "flushed: ['loss.sum']"]
+    assert scalars(logdir) == {"loss.sum": [1.0, 2.0]}
+
+
+def test_a_sigterm_to_a_forked_child_ends_the_child_only(logdir):
+    """A forked child (a DataLoader worker) dies of its SIGTERM; the parent's watcher ignores it."""
+    done = run(
+        """
+        mon = tb_monitor.init(sys.argv[1])
+        child = os.fork()
+        if child == 0:
+            while True:
+                time.sleep(0.01)
+        time.sleep(0.2)
+        os.kill(child, signal.SIGTERM)
+        _, status = os.waitpid(child, 0)
+        time.sleep(0.2)  # time for a wrongly woken watcher to end this process
+        print("child:", os.waitstatus_to_exitcode(status), "parent alive", flush=True)
+        """,
+        str(logdir),
+    )
+    assert (done.returncode, done.stdout) == (0, "child: -15 parent alive\n"), done.stderr

@@ -27,6 +27,11 @@ that calls ``tb_monitor.init()`` itself gets that monitor back. ``--no-worker-in
 workers as plain torchrun does (only scripts calling ``tb_monitor.init()`` then write rank runs).
 ``--no-python`` entrypoints are never wrapped.
 
+A signal that stops the agent (SIGTERM from a scheduler's preemption, Ctrl-C) ends torchrun as it
+always does (its workers stopped, exit code 1); the agent records its verdict first, TERMINATED
+with the signal and that exit code (``AgentCapture.terminated``), which torchelastic itself
+records as FAILED, like a crash, and ``tb-monitor report`` reads as the job's end.
+
 ``--prometheus-port PORT`` serves the node's Prometheus series on ``http://HOST:PORT/metrics``
 from the agent: its own (restarts, the job's state, torchelastic's metrics) and every worker's
 (per-rank step and collective time, Stat windows), which the workers write to a directory the
@@ -49,6 +54,8 @@ from tb_monitor.logdir import fs
 __all__ = ["main"]
 
 _PROG = "tb-monitor run"
+#: Python's exit status after an uncaught exception: what torchrun exits with when stopped.
+_UNCAUGHT_EXIT_CODE = 1
 _DEFAULT_DESTINATION = "tensorboard"  # also in integrations.torchrun
 _HELP = (
     "TensorBoard logdir receiving the rendezvous, agent and worker events and torchelastic's "
@@ -104,9 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ[contract.LOGDIR_ENV] = command.logdir
     capture = AgentCapture(command.logdir, command.destination, command.prometheus_port)
     bootstrap = workers_bootstrapped(torchrun) if command.worker_init else contextlib.nullcontext()
+    from torch.distributed.elastic.multiprocessing import SignalException
+
     try:
         with launch_config_observed(torchrun, capture.start), bootstrap:
             torchrun.main(command.torchrun_argv)
+    except SignalException as stopped:  # torchrun's handler: SIGTERM, SIGINT, ... to the agent
+        # It ends the process as an uncaught exception does, as it ends plain torchrun.
+        capture.terminated(stopped.sigval, exit_code=_UNCAUGHT_EXIT_CODE)
+        raise
     finally:
         capture.close()
     return 0

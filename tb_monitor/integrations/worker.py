@@ -21,8 +21,9 @@ What a worker can and cannot know about its own end:
   last call had a non-zero (or message) code, the exit is recorded as FAILED with ``exit_code``
   and the stack that called it; 0 or None as SUCCEEDED. (A program that catches that
   ``SystemExit`` and then ends normally, without another ``sys.exit``, still reads as FAILED.)
-- SIGTERM (its agent stopping it): TERMINATED, ``signal`` SIGTERM; SIGINT arrives as
-  ``KeyboardInterrupt`` (FAILED);
+- SIGTERM (its agent stopping it): TERMINATED, ``signal`` SIGTERM, also while the main thread
+  is blocked in C++ (``tb_monitor._shutdown``'s watcher thread records it, and the process still
+  dies by the signal at once); SIGINT arrives as ``KeyboardInterrupt`` (FAILED);
 - what no process can record about itself: SIGKILL (the OOM killer, ``kill -9``), a crash in
   native code (SIGSEGV, SIGABRT), ``os._exit(n)``, ``raise SystemExit(n)`` bypassing ``sys.exit``,
   or ``sys.exit(n)`` after the monitor was closed. For those the agent's record is the truth:
@@ -41,11 +42,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from types import FrameType, TracebackType
+from types import TracebackType
 from typing import Any
 
 from tb_monitor import _shutdown
 from tb_monitor.elastic.events.api import Event, EventSource
+from tb_monitor.integrations import stacks
 
 __all__ = ["WorkerHooks", "in_worker", "install"]
 
@@ -97,7 +99,6 @@ class WorkerHooks:
         self._lock = threading.Lock()
         self._final_state: str | None = None
         self._previous_excepthook: Any = None
-        self._previous_sigterm: Any = None
         self._previous_exit: Any = None
         self._exit_request: tuple[Any, str] | None = None  # sys.exit's code and the caller's stack
 
@@ -108,12 +109,10 @@ class WorkerHooks:
         sys.excepthook = self._excepthook
         self._previous_exit = sys.exit
         sys.exit = self._exit
-        # tb_monitor's own SIGTERM handler flushes the writers; ours records first, then calls it.
-        if _shutdown.install_sigterm_handler():
-            previous = signal.getsignal(signal.SIGTERM)
-            if callable(previous):
-                self._previous_sigterm = previous
-                signal.signal(signal.SIGTERM, self._on_sigterm)
+        # tb_monitor's SIGTERM handling records this first, then flushes the writers: on the
+        # main thread, or on its watcher thread while the main one is blocked in C++.
+        _shutdown.on_sigterm(self._on_sigterm)
+        _shutdown.install_sigterm_handler()
         _shutdown.at_exit(self._on_exit, _shutdown.PRODUCERS)
         return self
 
@@ -132,19 +131,11 @@ class WorkerHooks:
         else:
             self._finish_failed(type(exc), exc, exc.__traceback__)
         _shutdown.cancel(self._on_exit)
+        _shutdown.cancel(self._on_sigterm)
         if sys.excepthook == self._excepthook:
             sys.excepthook = self._previous_excepthook
         if sys.exit == self._exit:
             sys.exit = self._previous_exit
-        # Only the main thread may set a signal handler. Closed elsewhere, ours stays in place:
-        # with the outcome recorded it only passes the signal on to the previous handler.
-        if (
-            self._previous_sigterm is not None
-            and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) == self._on_sigterm
-        ):
-            signal.signal(signal.SIGTERM, self._previous_sigterm)
-            self._previous_sigterm = None
 
     def _emit(self, state: str, **fields: Any) -> None:
         metadata = {**self._base, "state": state, **fields}
@@ -199,10 +190,9 @@ class WorkerHooks:
         finally:
             self._previous_excepthook(exc_type, exc, tb)
 
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        name = signal.Signals(signum).name
+    def _on_sigterm(self) -> None:
+        name = signal.Signals.SIGTERM.name
         self._finish("TERMINATED", message=f"received {name}", signal=name)
-        self._previous_sigterm(signum, frame)
 
     def _on_exit(self) -> None:
         request = self._exit_request
@@ -217,4 +207,5 @@ def install(
     environ: Mapping[str, str] | None = None,
 ) -> WorkerHooks:
     """Install the worker hooks: record RUNNING now, and the worker's outcome when it comes."""
+    stacks.install(environ)  # every thread's stack when its agent asks (tb-monitor run)
     return WorkerHooks(record, flush, environ).install()

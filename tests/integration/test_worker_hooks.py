@@ -133,6 +133,13 @@ def test_sigterm_records_terminated_and_dies_by_the_signal(tmp_path):
     assert states(lines) == ["RUNNING", "flush", "TERMINATED"]
 
 
+def test_sigterm_while_blocked_in_c_records_terminated_and_dies_by_the_signal(tmp_path):
+    """A worker whose main thread is blocked in C records TERMINATED and dies by SIGTERM."""
+    proc, lines = run_worker(tmp_path, "sigterm-blocked")
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert states(lines) == ["RUNNING", "TERMINATED"]
+
+
 def test_sys_exit_with_a_non_zero_code_records_failed(tmp_path):
     """sys.exit(3) is recorded as FAILED with exit code 3 and the stack that called it."""
     proc, lines = run_worker(tmp_path, "sys-exit-3")

@@ -1,13 +1,15 @@
 """A fake torchelastic worker exercising the worker hooks; events go to a JSON-lines file.
 
-usage: worker_hooks.py OUT {exit,raise,record,sigterm,sys-exit-3,sys-exit-0}
+usage: worker_hooks.py OUT {exit,raise,record,sigterm,sigterm-blocked,sys-exit-3,sys-exit-0}
 Each event is one line of its JSON; each flush is the line ``"flush"``.
 """
 
+import ctypes
 import json
 import os
 import signal
 import sys
+import threading
 import time
 
 from tb_monitor import _shutdown
@@ -39,6 +41,11 @@ def main():
         flush()
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(30)  # the signal ends the process before this does
+    if mode == "sigterm-blocked":  # as in a DDP all_reduce waiting for a stopped peer
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+        mutex, libc = ctypes.create_string_buffer(64), ctypes.CDLL(None)
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # relocked: blocks forever in C, without the GIL
 
 
 if mode == "record":
