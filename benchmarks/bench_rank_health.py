@@ -11,8 +11,11 @@ stand-in whose methods are C callables: future done at once, work done when firs
 again), so "ours" includes the poller thread that times it, contending for the GIL (what NCCL's
 own launch costs is not in "bare": no GPU here). Rounds alternate
 which side runs first (the side measured first in a round runs measurably slower); medians.
-Goal: <= 1 µs per step and <= 1 µs per collective. Last, what a stalled rank's heartbeat pays
-to read torch's Flight Recorder (a full buffer), next to a heartbeat without it.
+Goal: <= 1 µs per step and <= 1 µs per collective. Then a whole DDP step (forward, backward
+with the reducer's all-reduce, SGD; one-rank gloo group) of a bare DDP model next to one that
+tb-monitor times (``grad_wait``: the wait for DDP's all-reduces that finds stragglers), goal
+<= 20 µs. Last, what a stalled rank's heartbeat pays to read torch's Flight Recorder (a full
+buffer), next to a heartbeat without it.
 
     python benchmarks/bench_rank_health.py [--rounds 9] [--calls 20000]
 """
@@ -118,7 +121,62 @@ def main() -> None:
     works = recorder._device_works
     recorder.close()
     print(f"async works timed at launch (poller behind): {works.timed_at_launch}")
+    _ddp_step_cost(args.rounds, max(200, args.calls // 20))
     _flight_recorder_read()
+
+
+def _ddp_step_cost(rounds: int, steps: int) -> None:
+    """Per DDP step, the host time of a bare DDP model against an identical one whose backward
+    tb-monitor times (the wait for the reducer's all-reduces), side by side, alternating."""
+    import tempfile
+
+    import torch.distributed as dist
+
+    from tb_monitor.integrations.grad_wait import GradWait
+
+    waits: list[float] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        store = dist.FileStore(f"{scratch}/store", 1)
+        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        try:
+            timer = GradWait(waits.append)
+            bare, ours = (torch.nn.parallel.DistributedDataParallel(_mlp()) for _ in range(2))
+            timer.attach(ours)
+            loops = {side: _ddp_loop(model) for side, model in (("bare", bare), ("ours", ours))}
+            timings = []
+            for round_ in range(rounds):
+                sides = {}
+                for side in ("ours", "bare") if round_ % 2 else ("bare", "ours"):
+                    sides[side] = _per_call(loops[side], steps)
+                timings.append((sides["bare"], sides["ours"]))
+            timer.close()
+        finally:
+            dist.destroy_process_group()
+    bare_us = statistics.median(b for b, _ in timings) * 1e6
+    ours_us = statistics.median(o for _, o in timings) * 1e6
+    cost = statistics.median(o - b for b, o in timings) * 1e6
+    print(
+        f"{'DDP step':<12} bare {bare_us:8.3f}   with tb-monitor {ours_us:8.3f}   cost {cost:6.3f}"
+        f"  (goal <= 20 µs; {len(waits)} gradient waits timed)"
+    )
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+
+
+def _ddp_loop(model: torch.nn.Module):
+    """One training step of ``model``: forward, backward (DDP's all-reduce), SGD."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    batch = torch.ones(8, 32)
+
+    def step() -> None:
+        model(batch).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step
 
 
 def _flight_recorder_read() -> None:

@@ -5,7 +5,9 @@ collective timing every ``TB_MONITOR_RANK_WINDOW_S`` and heartbeat values (tags 
 ``tb_monitor.contract``). :class:`RankGrid` lays them on one numpy grid, rows = runs (ranks),
 column ``j`` = the window ending at ``(slot0 + j) * window_s`` on the wall clock, and answers the
 questions the analysis (``analysis.stragglers``), ``tb-monitor report``, the plugin's Ranks view
-and ``notebook.rank_heatmap`` ask, so they cannot disagree:
+and ``notebook.rank_heatmap`` ask, so they cannot disagree. A rank's wait is its time in Python
+collectives plus its backward's wait for DDP's gradient all-reduces (``rank/grad_wait_s``);
+``step_p50`` / ``step_p95`` hold each window's step time median and p95:
 
     >>> grid = RankGrid.from_logdir("runs/job")   # or from_scalars(df), from_series(...)
     >>> grid.scores()           # list[Score]: per rank, slowest first
@@ -21,7 +23,8 @@ are summed (steps, their time, their wait), never one dropped for the other. The
 is inferred from the spacing of the windows (:func:`infer_window_s`) unless given; a logdir
 with one window per rank falls back to ``$TB_MONITOR_RANK_WINDOW_S`` (10 s).
 
-The scores and the stall rule are :mod:`tb_monitor.analysis.scoring`'s.
+The scores and the stall rule are :mod:`tb_monitor.analysis.scoring`'s, the window rule
+:mod:`tb_monitor.analysis.windows`'.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,6 +41,8 @@ from tb_monitor import _env, contract
 from tb_monitor.analysis.scoring import (
     FLAG_THRESHOLD,
     FLAG_WINDOWS,
+    SILENT_SLACK_S,
+    SILENT_WINDOWS,
     STALL_FACTOR,
     STALL_FLOOR_S,
     Score,
@@ -47,6 +52,7 @@ from tb_monitor.analysis.scoring import (
     relative_scores,
     stalled_ranks,
 )
+from tb_monitor.analysis.windows import infer_window_s, slot_of
 
 if TYPE_CHECKING:
     import pandas
@@ -56,52 +62,16 @@ __all__ = ["BEAT_TAGS", "WINDOW_TAGS", "RankGrid", "Score", "Stall", "infer_wind
 _COUNT = contract.stat_tag(contract.RANK_STEP, "count")
 _SUM = contract.stat_tag(contract.RANK_STEP, "sum")
 _WAIT = contract.stat_tag(contract.RANK_COLLECTIVE, "sum")
-#: The window scalars read whole: a rank's steps, their summed time and summed collective wait.
-WINDOW_TAGS = (_COUNT, _SUM, _WAIT)
+_GRAD_WAIT = contract.stat_tag(contract.RANK_GRAD_WAIT, "sum")
+_P50, _P95 = (contract.stat_tag(contract.RANK_STEP, q) for q, _ in contract.RANK_STEP_QUANTILES)
+#: The window scalars read whole: a rank's steps, their summed time, its summed wait in
+#: collectives and in DDP's gradient all-reduces, and its step times' median and p95.
+WINDOW_TAGS = (_COUNT, _SUM, _WAIT, _GRAD_WAIT, _P50, _P95)
 #: Heartbeat scalar tag -> heartbeat name; only each one's newest value counts.
 BEAT_TAGS = {contract.stat_tag(contract.RANK_PREFIX + n, "value"): n for n in contract.RANK_BEATS}
 
-#: A run's newest this many windows tell its window length (the rest would only cost time).
-_GAPS_READ = 256
 #: Series as the readers hand them over: run -> tag -> (wall times, values).
 Series = Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]]
-
-
-def slot_of(wall: np.ndarray | float, window_s: float) -> np.ndarray:
-    """The slot (window end / ``window_s``) a point logged at ``wall`` belongs to."""
-    return np.ceil(np.asarray(wall, dtype=np.float64) / window_s - 0.5).astype(np.int64)
-
-
-def infer_window_s(walls: Iterable[np.ndarray]) -> float | None:
-    """The recording window from the spacing of each run's window ends, or None with no gaps.
-
-    Windows end on multiples of the window, so the gaps between a run's windows are whole
-    windows, give or take the timer's latency (ms): one where every window is kept, any
-    number where TensorBoard kept a sample or the rank idled. A short window (a process
-    closing its Stats) makes gaps that are not. So the window is the largest common gap (or
-    its half or third) of which most gaps are whole multiples."""
-    gaps = [np.diff(np.sort(w[-_GAPS_READ:])) for w in walls if len(w) > 1]
-    pooled = np.concatenate(gaps) if gaps else np.zeros(0)
-    pooled = pooled[pooled > 1e-3]
-    pooled = pooled[:: max(1, len(pooled) // 4096)]  # a sample tells as well
-    if not len(pooled):
-        return None
-    scale = 10.0 ** (np.floor(np.log10(pooled)) - 1)  # candidates to 2 significant digits
-    values, counts = np.unique(np.round(pooled / scale) * scale, return_counts=True)
-    common = values[np.argsort(counts)[-16:]]
-    for window in np.unique(np.concatenate([common, common / 2, common / 3]))[::-1]:
-        multiple = np.rint(pooled / window)
-        fits = (multiple >= 1) & (np.abs(pooled - multiple * window) <= 0.1 * window + 0.02)
-        if fits.mean() >= 0.6:
-            return _round(float(np.median(pooled[fits] / multiple[fits])))
-    return None
-
-
-def _round(window_s: float) -> float:
-    """A measured window as the setting it most likely was: one significant digit (0.5, 10,
-    60) where that is within 3%, else three."""
-    one = float(f"{window_s:.1g}")
-    return one if abs(one - window_s) <= 0.03 * window_s else float(f"{window_s:.3g}")
 
 
 class RankGrid:
@@ -119,6 +89,8 @@ class RankGrid:
         collective_s: np.ndarray,
         beats: Mapping[str, Mapping[str, float]] | None = None,
         previous: RankGrid | None = None,
+        *,
+        step_quantiles: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         self.runs = list(runs)
         self.ranks = [contract.rank_of(run) for run in self.runs]
@@ -127,7 +99,9 @@ class RankGrid:
         self.slot0 = int(slot0)
         self.steps = steps  # steps taken in the window
         self.step_s = step_s  # mean seconds a step
-        self.collective_s = collective_s  # mean seconds a step inside collectives
+        self.collective_s = collective_s  # mean seconds a step waiting (collectives, DDP)
+        #: Per window, the median and p95 of its step times (NaN: not recorded).
+        self.step_p50, self.step_p95 = step_quantiles or np.full((2, *steps.shape), np.nan)
         with np.errstate(invalid="ignore"):
             self.compute = np.clip(step_s - collective_s, 0.0, None)
         self.relative = _relative(self.compute, self._same_columns(previous))
@@ -157,23 +131,24 @@ class RankGrid:
         )
         windows = {run: _paired(series.get(run, {})) for run in runs}
         if window_s is None:
-            window_s = infer_window_s(w[0] for w in windows.values())
+            window_s = infer_window_s(w[0][0] for w in windows.values())
             window_s = window_s or _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
         if not window_s > 0:
             raise ValueError(f"window_s must be positive, got {window_s!r}")
-        slots = {
-            run: (slot_of(w[0], window_s), slot_of(w[3], window_s)) for run, w in windows.items()
-        }
-        filled = [s for s, _ in slots.values() if len(s)]
+        slots = {run: [slot_of(w[0], window_s) for w in ws] for run, ws in windows.items()}
+        filled = [s[0] for s in slots.values() if len(s[0])]
         slot0 = int(min(s.min() for s in filled)) if filled else 0
         width = int(max(s.max() for s in filled)) - slot0 + 1 if filled else 0
         grids = (
             np.zeros((len(runs), width), np.float32),
-            *np.full((2, len(runs), width), np.nan, np.float32),
+            *np.full((4, len(runs), width), np.nan, np.float32),
         )
         for row, run in enumerate(runs):
             _cells(windows[run], slots[run], slot0, [g[row] for g in grids])
-        return cls(runs, window_s, slot0, *grids, beats, previous)
+        steps, step_s, waits, p50, p95 = grids
+        return cls(
+            runs, window_s, slot0, steps, step_s, waits, beats, previous, step_quantiles=(p50, p95)
+        )
 
     @classmethod
     def from_scalars(cls, frame: pandas.DataFrame, *, window_s: float | None = None) -> RankGrid:
@@ -313,9 +288,10 @@ class RankGrid:
         now: float | None = None,
         factor: float = STALL_FACTOR,
         floor_s: float = STALL_FLOOR_S,
+        seen_silent: Collection[str] = (),
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
-        default the grid's newest heartbeat."""
+        default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent."""
         typical = self.typical_step_s()
         # In row order: equally stalled ranks come out in the grid's order, whoever reads.
         beats = {
@@ -329,6 +305,8 @@ class RankGrid:
             now=now,
             factor=factor,
             floor_s=floor_s,
+            silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
+            seen_silent={row for row, run in enumerate(self.runs) if run in seen_silent},
         )
         return [
             Stall(
@@ -373,14 +351,15 @@ def _relative(compute: np.ndarray, previous: RankGrid | None) -> np.ndarray:
 
 
 def _cells(
-    windows: tuple[np.ndarray, ...],
-    slots: tuple[np.ndarray, np.ndarray],
+    windows: list[tuple[np.ndarray, ...]],
+    slots: list[np.ndarray],
     slot0: int,
     out: list[np.ndarray],
 ) -> None:
-    """One rank's row: windows in one slot summed, then ``out`` = steps, mean step time, mean
-    collective wait per step."""
-    (_, count, total, _, wait), (at, wait_at) = windows, slots
+    """One rank's row: windows in one slot summed (their quantiles: the larger), then ``out``
+    = steps, mean step time, mean wait per step, step time median, p95."""
+    (_, count, total), (_, wait), *quantiles = windows
+    at, wait_at, *quantiles_at = slots
     if not len(at):
         return
     width = len(out[0])
@@ -392,20 +371,30 @@ def _cells(
     out[0][:] = steps
     out[1][has] = seconds[has] / steps[has]
     out[2][has] = waited[has] / steps[has]
+    for (_, values), where, row in zip(quantiles, quantiles_at, out[3:], strict=True):
+        keep = (where >= slot0) & (where < slot0 + width)
+        np.fmax.at(row, where[keep] - slot0, values[keep])
+        row[~has] = np.nan
 
 
-def _paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, ...]:
+def _paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
     """One run's windows: (wall, count, summed step time) paired by wall time (TensorBoard may
-    keep a different sample of each series), then (wall, summed wait) of the collectives."""
-    empty = (np.zeros(0), np.zeros(0))
-    wall, count = (np.asarray(a, np.float64) for a in tags.get(_COUNT, empty))
-    swall, total = (np.asarray(a, np.float64) for a in tags.get(_SUM, empty))
+    keep a different sample of each series); (wall, summed wait) of the collectives and DDP's
+    gradient waits together; (wall, value) of the step times' median, and of their p95."""
+    wall, count = _series(tags, _COUNT)
+    swall, total = _series(tags, _SUM)
     if not np.array_equal(wall, swall):  # the usual case needs no pairing (a sort)
         wall, i, j = np.intersect1d(wall, swall, return_indices=True)
         count, total = count[i], total[j]
     ok = count > 0
-    cwall, wait = (np.asarray(a, np.float64) for a in tags.get(_WAIT, empty))
-    return wall[ok], count[ok], total[ok], cwall, wait
+    waits = [_series(tags, tag) for tag in (_WAIT, _GRAD_WAIT)]
+    waited = tuple(np.concatenate(parts) for parts in zip(*waits, strict=True))
+    return [(wall[ok], count[ok], total[ok]), waited, _series(tags, _P50), _series(tags, _P95)]
+
+
+def _series(tags: Mapping[str, tuple[np.ndarray, np.ndarray]], tag: str) -> tuple[np.ndarray, ...]:
+    walls, values = tags.get(tag, (np.zeros(0), np.zeros(0)))
+    return np.asarray(walls, np.float64), np.asarray(values, np.float64)
 
 
 def _newest_beats(series: Series) -> dict[str, dict[str, float]]:

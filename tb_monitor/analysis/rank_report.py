@@ -9,11 +9,13 @@ same stragglers and stalls. Needs no pandas.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, fields
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
 
+from tb_monitor.analysis.agent_views import AgentView, silent_runs
 from tb_monitor.analysis.grid import RankGrid, Score, Stall
 
 __all__ = ["RankHealth", "StepTime", "rank_health"]
@@ -31,9 +33,11 @@ class StepTime:
 
     rank: int
     windows: int
-    step_s: float
-    collective_s: float  # waiting in collectives, per step
-    compute_s: float  # step minus collective wait: what separates ranks
+    step_s: float  # mean step time
+    collective_s: float  # waiting in collectives and DDP's gradient all-reduces, per step
+    compute_s: float  # step minus that wait: what separates ranks
+    median_s: float | None  # the step times' median in a window (None: not recorded)
+    p95_s: float | None  # their 95th percentile in a window
 
     def to_json(self) -> dict[str, Any]:
         return _pick(self, tuple(f.name for f in fields(self)))
@@ -49,6 +53,12 @@ class RankHealth:
     scores: tuple[Score, ...]  # every rank with a window, slowest first
     stalls: tuple[Stall, ...]  # the waited-for first, then the longest stalled
     step_times: tuple[StepTime, ...]  # by rank
+    #: What each rank's agent saw of its process, by (job, rank) (``analysis.agent_views``).
+    views: Mapping[tuple[str, int], AgentView] = field(default_factory=dict)
+
+    def view_of(self, stall: Stall) -> AgentView | None:
+        """What the stalled rank's agent saw of it, if it recorded anything."""
+        return self.views.get((stall.run.split("/", 1)[0], stall.rank))
 
     @property
     def stragglers(self) -> tuple[Score, ...]:
@@ -72,10 +82,17 @@ class RankHealth:
             "stragglers": [_pick(s, _SCORE_FIELDS) for s in self.stragglers],
             "slowest": [_pick(s, _SCORE_FIELDS) for s in self.slowest],
             "stalled": bool(self.stalls),
-            "stalls": [_pick(s, _STALL_FIELDS) for s in self.stalls],
+            "stalls": [
+                {**_pick(s, _STALL_FIELDS), "agent": _view_json(self.view_of(s))}
+                for s in self.stalls
+            ],
             "waited_for": list(self.waited_for),
             "step_times": [s.to_json() for s in self.step_times],
         }
+
+
+def _view_json(view: AgentView | None) -> dict[str, Any] | None:
+    return None if view is None else view.to_json()
 
 
 def _pick(value: Any, fields: tuple[str, ...]) -> dict[str, Any]:
@@ -83,29 +100,44 @@ def _pick(value: Any, fields: tuple[str, ...]) -> dict[str, Any]:
 
 
 def _step_times(grid: RankGrid) -> tuple[StepTime, ...]:
-    """Per rank with a window, the medians of its step time, wait and compute."""
+    """Per rank with a window, the medians over its windows of its mean step time, wait,
+    compute, and of its windows' step time median and p95."""
+    arrays = (grid.step_s, grid.collective_s, grid.compute, grid.step_p50, grid.step_p95)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
-        medians = [np.nanmedian(a, axis=1) for a in (grid.step_s, grid.collective_s, grid.compute)]
+        medians = [np.nanmedian(a, axis=1) for a in arrays]
     recorded = np.count_nonzero(grid.steps > 0, axis=1)
     found = [
-        StepTime(rank, int(recorded[row]), *(float(m[row]) for m in medians))
+        StepTime(
+            rank,
+            int(recorded[row]),
+            *(float(m[row]) for m in medians[:3]),
+            *(float(m[row]) if np.isfinite(m[row]) else None for m in medians[3:]),
+        )
         for row, rank in enumerate(grid.ranks)
         if recorded[row] and rank is not None
     ]
     return tuple(sorted(found, key=lambda s: s.rank))
 
 
-def rank_health(grid: RankGrid, *, now: float | None = None) -> RankHealth | None:
+def rank_health(
+    grid: RankGrid,
+    *,
+    now: float | None = None,
+    views: Mapping[tuple[str, int], AgentView] | None = None,
+) -> RankHealth | None:
     """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
-    are judged (default: the grid's newest heartbeat)."""
+    are judged (default: the grid's newest heartbeat); ``views``: what the ranks' agents saw
+    (``agent_views``), which names a rank its agent sees silent."""
     if not grid.runs:
         return None
+    views = views or {}
     return RankHealth(
         count=len(grid.runs),
         windows=int(np.count_nonzero((grid.steps > 0).any(axis=0))) if grid.shape[1] else 0,
         window_s=grid.window_s,
         scores=tuple(grid.scores()),
-        stalls=tuple(grid.stalls(now=now)),
+        stalls=tuple(grid.stalls(now=now, seen_silent=silent_runs(grid.runs, views))),
         step_times=_step_times(grid),
+        views=views,
     )

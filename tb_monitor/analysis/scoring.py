@@ -2,18 +2,20 @@
 
 Why these rules (docs/DESIGN.md, "Rank health"): in synchronous data parallelism every rank's
 step period is equal (fast ranks wait in the collective), so the signal is *compute*, step time
-minus time inside collectives: ``relative`` is a window's compute over the median rank's in that
+minus time waiting for the others (inside collectives, and in DDP's gradient all-reduces, which
+run from C++): ``relative`` is a window's compute over the median rank's in that
 window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
 consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
-typical steps without a step (at least ``STALL_FLOOR_S``). :class:`tb_monitor.analysis.grid.RankGrid`
-applies them and answers with a :class:`Score` per rank and a :class:`Stall` per stalled rank;
-every reader goes through it.
+typical steps without a step (at least ``STALL_FLOOR_S``), or at once when silent: its
+heartbeats stopped while the others wait, or its agent sees it stopped or silent.
+:class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
+rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +28,8 @@ __all__ = [
     "FLAG_WINDOWS",
     "STALL_FACTOR",
     "STALL_FLOOR_S",
+    "SILENT_SLACK_S",
+    "SILENT_WINDOWS",
     "Score",
     "Stall",
     "individual_scores",
@@ -41,6 +45,11 @@ FLAG_WINDOWS = 3
 #: (``$TB_MONITOR_STALL_FLOOR_S`` where the reading side runs: TensorBoard, ``tb-monitor report``).
 STALL_FACTOR = 10.0
 STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
+#: A rank is silent, and stalled whatever the floor, when its newest heartbeat is more than
+#: SILENT_WINDOWS windows (and SILENT_SLACK_S, the writers' flush) older than the newest rank's,
+#: or when its agent sees it silent (``analysis.agent_views``): a live rank beats every window.
+SILENT_WINDOWS = 1.5
+SILENT_SLACK_S = 2.0
 
 # ---------------------------------------------------------------------------------------------
 # The scoring core, on plain numpy grids: rows are ranks, columns are windows (NaN: no window)
@@ -75,6 +84,7 @@ class Stall:
     in_collective: bool
     fr_seq: int | None  # newest collective in torch's Flight Recorder, None where not read
     waited_for: bool  # the rank the others wait for
+    silent: bool = False  # its heartbeats stopped while the others' went on
 
 
 def relative_scores(compute: np.ndarray) -> np.ndarray:
@@ -130,6 +140,8 @@ def stalled_ranks(
     now: float | None = None,
     factor: float = STALL_FACTOR,
     floor_s: float = STALL_FLOOR_S,
+    silent_after_s: float = float("inf"),
+    seen_silent: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
@@ -139,16 +151,24 @@ def stalled_ranks(
     (the rank the others wait for: outside a collective while others are inside one, or behind
     in the sequence of collectives entered from Python, or in the Flight Recorder's, which
     DDP's collectives pass through too), the waited-for first, then longest stalled first.
+
+    A rank is ``silent`` when its agent sees it silent (``seen_silent``), or when its newest
+    heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank has not
+    stepped for half that long (it waits); a silent rank is stalled whatever the floor, and
+    waited for while another rank waits.
     """
     if not beats:
         return []
     now = max(float(b["wall_time"]) for b in beats.values()) if now is None else now
+    silent, waiting = _silence(beats, now, silent_after_s, seen_silent)
     rows = []
     for rank, beat in beats.items():
         if beat.get("since_step_s") is None:
             continue
         since = float(beat["since_step_s"]) + now - float(beat["wall_time"])
-        if since <= max(floor_s, factor * float(typical_step_s.get(rank, 0.0) or 0.0)):
+        if rank not in silent and since <= max(
+            floor_s, factor * float(typical_step_s.get(rank) or 0.0)
+        ):
             continue
         fr_seq = beat.get("fr_seq")
         rows.append(
@@ -160,15 +180,39 @@ def stalled_ranks(
                 "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
                 # -1: steps resumed since it was read, no current value
                 "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
+                "silent": rank in silent,
             }
         )
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
     for row in rows:
+        if silent:  # the job waits for its silent ranks
+            row["waited_for"] = row["silent"] and waiting
+            continue
         behind_fr = row["fr_seq"] is not None and row["fr_seq"] < fr_most
         row["waited_for"] = (
             (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
         )
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
+
+
+def _silence(
+    beats: Mapping[int, Mapping[str, float]],
+    now: float,
+    silent_after_s: float,
+    seen_silent: Collection[int],
+) -> tuple[set[int], bool]:
+    """The silent ranks (see ``stalled_ranks``), and whether another rank waits: it has not
+    stepped for half of ``silent_after_s``. A rank whose beats merely stopped while the others
+    step on is not silent: it ended (a finished rank, a node the job went on without)."""
+    newest = max(float(b["wall_time"]) for b in beats.values())
+    seen = {rank for rank in beats if rank in seen_silent and len(beats) > 1}
+    lagging = {rank for rank, b in beats.items() if newest - b["wall_time"] > silent_after_s}
+    waiting = any(
+        float(beat.get("since_step_s") or 0.0) + now - beat["wall_time"] > silent_after_s / 2
+        for rank, beat in beats.items()
+        if rank not in seen | lagging
+    )
+    return (seen | lagging if waiting else seen), waiting

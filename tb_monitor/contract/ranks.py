@@ -11,9 +11,13 @@ from tb_monitor.contract.tags import stat_tag
 __all__ = [
     "RANK_BEATS",
     "RANK_COLLECTIVE",
+    "RANK_GRAD_WAIT",
     "RANK_PREFIX",
     "RANK_STEP",
+    "RANK_STEP_QUANTILES",
     "RANK_WINDOW_S",
+    "STACKS_DIR_ENV",
+    "STACKS_SIGNAL_ENV",
     "beat_tag",
 ]
 
@@ -23,9 +27,20 @@ RANK_PREFIX = "rank/"
 RANK_STEP = RANK_PREFIX + "step_s"
 RANK_COLLECTIVE = RANK_PREFIX + "collective_s"
 RANK_WINDOW_S = 10.0
+#: Seconds each backward of a DistributedDataParallel module waited, once its own gradients were
+#: ready, for DDP's gradient all-reduces (COUNT, SUM, MAX): wait, like RANK_COLLECTIVE.
+RANK_GRAD_WAIT = RANK_PREFIX + "grad_wait_s"
+#: Per window, quantiles of the step times, logged as aggregations of RANK_STEP
+#: (``rank/step_s.p50``, ``rank/step_s.p95``): (aggregation name, quantile).
+RANK_STEP_QUANTILES = (("p50", 0.5), ("p95", 0.95))
 #: Heartbeat Stats ``rank/<name>`` (VALUE; the newest counts): steps so far, the collectives
 #: entered and left, seconds in the current collective and since the last step, Flight Recorder.
 RANK_BEATS = ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
+
+#: The directory where each worker of ``tb-monitor run`` dumps its stacks (``<pid>.stacks``),
+#: and the signal that asks it to (``tb_monitor.integrations.stacks``).
+STACKS_DIR_ENV = "TB_MONITOR_STACKS_DIR"
+STACKS_SIGNAL_ENV = "TB_MONITOR_STACKS_SIGNAL"
 
 
 def beat_tag(name: str) -> str:

@@ -11,6 +11,8 @@ __all__ = [
     "LOGDIR_ENV",
     "MONITOR",
     "PLUGIN_NAME",
+    "RANK_SEEN",
+    "RANK_STACKS",
     "RENDEZVOUS",
     "STAT_EVENT",
     "TIMELINE_PREFIX",
@@ -46,6 +48,13 @@ TIMELINE_PREFIX = "timeline/"
 
 #: Environment variable through which `tb-monitor run` hands its logdir to the processes it starts.
 LOGDIR_ENV = "TB_MONITOR_LOGDIR"
+
+#: Timeline records (source WORKER, in the agent's run) of what a worker's agent sees of its
+#: process (``tb_monitor.integrations.rank_watch``): RANK_SEEN when that changes (state SILENT with
+#: ``seen`` "stopped", "uninterruptible sleep" or "alive but silent"; RESPONDING when it speaks
+#: again), RANK_STACKS with ``stacks``, every thread's Python stack as the worker dumped it.
+RANK_SEEN = "tb_monitor.rank.seen"
+RANK_STACKS = "tb_monitor.rank.stacks"
 
 
 def timeline_tag(kind: str) -> str:

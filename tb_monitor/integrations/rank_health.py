@@ -12,7 +12,10 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
 - ``rank/step_s`` (COUNT, SUM, MIN, MAX): seconds between step boundaries. A boundary is an
   optimizer's ``step()`` (torch's global optimizer step post-hook; with several optimizers the
   first one seen marks steps, and gradient accumulation counts one step per ``step()``), or an
-  explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts);
+  explicit ``tb_monitor.step()`` for loops without an optimizer (once called, it alone counts).
+  The time before the first boundary is startup, not a step. With each window, off the
+  training thread, ``rank/step_s.p50`` and ``rank/step_s.p95``: the median and 95th percentile
+  of that window's step times;
 - ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
   called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...). An ``async_op``'s work is
   timed to its completion off the training thread by its future's callback (gloo). NCCL
@@ -21,8 +24,10 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   once a poller thread sees the work done (``_device_works``, opt-in until it has run on a GPU;
   ``install`` then sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
   the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
-  to that. DDP's gradient buckets are reduced in C++ and are not timed: their wait is part of
-  the step;
+  to that. FSDP's all-gathers and reduce-scatters (both versions) are such Python collectives;
+- ``rank/grad_wait_s`` (COUNT, SUM, MAX): seconds each backward of a ``DistributedDataParallel``
+  module waited, once its own gradients were ready, for the all-reduces DDP runs from C++
+  (``grad_wait``): the fast ranks wait longest, so it is wait, like ``collective_s``;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
   sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
@@ -40,13 +45,16 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from tb_monitor import _env, contract
+from tb_monitor._event import Event, log_event
 from tb_monitor._stat import Aggregation, Stat, StatSource
+from tb_monitor._stat_timer import now_ns
 from tb_monitor.integrations._device_works import DeviceWorks
 from tb_monitor.integrations._flight_recorder import last_collective_seq
+from tb_monitor.integrations.grad_wait import GradWait
 
 __all__ = ["COLLECTIVES", "RankHealth", "step"]
 
@@ -55,6 +63,7 @@ COLLECTIVES = (
     "all_reduce",
     "all_gather",
     "all_gather_into_tensor",
+    "all_gather_single",
     "all_to_all",
     "all_to_all_single",
     "barrier",
@@ -62,6 +71,7 @@ COLLECTIVES = (
     "gather",
     "reduce",
     "reduce_scatter",
+    "reduce_scatter_single",
     "reduce_scatter_tensor",
     "scatter",
 )
@@ -149,8 +159,10 @@ class RankHealth:
         last_collective: Callable[[], int | None] = last_collective_seq,
     ) -> None:
         self._clock = clock
-        self._last_step = clock()
+        self._last_step = clock()  # the last boundary; until the first, when installed
+        self._stepped = False  # the first boundary ends startup: it starts the first step
         self._steps = 0
+        self._window_steps: list[float] = []  # this window's step times, for its quantiles
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
         self._step_clock, self._step_hook = _step_clock(clock)
         self._drain_lock = threading.Lock()
@@ -159,17 +171,22 @@ class RankHealth:
             contract.RANK_STEP,
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MIN, Aggregation.MAX],
             window,
-            source=StatSource(feed=self._drain_steps, forget=self._forget_parents),
+            source=StatSource(feed=self._end_step_window, forget=self._forget_parents),
+        )
+        self._grad_wait_s = Stat(
+            contract.RANK_GRAD_WAIT, [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
         self._collective_s = Stat(
             contract.RANK_COLLECTIVE,
             [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX],
             window,
         )
-        self._device_works = (
-            DeviceWorks(self._collectives_left, clock)
-            if _env.flag("TB_MONITOR_NCCL_TIMING", False)
-            else None
+        on_device = _env.flag("TB_MONITOR_NCCL_TIMING", False)
+        self._device_works = DeviceWorks(self._collectives_left, clock) if on_device else None
+        self._grad_wait = GradWait(
+            self._grad_wait_s.add,
+            clock,
+            device_works=DeviceWorks(self._grad_waits_done, clock) if on_device else None,
         )
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 
@@ -198,14 +215,37 @@ class RankHealth:
 
     def _drain_steps(self) -> None:
         """Move the step clock's times into rank/step_s (at each window's end, and before a
-        heartbeat reports): each step's time since the one before."""
+        heartbeat reports): each step's time since the one before. The first boundary only
+        starts the clock: the time before it is startup, not a step."""
         with self._drain_lock:
-            add, last = self._step_s.add, self._last_step
             times = self._step_clock.drain()
-            for now in times:
+            if not times:
+                return
+            add, keep, last = self._step_s.add, self._window_steps.append, self._last_step
+            steps = iter(times)
+            if not self._stepped:
+                self._stepped, last = True, next(steps)
+            for now in steps:
                 add(now - last)
+                keep(now - last)
                 last = now
+            del self._window_steps[:-_MAX_PENDING_STEPS]  # no window end for that long
             self._last_step, self._steps = last, self._steps + len(times)
+
+    def _end_step_window(self) -> None:
+        """At each window's end (and a flush, exit or close): the window's steps into
+        rank/step_s, and their median and p95 as ``rank/step_s.p50`` and ``.p95``."""
+        self._drain_steps()
+        with self._drain_lock:
+            seconds, self._window_steps = self._window_steps, []
+        if seconds:
+            log_event(
+                Event(
+                    contract.STAT_EVENT,
+                    datetime.fromtimestamp(now_ns() / 1e9),
+                    _quantiles(seconds),
+                )
+            )
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         # Every collective of the job pays the wrapper: what it calls is bound once, here.
@@ -264,13 +304,23 @@ class RankHealth:
         except Exception:  # closed meanwhile: nothing records it any more
             pass
 
+    def _grad_waits_done(self, _last_seq: int, seconds: list[float]) -> None:
+        """DDP gradient waits timed on the device, from the poller thread."""
+        try:
+            for each in seconds:
+                self._grad_wait_s.add(each)
+        except Exception:  # closed meanwhile: nothing records it any more
+            pass
+
     def _forget_parents(self) -> None:
         """In a forked child (a DataLoader worker): the parent's steps and device works are the
         parent's, and its lock may have been held by one of the parent's threads."""
         self._drain_lock = threading.Lock()
         self._step_clock.clear()
+        self._window_steps = []
         if self._device_works is not None:
             self._device_works.forget()
+        self._grad_wait.forget()
 
     # -- heartbeats (a daemon thread) -----------------------------------------------------------
 
@@ -324,6 +374,7 @@ class RankHealth:
             os.environ.setdefault("TORCH_NCCL_ENABLE_TIMING", "1")
         handle = register_optimizer_step_post_hook(self._step_hook)
         self._undo.append(handle.remove)
+        self._undo.append(self._grad_wait.install().close)
         for name in COLLECTIVES:
             original = getattr(dist, name, None)
             if original is None or hasattr(original, "__tb_monitor_timed__"):
@@ -347,8 +398,20 @@ class RankHealth:
         if self._device_works is not None:
             self._device_works.close()
         self.beat()
-        for stat in (self._step_s, self._collective_s, *self._beats.values()):
+        for stat in (self._step_s, self._collective_s, self._grad_wait_s, *self._beats.values()):
             stat.close()
+
+
+def _quantiles(seconds: list[float]) -> dict[str, float]:
+    """``rank/step_s.p50`` and ``.p95`` of ``seconds`` (linearly interpolated, as numpy's)."""
+    ordered, out = sorted(seconds), {}
+    for name, q in contract.RANK_STEP_QUANTILES:
+        at = q * (len(ordered) - 1)
+        low = int(at)
+        high = min(low + 1, len(ordered) - 1)
+        value = ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+        out[contract.stat_tag(contract.RANK_STEP, name)] = value
+    return out
 
 
 def _restore(module: Any, name: str, original: Any) -> None:

@@ -9,14 +9,14 @@ from rank_jobs import HUNG_RANK, SLOW_RANK, write_recorded_job
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid, infer_window_s, slot_of
 from tb_monitor.testing import DEFAULT_START, generate_rank_windows, rank_window_scalars
 
-COUNT, TOTAL, WAIT = WINDOW_TAGS
+COUNT, TOTAL, WAIT, GRAD_WAIT, P50, P95 = WINDOW_TAGS
 
 
 def _series(walls, compute=0.1, wait=0.01, steps=50):
     """One run's window columns: every window ``steps`` steps of ``compute`` + ``wait`` s."""
     walls = np.asarray(walls, dtype=np.float64)
     one = rank_window_scalars(compute, wait, steps)
-    return {tag: (walls, np.full(len(walls), one[tag])) for tag in WINDOW_TAGS}
+    return {tag: (walls, np.full(len(walls), one[tag])) for tag in WINDOW_TAGS if tag in one}
 
 
 def _cells(walls, window_s=None):
@@ -203,3 +203,54 @@ def test_heartbeat_tags_are_the_contracts():
 
     assert sorted(BEAT_TAGS.values()) == sorted(contract.RANK_BEATS)
     assert all(tag.startswith(contract.RANK_PREFIX) for tag in [*BEAT_TAGS, *WINDOW_TAGS])
+
+
+def _ddp_job(walls, grad_waits):
+    """Four ranks whose steps all take 0.1 s (DDP equalises them); each waits ``grad_waits[r]``
+    a step for DDP's gradient all-reduces, and nothing in Python collectives."""
+    series = {}
+    for rank, grad_wait in enumerate(grad_waits):
+        run = _series(walls, compute=0.1, wait=0.0)
+        run[GRAD_WAIT] = (walls, np.full(len(walls), 50 * grad_wait))
+        series[f"job/rank-{rank}"] = run
+    return RankGrid.from_series(series, window_s=10.0)
+
+
+def test_ddp_gradient_wait_counts_as_wait_so_the_rank_that_waits_least_is_flagged():
+    """Equal step times, rank 1 waiting 0.005 s a step for the all-reduces and the others
+    0.05 s: rank 1 computes about twice as long, and only it is flagged."""
+    walls = DEFAULT_START + 10.0 * np.arange(1, 6) + 0.01
+    grid = _ddp_job(walls, [0.05, 0.005, 0.05, 0.05])
+    assert [s.rank for s in grid.stragglers()] == [1]
+    assert grid.collective_s[:, 0].tolist() == pytest.approx([0.05, 0.005, 0.05, 0.05])
+
+
+def test_a_healthy_ddp_job_flags_nothing():
+    """Every rank waiting alike in DDP's all-reduces: no straggler."""
+    walls = DEFAULT_START + 10.0 * np.arange(1, 6) + 0.01
+    assert _ddp_job(walls, [0.05, 0.048, 0.051, 0.05]).stragglers() == []
+
+
+def test_step_time_quantiles_land_in_their_windows_column():
+    """``rank/step_s.p50`` and ``.p95`` of each window are in ``step_p50`` / ``step_p95``,
+    NaN where a window has none (a logdir written before they were)."""
+    walls = DEFAULT_START + 10.0 * np.arange(1, 4) + 0.01
+    run = _series(walls)
+    run[P50] = (walls[:2], np.array([0.1, 0.2]))
+    run[P95] = (walls[:2], np.array([0.3, 0.4]))
+    grid = RankGrid.from_series({"job/rank-0": run}, window_s=10.0)
+    np.testing.assert_allclose(grid.step_p50[0], [0.1, 0.2, np.nan])
+    np.testing.assert_allclose(grid.step_p95[0], [0.3, 0.4, np.nan])
+
+
+def test_the_report_gives_each_ranks_step_time_median_and_p95_in_seconds():
+    """``step_times`` holds, per rank, the median over its windows of their median and p95."""
+    from tb_monitor.analysis.rank_report import rank_health
+
+    walls = DEFAULT_START + 10.0 * np.arange(1, 4) + 0.01
+    run = _series(walls)
+    run[P50] = (walls, np.array([0.1, 0.2, 0.3]))
+    run[P95] = (walls, np.array([0.5, 0.4, 0.6]))
+    health = rank_health(RankGrid.from_series({"job/rank-0": run}, window_s=10.0))
+    (times,) = health.to_json()["step_times"]
+    assert (times["median_s"], times["p95_s"]) == pytest.approx((0.2, 0.5))

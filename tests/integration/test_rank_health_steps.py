@@ -9,8 +9,12 @@ from datetime import timedelta
 
 import pytest
 
+from tb_monitor import contract
 from tb_monitor.integrations.rank_health import RankHealth, step
 from tb_monitor.testing import capture, manual_clock
+
+STEPS = contract.stat_tag(contract.RANK_STEP, "count")
+STEPS_SO_FAR = contract.beat_tag("steps")
 
 
 def _c_step_clock() -> type:
@@ -61,18 +65,19 @@ def _stepped(torch, optimizer, model, times: int) -> None:
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
 def test_every_step_of_an_optimizer_is_a_boundary(torch, recorded, name):
-    """Each ``step()`` of SGD, Adam or AdamW ends one step window sample, with no code change."""
+    """Each ``step()`` of SGD, Adam or AdamW is a boundary, with no code change: five steps
+    make four step times (the first boundary ends startup) and five steps so far."""
 
     def loop(model):
         _stepped(torch, getattr(torch.optim, name)(model.parameters(), lr=0.1), model, 5)
 
     scalars = recorded(loop)
-    assert scalars["rank/step_s.count"] == 5
-    assert scalars["rank/steps.value"] == 5
+    assert scalars[STEPS] == 4
+    assert scalars[STEPS_SO_FAR] == 5
 
 
 def test_gradient_accumulation_counts_one_step_per_optimizer_step(torch, recorded):
-    """Four backward passes per ``step()`` are one step, not four."""
+    """Four backward passes per ``step()`` are one step, not four (three steps: two times)."""
 
     def loop(model):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -82,11 +87,12 @@ def test_gradient_accumulation_counts_one_step_per_optimizer_step(torch, recorde
             optimizer.step()
             optimizer.zero_grad()
 
-    assert recorded(loop)["rank/step_s.count"] == 3
+    assert recorded(loop)[STEPS] == 2
 
 
 def test_with_several_optimizers_the_first_one_seen_marks_steps(torch, recorded):
-    """A GAN-style loop stepping two optimizers counts the first one's steps only."""
+    """A GAN-style loop stepping two optimizers counts the first one's steps only (four
+    boundaries: three step times)."""
 
     def loop(model):
         first = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -95,11 +101,12 @@ def test_with_several_optimizers_the_first_one_seen_marks_steps(torch, recorded)
             _stepped(torch, first, model, 1)
             _stepped(torch, second, model, 2)
 
-    assert recorded(loop)["rank/step_s.count"] == 4
+    assert recorded(loop)[STEPS] == 3
 
 
 def test_once_step_is_called_only_it_marks_boundaries(torch, recorded):
-    """After ``tb_monitor.step()``, optimizer steps no longer count."""
+    """After ``tb_monitor.step()``, optimizer steps no longer count (two optimizer steps and
+    three manual ones: four step times)."""
 
     def loop(model):
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -108,7 +115,7 @@ def test_once_step_is_called_only_it_marks_boundaries(torch, recorded):
             step()
             _stepped(torch, optimizer, model, 1)
 
-    assert recorded(loop)["rank/step_s.count"] == 5
+    assert recorded(loop)[STEPS] == 4
 
 
 def test_steps_after_close_are_not_recorded(torch):
@@ -121,7 +128,8 @@ def test_steps_after_close_are_not_recorded(torch):
 
 
 def test_each_step_lands_in_the_window_it_was_taken_in(torch, clock):
-    """Steps wait off the Stat until their window ends, yet each window counts its own."""
+    """Steps wait off the Stat until their window ends, yet each window counts its own (the
+    first boundary only starts the clock)."""
     with capture() as captured, manual_clock() as wall:
         recorder = RankHealth(window=timedelta(seconds=10), heartbeat_s=3600, clock=clock).install()
         model = torch.nn.Linear(2, 2)
@@ -130,8 +138,54 @@ def test_each_step_lands_in_the_window_it_was_taken_in(torch, clock):
         wall.advance(10)
         _stepped(torch, optimizer, model, 2)
         recorder.close()
-    counts = [s.value for s in captured.scalars() if s.tag == "rank/step_s.count"]
-    assert counts == [3, 2]
+    counts = [s.value for s in captured.scalars() if s.tag == STEPS]
+    assert counts == [2, 2]
+
+
+def _step_at(torch, recorder_clock: list[float], times: list[float]) -> None:
+    """Optimizer steps of a fresh model, each taken when the injected clock reads ``times``."""
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for at in times:
+        recorder_clock[0] = at
+        _stepped(torch, optimizer, model, 1)
+
+
+def test_startup_before_the_first_step_is_not_a_step(torch):
+    """A minute of startup before the first optimizer step adds no step: the first window
+    holds only the times between steps."""
+    now = [0.0]
+    with capture() as captured:
+        recorder = RankHealth(
+            window=timedelta(hours=1), heartbeat_s=3600, clock=lambda: now[0]
+        ).install()
+        _step_at(torch, now, [60.0, 60.5, 61.0, 61.5])
+        recorder.close()
+    scalars = {s.tag: s.value for s in captured.scalars()}
+    assert scalars[STEPS] == 3
+    assert scalars[contract.stat_tag(contract.RANK_STEP, "max")] == 0.5
+
+
+def test_each_window_logs_the_median_and_p95_of_its_step_times(torch):
+    """Per window, ``rank/step_s.p50`` and ``.p95`` are the quantiles of that window's steps."""
+    now = [0.0]
+    with capture() as captured, manual_clock() as wall:
+        recorder = RankHealth(
+            window=timedelta(seconds=10), heartbeat_s=3600, clock=lambda: now[0]
+        ).install()
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for at in [0.0, 1.0, 3.0, 6.0, 10.0, 15.0]:  # steps of 1, 2, 3, 4, 5 s
+            now[0] = at
+            _stepped(torch, optimizer, model, 1)
+        wall.advance(10)
+        for at in [25.0, 35.0]:  # 10 s each
+            now[0] = at
+            _stepped(torch, optimizer, model, 1)
+        recorder.close()
+    p50, p95 = (contract.stat_tag(contract.RANK_STEP, q) for q in ("p50", "p95"))
+    windows = [(s.tag, s.value) for s in captured.scalars() if s.tag in (p50, p95)]
+    assert windows == [(p50, 3.0), (p95, pytest.approx(4.8)), (p50, 10.0), (p95, 10.0)]
 
 
 def test_a_forked_child_does_not_count_its_parents_steps(torch, clock):

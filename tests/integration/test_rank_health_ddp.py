@@ -1,0 +1,346 @@
+"""Stragglers under DDP and FSDP with no change to the user's script: the wait for DDP's gradient
+all-reduces (``tb_monitor.integrations.grad_wait``) and FSDP's collectives tell the slow rank.
+
+In-process: a one-rank gloo group, to show what the timing does to a job (nothing) and what it
+records. Real jobs: the user-style ``ddp_multinode.py`` on two agents x two workers, and FSDP
+(both versions) on one agent x two workers, under ``tb-monitor run``, rank 1 slowed through
+``SLOW_RANK``.
+"""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import threading
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import need
+from torchrun_jobs import agent_env, free_port, stop_agents, tb_monitor_run, two_agent_command
+
+from tb_monitor import contract
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS, longest_over
+from tb_monitor.integrations.grad_wait import GradWait
+from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.testing import capture
+
+SCRIPTS = Path(__file__).parent / "scripts"
+DDP_SCRIPT = SCRIPTS / "users" / "ddp_multinode.py"
+SHARDED_SCRIPT = SCRIPTS / "train_sharded.py"
+GRAD_WAITS = contract.stat_tag(contract.RANK_GRAD_WAIT, "count")
+WINDOW_S = 1.0
+
+# -- in-process: a one-rank gloo group ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def _module_group(tmp_path_factory):
+    """One one-rank gloo process group for this module's in-process tests, destroyed once at
+    its end: gloo's teardown deadlocked in torch once in ~80 destroys here (its thread waiting
+    for the GIL the destroying thread held), so the module pays for one destroy, not eight."""
+    torch = pytest.importorskip("torch")
+    dist = torch.distributed
+    store = dist.FileStore(str(tmp_path_factory.mktemp("group") / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def group(torch, _module_group):
+    """The module's one-rank gloo process group."""
+    return _module_group
+
+
+def _train(torch, model, steps: int) -> None:
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for _ in range(steps):
+        model(torch.ones(2, 4)).sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def _ddp(torch):
+    return torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+
+
+def test_each_backward_of_a_ddp_built_after_install_records_its_gradient_wait(torch, group):
+    """A DDP model the script builds itself: one gradient wait a backward, nothing to call."""
+    with capture() as captured:
+        recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600).install()
+        _train(torch, _ddp(torch), 5)
+        recorder.close()
+    assert {s.tag: s.value for s in captured.scalars()}[GRAD_WAITS] == 5
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"find_unused_parameters": True}, {"static_graph": True}, {"gradient_as_bucket_view": True}],
+    ids=lambda options: next(iter(options)),
+)
+def test_ddps_options_train_as_before_and_each_backward_is_timed(torch, group, options):
+    """Unused-parameter search, a static graph, bucket views: one wait a backward, and the
+    same parameters as an untimed twin trained alike."""
+    waits: list[float] = []
+    torch.manual_seed(0)
+    twin = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), **options)
+    timer = GradWait(waits.append).install()
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4), **options)
+        _train(torch, model, 4)
+    finally:
+        timer.close()
+    _train(torch, twin, 4)
+    assert len(waits) == 4
+    for ours, theirs in zip(model.parameters(), twin.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
+
+
+def test_a_users_comm_hook_is_still_theirs_and_runs(torch, group):
+    """No comm hook of ours: the script registers its own (DDP allows one) and it runs."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    calls = []
+
+    def counting_hook(state, bucket):
+        calls.append(1)
+        return default_hooks.allreduce_hook(state, bucket)
+
+    waits: list[float] = []
+    timer = GradWait(waits.append).install()
+    try:
+        model = _ddp(torch)
+        model.register_comm_hook(None, counting_hook)
+        _train(torch, model, 3)
+    finally:
+        timer.close()
+    assert (len(calls), len(waits)) == (3, 3)
+
+
+def test_a_users_exception_in_backward_still_reaches_them(torch, group):
+    """An error raised in the user's comm hook propagates out of ``backward`` unchanged."""
+
+    def failing_hook(state, bucket):
+        raise ValueError("the user's own error")
+
+    timer = GradWait(lambda seconds: None).install()
+    try:
+        model = _ddp(torch)
+        model.register_comm_hook(None, failing_hook)
+        with pytest.raises(Exception, match="the user's own error"):
+            model(torch.ones(2, 4)).sum().backward()
+    finally:
+        timer.close()
+
+
+def test_a_fault_in_recording_is_a_warning_and_training_goes_on(torch, group, caplog):
+    """Our recording raising: one warning, every backward completes, no more timing."""
+
+    def broken(seconds: float) -> None:
+        raise RuntimeError("sink gone")
+
+    timer = GradWait(broken).install()
+    try:
+        model = _ddp(torch)
+        with caplog.at_level(logging.WARNING, logger="tb_monitor"):
+            _train(torch, model, 3)
+        assert all(p.grad is None for p in model.parameters())  # zeroed after each step()
+    finally:
+        timer.close()
+    assert [r.getMessage().count("no longer timed") for r in caplog.records] == [1]
+
+
+def test_close_puts_ddp_back_as_it_was(torch, group):
+    """After ``close``: DDP's constructor is torch's again, and no backward is timed."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__init__
+    waits: list[float] = []
+    timer = GradWait(waits.append).install()
+    model = _ddp(torch)
+    assert DistributedDataParallel.__init__ is not original
+    timer.close()
+    _train(torch, model, 2)
+    assert DistributedDataParallel.__init__ is original and waits == []
+
+
+# -- real jobs ---------------------------------------------------------------------------------
+
+
+def _run(logdir: Path, command: list[str], agents: int, **env: str) -> None:
+    need("torch")
+    environment = agent_env(
+        TB_MONITOR_RANK_WINDOW_S=str(WINDOW_S), TB_MONITOR_HEARTBEAT_S="1", **env
+    )
+    logs = [logdir.parent / f"agent-{n}.log" for n in range(agents)]
+    outputs = [log.open("w") for log in logs]
+    procs = [
+        subprocess.Popen(
+            command,
+            env=environment,
+            cwd=logdir.parent,  # the DDP script saves its snapshot in its working directory
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        for output in outputs
+    ]
+    try:
+        codes = [proc.wait(150) for proc in procs]
+    finally:
+        stop_agents(procs)
+        for output in outputs:
+            output.close()
+    assert codes == [0] * agents, "\n".join(log.read_text()[-3000:] for log in logs)
+
+
+def _ddp_job(tmp_path_factory, name: str, **env: str) -> RankGrid:
+    logdir = tmp_path_factory.mktemp(name) / "logs"
+    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    command = two_agent_command(logdir, DDP_SCRIPT, run_id, "25", "1000", max_restarts=0)
+    _run(logdir, command, agents=2, **env)
+    return RankGrid.from_logdir(logdir, window_s=WINDOW_S)
+
+
+@pytest.fixture(scope="module")
+def ddp_slow_rank(tmp_path_factory) -> RankGrid:
+    """The user-style DDP script on 2 agents x 2 workers, rank 1's forward twice as slow."""
+    return _ddp_job(tmp_path_factory, "ddp-slow", SLOW_RANK="1", SLOW_FACTOR="2")
+
+
+def _flagged_within(grid: RankGrid, windows: int) -> list[int]:
+    """The ranks flagged by the job's first ``windows`` windows with steps."""
+    columns = np.flatnonzero((grid.steps > 0).all(axis=0))[:windows]
+    first = grid.relative[:, : columns[-1] + 1]
+    longest = longest_over(first, FLAG_THRESHOLD, present=grid.steps[:, : columns[-1] + 1] > 0)
+    return [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)]
+
+
+@pytest.mark.slow
+def test_under_ddp_the_rank_with_the_slow_forward_is_the_only_straggler(ddp_slow_rank):
+    """Unchanged DDP script, rank 1's forward 2x slower: rank 1 alone is flagged."""
+    assert [s.rank for s in ddp_slow_rank.stragglers()] == [1]
+
+
+@pytest.mark.slow
+def test_under_ddp_the_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
+    """The first three windows with steps already flag rank 1, and only it."""
+    assert _flagged_within(ddp_slow_rank, FLAG_WINDOWS) == [1]
+
+
+@pytest.mark.slow
+def test_under_ddp_every_rank_records_its_wait_for_the_all_reduces(ddp_slow_rank):
+    """Each rank waited in DDP's all-reduces; the fast ones longer than the slow rank 1.
+    (A healthy DDP job flagging nothing: ``test_users_jobs``, through the report.)"""
+    waits = np.nanmedian(ddp_slow_rank.collective_s, axis=1)
+    assert (waits > 0).all()
+    assert waits[ddp_slow_rank.ranks.index(1)] < min(np.delete(waits, ddp_slow_rank.ranks.index(1)))
+
+
+@pytest.mark.slow
+def test_ddp_step_times_have_a_median_and_p95_per_window(ddp_slow_rank):
+    """Each rank's windows carry its step time median and p95 (p95 at least the median)."""
+    has = ddp_slow_rank.steps > 0
+    p50, p95 = ddp_slow_rank.step_p50[has], ddp_slow_rank.step_p95[has]
+    assert np.isfinite(p50).all() and (p95 >= p50).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("version", ["fsdp1", "fsdp2"])
+def test_under_fsdp_the_slow_rank_is_the_only_straggler(tmp_path, version):
+    """FullyShardedDataParallel and fully_shard, rank 1's layers 2x slower: rank 1 alone is
+    flagged, from FSDP's own all-gathers and reduce-scatters."""
+    logdir = tmp_path / "logs"
+    command = tb_monitor_run(
+        "--logdir",
+        str(logdir),
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        "--max-restarts=0",
+        str(SHARDED_SCRIPT),
+        version,
+        "120",
+    )
+    _run(logdir, command, agents=1, SLOW_RANK="1", SLOW_FACTOR="2")
+    grid = RankGrid.from_logdir(logdir, window_s=WINDOW_S)
+    assert [s.rank for s in grid.stragglers()] == [1]
+
+
+class _StandInEvent:
+    """A timing CUDA event as the device path uses it, on CPU: done at once, 3 ms apart;
+    remembers the threads that queried it."""
+
+    queried_on: set = set()
+
+    def record(self) -> None:
+        return None
+
+    def query(self) -> bool:
+        _StandInEvent.queried_on.add(threading.current_thread().name)
+        return True
+
+    def elapsed_time(self, end: _StandInEvent) -> float:
+        return 3.0
+
+
+def test_on_cuda_the_wait_is_read_from_events_off_the_training_thread(torch, group):
+    """With device timing (``TB_MONITOR_NCCL_TIMING=1``) a CUDA model's wait is the time
+    between two events, read by the poller thread: the training thread never queries one."""
+    from tb_monitor.integrations._device_works import DeviceWorks
+
+    waits: list[float] = []
+    works = DeviceWorks(
+        lambda _seq, seconds: waits.extend(seconds),
+        time.perf_counter,
+        on_device=lambda: True,
+        thread_setup=lambda: True,
+    )
+    timer = GradWait(
+        lambda seconds: None,
+        device_works=works,
+        on_cuda=lambda param: True,  # stands in for a model on a GPU
+        cuda_event=_StandInEvent,
+        capturing=lambda: False,
+    ).install()
+    try:
+        _StandInEvent.queried_on.clear()
+        _train(torch, _ddp(torch), 3)
+        queried_while_training = set(_StandInEvent.queried_on)
+        works.poll()  # what the poller has not handed over yet, however slow the machine
+    finally:
+        timer.close()
+    assert waits == [0.003] * 3
+    assert threading.current_thread().name not in queried_while_training
+
+
+def test_no_event_is_recorded_into_a_cuda_graph_capture(torch, group):
+    """While the stream captures a graph, the device path records nothing."""
+    from tb_monitor.integrations._device_works import DeviceWorks
+
+    recorded = []
+
+    class Event(_StandInEvent):
+        def record(self) -> None:
+            recorded.append(self)
+
+    works = DeviceWorks(lambda _seq, seconds: None, time.perf_counter, on_device=lambda: True)
+    timer = GradWait(
+        lambda seconds: None,
+        device_works=works,
+        on_cuda=lambda param: True,
+        cuda_event=Event,
+        capturing=lambda: True,
+    ).install()
+    try:
+        _train(torch, _ddp(torch), 2)
+    finally:
+        timer.close()
+    assert recorded == []
