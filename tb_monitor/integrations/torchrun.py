@@ -19,6 +19,8 @@ import contextlib
 import logging
 import os
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 import uuid
@@ -26,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tb_monitor import contract
-from tb_monitor.integrations import bootstrap
+from tb_monitor.integrations import bootstrap, rank_watch
 from tb_monitor.integrations.torch import install
 from tb_monitor.logdir import fs
 from tb_monitor.sinks import prometheus
@@ -49,6 +51,8 @@ DEFAULT_DESTINATION = "tensorboard"
 BOOTSTRAP = "tb_monitor.integrations.bootstrap"
 
 _log = logging.getLogger("tb_monitor")
+#: torchelastic's names for its agent's records of the run (``torchelastic.worker.status.FAILED``).
+_AGENT_EVENT_PREFIX = "torchelastic.worker.status."
 
 
 @contextlib.contextmanager
@@ -177,6 +181,9 @@ class AgentCapture:
         self._sinks: list[Any] = []
         self._bridge: Any = None
         self._undo_attempts: Callable[[], None] | None = None
+        self._config: Any = None
+        self._hostname: str | None = None
+        self._undo_watch: Callable[[], None] | None = None  # what the agent sees of its workers
         self._shared_dir: str | None = None
         if prometheus_port is not None:
             self._shared_dir = tempfile.mkdtemp(prefix="tb-monitor-prometheus-")
@@ -186,6 +193,8 @@ class AgentCapture:
     def start(self, config: Any) -> None:
         if not config.run_id:  # what launch_agent would do next, done first so we know the id
             config.run_id = str(uuid.uuid4().int)
+        self._config = config
+        self._hostname = socket.getfqdn(socket.gethostname())  # as torchelastic names it
         run_dir = fs.join(self._logdir, contract.agent_run_name(config.run_id))
         self._sinks.append(TensorboardSink(run_dir))
         if self._prometheus_port is not None:
@@ -197,9 +206,41 @@ class AgentCapture:
             destinations=(DEFAULT_DESTINATION, self._destination, "dynamic_rendezvous"),
         )
         self._undo_attempts = record_every_attempt()
+        self._undo_watch = rank_watch.install(DEFAULT_DESTINATION)
+
+    def terminated(self, signum: int, exit_code: int) -> None:
+        """Record the agent's verdict on a run that a signal to it ended (a scheduler's
+        preemption, Ctrl-C): TERMINATED, with the signal and the exit code torchrun ends with.
+
+        torchelastic records such a run as FAILED, as it would a crash; ``tb-monitor report``
+        reads this record as the run's end instead (``analysis.jobs``, ``analysis.health``).
+        """
+        from torch.distributed.elastic.events import Event, EventSource, record
+
+        name = signal.Signals(signum).name
+        metadata = {
+            "run_id": getattr(self._config, "run_id", None),
+            "role": getattr(self._config, "role", None),
+            "hostname": self._hostname,
+            "state": "TERMINATED",
+            "signal": name,
+            "exit_code": exit_code,
+            "raw_error": f"the agent received {name}",
+            "recorded_by": "tb_monitor",
+        }
+        event = Event(
+            f"{_AGENT_EVENT_PREFIX}TERMINATED", source=EventSource.AGENT, metadata=metadata
+        )
+        try:
+            record(event, self._destination)
+        except Exception:  # the signal must end torchrun as it would have, whatever happens here
+            _log.warning("tb_monitor could not record the agent's TERMINATED", exc_info=True)
 
     def close(self) -> None:
         """Uninstall and flush: torch's last events (agent SUCCEEDED/FAILED) are already queued."""
+        if self._undo_watch is not None:
+            self._undo_watch()
+            self._undo_watch = None
         if self._undo_attempts is not None:
             self._undo_attempts()
             self._undo_attempts = None

@@ -1,0 +1,374 @@
+"""What a torchelastic agent sees of its workers' processes: the watcher ``tb-monitor run`` adds.
+
+A rank stopped with SIGSTOP, stuck in the kernel or holding the GIL in native code sends no
+heartbeat: its own records cannot say why. Its agent can. Every ``interval_s`` a daemon thread
+reads each worker's ``/proc/PID/stat`` state and the age of its pulse (``integrations.stacks``:
+the worker touches its pulse file while its Python threads run) and makes of it one view:
+
+- ``stopped`` (state T or t: SIGSTOP, a debugger): it cannot dump its stacks until continued;
+- ``uninterruptible sleep`` (state D: in the kernel, I/O or a driver);
+- ``alive but silent`` (running or sleeping, but no pulse for ``silent_after_s``);
+- responding (anything else): not recorded unless it ends a silent view.
+
+A view seen twice in a row that differs from the last recorded one is recorded in the agent's
+run as a timeline record (``contract.RANK_SEEN``, source WORKER, the rank's lane): changes only,
+never a sample a second. A worker that turns silent is asked once for its stacks (the stacks
+signal), and whatever a worker's file gains is recorded (``contract.RANK_STACKS``): when it
+answers, when a stopped one is continued, and before the agent stops its workers, when every
+worker still alive and not stopped is asked and waited for at most ``STOP_WAIT_S``.
+
+A signal must never end a worker. Only a worker whose stacks file exists is signalled: a worker
+exiting normally removes it, and its pulse file, before its handler goes (``stacks``); one
+without a pulse file is never silent, and silence takes at least two looks' intervals. A worker
+once seen gone is forgotten (its pid may be reused), and when torchelastic stops its workers
+after they succeeded none is asked.
+
+``install(destination)`` wires it into torch's ``LocalElasticAgent``, looking every
+``$TB_MONITOR_HEARTBEAT_S`` (5 s) and calling a worker silent after three looks without a pulse
+(at least ``$TB_MONITOR_SILENT_AFTER_S``, 5 s); ``RankWatch`` is the part that needs no torch.
+Linux only: where there is no ``/proc`` nothing is recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tb_monitor import _env, contract
+from tb_monitor.elastic.events.api import Event, EventSource
+from tb_monitor.integrations.stacks import exited_path, pulse_path, stack_signal, stacks_path
+
+__all__ = [
+    "SILENT",
+    "STOP_WAIT_S",
+    "STOPPED",
+    "UNINTERRUPTIBLE",
+    "RankWatch",
+    "Worker",
+    "install",
+    "process_state",
+    "view_of",
+]
+
+STOPPED = "stopped"
+UNINTERRUPTIBLE = "uninterruptible sleep"
+SILENT = "alive but silent"
+#: Before stopping its workers, the agent waits at most this long for their stacks.
+STOP_WAIT_S = 0.5
+#: A dump longer than this is cut (a timeline record is kept whole in memory by readers).
+MAX_STACKS_CHARS = 64_000
+_POLL_S = 0.01
+_log = logging.getLogger("tb_monitor")
+_MESSAGES = {
+    STOPPED: "its process is stopped (state {state}: SIGSTOP or a debugger); it cannot dump "
+    "its stacks until it is continued",
+    UNINTERRUPTIBLE: "its process is in uninterruptible sleep (state D: in the kernel, I/O or "
+    "a driver); it dumps its stacks once it leaves it",
+    SILENT: "its process is alive (state {state}) but silent: no pulse for {age:.0f} s (native "
+    "code holding the GIL, or a deadlock)",
+    "": "its process is responding again (state {state})",
+}
+
+
+def process_state(pid: int, proc: str = "/proc") -> str | None:
+    """The one-letter state ``/proc/PID/stat`` gives (R, S, D, T, t, Z, ...); None once gone."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as stat:
+            text = stat.read()
+    except OSError:
+        return None
+    # The command name (in parentheses) may hold spaces and parentheses: the state follows
+    # the last ")".
+    state = text[text.rfind(b")") + 2 : text.rfind(b")") + 3].decode("ascii", "replace")
+    return state or None
+
+
+def view_of(state: str | None, pulse_age_s: float | None, silent_after_s: float) -> str | None:
+    """What the agent makes of a worker: STOPPED, UNINTERRUPTIBLE, SILENT, ``""`` (responding),
+    or None when the process has ended (its agent's own records say how)."""
+    if state in (None, "Z", "X", "x"):
+        return None
+    if state in ("T", "t"):
+        return STOPPED
+    if state == "D":
+        return UNINTERRUPTIBLE
+    if pulse_age_s is not None and pulse_age_s > silent_after_s:
+        return SILENT
+    return ""
+
+
+@dataclass
+class Worker:
+    """One watched worker process, and what the watcher last made of it."""
+
+    pid: int
+    rank: int
+    local_rank: int
+    restart_count: int = 0
+    recorded: str = ""  # the view last recorded ("": responding)
+    candidate: str | None = None  # a view seen once, recorded when seen again
+    state: str | None = None
+    asked: bool = False  # sent the stacks signal, its dump not yet recorded
+    offset: int = 0  # the stacks file's bytes already recorded
+    size_seen: int = 0  # its size at the last look: a dump is recorded once it stopped growing
+    gone: bool = False  # seen ended: its pid may belong to another process now
+
+
+class RankWatch:
+    """Watches the workers ``watch`` names; records through ``record`` (a torchelastic Event)."""
+
+    def __init__(
+        self,
+        record: Callable[[Event], Any],
+        directory: str,
+        *,
+        signum: int | None,
+        interval_s: float,
+        silent_after_s: float,
+        run_id: str = "",
+        role: str = "default",
+        proc: str = "/proc",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.directory = directory
+        self._record, self._signum, self._clock, self._proc = record, signum, clock, proc
+        # A pulse late by a look or two is a busy worker, not a silent one.
+        self.interval_s, self.silent_after_s = interval_s, max(silent_after_s, 2 * interval_s)
+        self._base = {
+            "run_id": run_id,
+            "role": role,
+            "hostname": socket.getfqdn(socket.gethostname()),
+        }
+        self._workers: list[Worker] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, workers: Iterable[Worker], run_id: str | None = None) -> None:
+        """Watch these workers from now on (a new attempt's), in place of the previous ones."""
+        with self._lock:
+            self._workers = list(workers)
+            if run_id:
+                self._base["run_id"] = run_id
+
+    def look(self) -> None:
+        """One look at every worker: record a changed view, ask a silent one for its stacks,
+        record the stacks a worker wrote."""
+        with self._lock:
+            now = self._clock()
+            for worker in self._workers:
+                self._look_at(worker, now)
+
+    def stacks_before_stop(self, wait_s: float = STOP_WAIT_S) -> None:
+        """Ask every worker alive and not stopped for its stacks; record what they write
+        within ``wait_s`` (the agent is about to stop them: nothing could dump after)."""
+        with self._lock:
+            alive = [(w, process_state(w.pid, self._proc)) for w in self._workers if not w.gone]
+            asked = [
+                w for w, state in alive if view_of(state, None, 0.0) == "" and self._ask(w, state)
+            ]
+            deadline = time.monotonic() + wait_s
+            while asked and time.monotonic() < deadline:
+                time.sleep(_POLL_S)
+                asked = [
+                    w for w in asked if not self._take_stacks(w, "before the agent stopped it")
+                ]
+
+    def start(self) -> RankWatch:
+        self._thread = threading.Thread(target=self._run, name="tb_monitor-rank-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.look()
+            except Exception:  # never let watching break the agent; say it once
+                _log.warning("tb_monitor: the rank watcher stopped", exc_info=True)
+                return
+
+    def _look_at(self, worker: Worker, now: float) -> None:
+        reason = "after it went silent" if worker.asked else "on request"
+        if worker.gone:  # only what it dumped before it ended; its pid may be another's now
+            self._take_stacks(worker, reason)
+            return
+        worker.state = process_state(worker.pid, self._proc)
+        worker.gone = worker.state is None
+        try:
+            pulse_age = now - os.stat(pulse_path(self.directory, worker.pid)).st_mtime
+        except OSError:  # not installed (yet): its silence cannot be told
+            pulse_age = None
+        view = view_of(worker.state, pulse_age, self.silent_after_s)
+        if view is not None and view != worker.recorded:
+            if view == worker.candidate:
+                self._seen(worker, view, pulse_age or 0.0)
+            worker.candidate = view
+        else:
+            worker.candidate = None
+        self._take_stacks(worker, reason)
+
+    def _seen(self, worker: Worker, view: str, pulse_age: float) -> None:
+        worker.recorded, worker.candidate = view, None
+        message = _MESSAGES[view].format(state=worker.state, age=pulse_age)
+        state = "SILENT" if view else "RESPONDING"
+        self._emit(worker, contract.RANK_SEEN, state, seen=view or "responding", message=message)
+        if view and not worker.asked:  # once a spell: asked again after its stacks came
+            worker.asked = self._ask(worker, worker.state)
+
+    def _ask(self, worker: Worker, state: str | None) -> bool:
+        """Send the stacks signal where the worker registered for it; whether it was sent. A
+        stopped process takes it once continued, one in the kernel once it leaves."""
+        if self._signum is None or view_of(state, None, 0.0) is None:
+            return False
+        if not os.path.exists(stacks_path(self.directory, worker.pid)):
+            return False  # no handler yet, or withdrawn at exit: it would not answer
+        try:
+            os.kill(worker.pid, self._signum)
+        except OSError:
+            return False
+        return True
+
+    def _take_stacks(self, worker: Worker, reason: str) -> bool:
+        """Record what the worker's stacks file gained once it stopped growing; whether it did."""
+        path = stacks_path(self.directory, worker.pid)
+        try:
+            size = os.path.getsize(path)
+        except OSError:  # withdrawn at exit: a dump it held was moved aside
+            path = exited_path(self.directory, worker.pid)
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                return False
+        if size <= worker.offset or size != worker.size_seen:
+            worker.size_seen = size
+            return False
+        with open(path, "rb") as dumps:
+            dumps.seek(worker.offset)
+            text = dumps.read(size - worker.offset).decode("utf-8", "replace")
+        worker.offset, worker.asked = size, False
+        if len(text) > MAX_STACKS_CHARS:
+            text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
+        self._emit(
+            worker,
+            contract.RANK_STACKS,
+            "STACKS",
+            stacks=text,
+            seen=worker.recorded or "responding",
+            message=f"every thread's Python stack, dumped {reason}",
+        )
+        return True
+
+    def _emit(self, worker: Worker, name: str, state: str, **fields: Any) -> None:
+        metadata = {
+            **self._base,
+            "global_rank": worker.rank,
+            "local_rank": worker.local_rank,
+            "restart_count": worker.restart_count,
+            "pid": worker.pid,
+            "process_state": worker.state,
+            "state": state,
+            **fields,
+        }
+        event = Event(name, EventSource.WORKER, int(self._clock() * 1000), metadata)
+        self._record(event)
+
+
+def install(destination: str) -> Callable[[], None]:
+    """Watch the workers of torch's ``LocalElasticAgent`` in this process, recording to the
+    torchelastic events ``destination``; return the undo.
+
+    Exports ``$TB_MONITOR_STACKS_DIR`` (a fresh temporary directory) for the workers to come;
+    learns each attempt's workers from ``_start_workers`` and asks for their stacks in
+    ``_shutdown``, before torch stops them (``_hook_agent``).
+    """
+    from torch.distributed.elastic import events
+
+    try:
+        signum = stack_signal()
+    except ValueError as exc:
+        _log.warning("tb_monitor: the workers' stacks cannot be asked for: %s", exc)
+        signum = None
+    directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
+    os.environ[contract.STACKS_DIR_ENV] = directory
+    interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
+    watch = RankWatch(
+        lambda event: events.record(event, destination),
+        directory,
+        signum=signum,
+        interval_s=interval,
+        silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
+    ).start()
+    unhook = _hook_agent(watch)
+
+    def undo() -> None:
+        watch.close()
+        unhook()
+        if os.environ.get(contract.STACKS_DIR_ENV) == directory:
+            del os.environ[contract.STACKS_DIR_ENV]
+        shutil.rmtree(directory, ignore_errors=True)
+
+    return undo
+
+
+def _hook_agent(watch: RankWatch) -> Callable[[], None]:
+    """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``) and
+    ``_shutdown`` (their stacks first); return the undo. torch offers no hook for either."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    start, shutdown = LocalElasticAgent._start_workers, LocalElasticAgent._shutdown
+
+    def _start_workers(self: Any, worker_group: Any) -> Any:
+        pids = start(self, worker_group)
+        try:
+            spec = worker_group.spec
+            restarts = spec.max_restarts - getattr(self, "_remaining_restarts", spec.max_restarts)
+            watch.watch(
+                (
+                    Worker(pids[w.local_rank], w.global_rank, w.local_rank, restarts)
+                    for w in worker_group.workers
+                    if w.local_rank in pids
+                ),
+                run_id=spec.rdzv_handler.get_run_id(),
+            )
+        except Exception:  # never let watching change how torchelastic runs
+            _log.warning("tb_monitor: the rank watcher cannot watch these workers", exc_info=True)
+        return pids
+
+    def _shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            if _succeeded(self):  # they all exited 0: nothing to ask, and none to signal
+                watch.watch(())
+            else:
+                watch.stacks_before_stop()
+        except Exception:
+            _log.warning("tb_monitor: could not take the workers' stacks", exc_info=True)
+        return shutdown(self, *args, **kwargs)
+
+    LocalElasticAgent._start_workers = _start_workers
+    LocalElasticAgent._shutdown = _shutdown
+
+    def undo() -> None:
+        if LocalElasticAgent.__dict__.get("_start_workers") is _start_workers:
+            LocalElasticAgent._start_workers = start
+        if LocalElasticAgent.__dict__.get("_shutdown") is _shutdown:
+            LocalElasticAgent._shutdown = shutdown
+
+    return undo
+
+
+def _succeeded(agent: Any) -> bool:
+    """Whether the agent's workers all exited 0 (torchelastic's ``WorkerState.SUCCEEDED``):
+    its ``run`` calls ``_shutdown`` after success too."""
+    group = getattr(agent, "_worker_group", None)
+    return getattr(getattr(group, "state", None), "name", None) == "SUCCEEDED"

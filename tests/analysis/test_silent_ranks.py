@@ -1,0 +1,90 @@
+"""The stall rule for a silent rank, and the agent's views read back from timeline records."""
+
+from __future__ import annotations
+
+from tb_monitor import contract
+from tb_monitor.analysis.agent_views import agent_views, silent_runs
+from tb_monitor.analysis.scoring import stalled_ranks
+
+T = 1_800_000_000.0
+
+
+def _beat(wall: float, since_step: float) -> dict:
+    return {"wall_time": wall, "since_step_s": since_step, "entered": 0, "left": 0}
+
+
+def test_a_rank_whose_beats_stopped_while_others_wait_is_silent_and_waited_for():
+    """Rank 3's beats stopped 10 s ago; the others beat on without a step: it is waited for."""
+    beats = {r: _beat(T, 10.0) for r in range(3)} | {3: _beat(T - 10.0, 0.1)}
+    rows = stalled_ranks(beats, {}, floor_s=30.0, silent_after_s=3.5)
+    assert [(r["rank"], r["silent"], r["waited_for"]) for r in rows] == [(3, True, True)]
+
+
+def test_a_rank_quiet_while_others_step_is_not_stalled():
+    """Rank 3's beats stopped but the others still step (it ended, or the job went on without
+    its node): not silent, not stalled."""
+    beats = {r: _beat(T, 0.05) for r in range(3)} | {3: _beat(T - 10.0, 0.1)}
+    assert stalled_ranks(beats, {}, floor_s=30.0, silent_after_s=3.5) == []
+
+
+def test_a_rank_its_agent_sees_silent_while_others_step_is_not_waited_for():
+    """Its agent saw rank 3 stopped, but the others step on: stalled and silent, not waited for."""
+    beats = {r: _beat(T, 0.05) for r in range(3)} | {3: _beat(T - 10.0, 0.1)}
+    rows = stalled_ranks(beats, {}, floor_s=30.0, silent_after_s=3.5, seen_silent={3})
+    assert [(r["rank"], r["silent"], r["waited_for"]) for r in rows] == [(3, True, False)]
+
+
+def test_a_rank_its_agent_sees_silent_is_named_before_its_beats_lag():
+    """The agent saw rank 3 stopped: silent at once, though its beats lag by one window only."""
+    beats = {r: _beat(T, 4.0) for r in range(3)} | {3: _beat(T - 1.0, 0.1)}
+    rows = stalled_ranks(beats, {}, floor_s=30.0, silent_after_s=3.5, seen_silent={3})
+    assert [(r["rank"], r["waited_for"]) for r in rows] == [(3, True)]
+
+
+def test_no_rank_is_silent_when_all_beat():
+    """Ranks beating together are never silent, whatever their lag within the threshold."""
+    beats = {r: _beat(T - (r % 2), 0.05) for r in range(4)}
+    assert stalled_ranks(beats, {}, floor_s=30.0, silent_after_s=3.5) == []
+
+
+def _row(name: str, state: str, wall: float, **meta) -> dict:
+    return {
+        "run": "job/agent-a-1",
+        "kind": contract.WORKER,
+        "name": name,
+        "state": state,
+        "rank": 3,
+        "pid": 42,
+        "hostname": "a",
+        "wall_time": wall,
+        "message": meta.pop("message", ""),
+        "metadata": meta,
+    }
+
+
+def test_agent_views_keep_the_newest_view_and_the_stacks_since():
+    """The newest SILENT view wins; stacks from before it are dropped, those after it kept."""
+    rows = [
+        _row(contract.RANK_STACKS, "STACKS", T, stacks="old"),
+        _row(contract.RANK_SEEN, "SILENT", T + 1, seen="stopped", process_state="T"),
+    ]
+    view = agent_views(rows)[("job", 3)]
+    assert (view.seen, view.stacks, view.process_state) == ("stopped", None, "T")
+    assert view.stacks_note.startswith("stopped: no stacks")
+    rows.append(
+        _row(contract.RANK_STACKS, "STACKS", T + 2, stacks="new", message="x, dumped on request")
+    )
+    view = agent_views(rows)[("job", 3)]
+    assert (view.stacks, view.stacks_reason, view.stacks_note) == ("new", "dumped on request", None)
+
+
+def test_a_rank_responding_again_is_not_silent():
+    """RESPONDING ends the silent view: the rank's run is not among the silent ones."""
+    rows = [
+        _row(contract.RANK_SEEN, "SILENT", T, seen="alive but silent"),
+        _row(contract.RANK_SEEN, "RESPONDING", T + 1, seen="responding"),
+    ]
+    views = agent_views(rows)
+    assert views[("job", 3)].seen is None
+    assert silent_runs(["job/rank-3"], views) == set()
+    assert silent_runs(["job/rank-3"], agent_views(rows[:1])) == {"job/rank-3"}
