@@ -19,6 +19,8 @@ __all__ = [
     "EXTRA_COLORS",
     "SLOWNESS_COLORS",
     "STATES",
+    "STOPPED_AT_END",
+    "STOPPED_BY_RESTART",
     "Lane",
     "Span",
     "State",
@@ -53,6 +55,8 @@ STATES = (
     # A rank that went down because another rank failed (tb_monitor.analysis.restarts): its
     # agent terminated it, or it failed in a collective with the rank that was gone.
     State("STOPPED_BY_RESTART", "#b0a8b9"),
+    # The same in the job's last attempt: no restart followed, the group stopped with the job.
+    State("STOPPED_AT_END", "#c9b79c"),
     State("UNHEALTHY", "#fb8c00"),
     State("FAILED", "#e53935"),
 )
@@ -62,6 +66,9 @@ SLOWNESS_COLORS = ("#2166ac", "#f7f7f7", "#b2182b")
 #: Colours for states not listed above, picked by a stable hash of the name.
 EXTRA_COLORS = ("#00897b", "#c0ca33", "#6d4c41", "#d81b60", "#3949ab", "#7cb342")
 _COLORS = {state.name: state.color for state in STATES}
+#: The state of a rank that went down because another rank failed, where a restart followed
+#: (``tb_monitor.analysis.attempts``), and where the job ended instead.
+STOPPED_BY_RESTART, STOPPED_AT_END = "STOPPED_BY_RESTART", "STOPPED_AT_END"
 
 
 def state_color(name: str | None) -> str:

@@ -6,7 +6,9 @@ Shared by the notebooks, the plugin, the exports and the command line. One modul
   scores and stalls (``scoring``) every reader of rank health reads;
 - ``health``: ``job_report(logdir)``, the one ``JobReport`` of a job's health (attempts, root
   causes, ranks, stragglers, stalls, step times) that ``tb-monitor report`` and the notebook
-  render; its ``rank_report`` part reads the ranks' own records;
+  render (its text: ``report_text``); its ``rank_report`` part reads the ranks' own records;
+- ``jobs``: the jobs a logdir holds (torchelastic run id and start, so two jobs that share a run
+  id stay apart), and each job's own grid; ``step_times``: the ranks' step-time curves;
 - ``attempts``: every attempt of an elastic job and why it ended (plain Python), reading one
   rank's failure with ``root_cause``; ``restart_marks``: the timeline drawn with the ranks a
   restart stopped; ``sources``: what a logdir or a DataFrame holds;

@@ -1,9 +1,11 @@
 """Attempts: every attempt of an elastic job, how it ended and why, as plain Python objects.
 
-``attempts(rows)`` takes decoded timeline records (``tb_monitor.analysis.sources``) and gives
-one ``Attempt`` per job and rendezvous round: its ranks, its outcome, the rank whose failure
-brought the group down (``tb_monitor.analysis.root_cause``), the ranks that went down with it,
-the time lost until the next attempt and how the membership changed. No pandas: the Timeline
+``attempts(rows)`` takes decoded timeline records (``tb_monitor.analysis.sources``: jobs that
+share a run id told apart) and gives one ``Attempt`` per job and rendezvous round: its ranks,
+its outcome, the rank whose failure brought the group down (``tb_monitor.analysis.root_cause``:
+its earliest real failure), the ranks that went down with it (stopped by the restart, or when
+the job ended where none followed), the time lost until the next attempt and how the
+membership changed. No pandas: the Timeline
 plugin, ``tb-monitor report`` (through ``tb_monitor.analysis.health``) and the notebook all
 draw from it, so they always agree.
 """
@@ -18,12 +20,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tb_monitor import contract
-from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, cause_of
-from tb_monitor.timeline import Span, spans
+from tb_monitor.analysis.jobs import is_agent_run, job_of
+from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, root_cause
+from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span, spans
 
-__all__ = ["Attempt", "attempt_dict", "attempts", "finished_jobs", "restart_starts"]
+__all__ = [
+    "Attempt",
+    "Termination",
+    "attempt_dict",
+    "attempts",
+    "finished_jobs",
+    "restart_starts",
+    "terminations",
+]
 
 _JOINED = re.compile(r"\bhas joined round (\d+)\b")
+#: An agent's final records of the run (TERMINATED: ``tb-monitor run``'s, a signal stopped it).
+_VERDICTS = ("SUCCEEDED", "FAILED", "TERMINATED")
 _Key = tuple[str, int]  # (job, attempt)
 
 
@@ -40,17 +53,23 @@ class Attempt:
     failed_ranks: tuple[int, ...]
     root_cause: RootCause | None
     collateral_ranks: tuple[int, ...]
-    time_lost_s: float | None  # root cause -> next attempt's start, or -> the job's last record
+    time_lost_s: float | None  # root cause -> next attempt's start; None: no restart followed
     nodes: tuple[str, ...]
     nodes_joined: tuple[str, ...]
     nodes_left: tuple[str, ...]
     rendezvous_s: float
-    #: Per collateral rank, its records that ended the attempt (drawn as STOPPED_BY_RESTART).
+    #: Per collateral rank, its records that ended the attempt (drawn as ``collateral_state``).
     collateral_records: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, repr=False)
+    restarted: bool = False  # a later attempt of the job followed
 
     @property
     def duration_s(self) -> float:
         return self.end - self.start
+
+    @property
+    def collateral_state(self) -> str:
+        """How its collateral ranks are drawn: stopped by the restart, or when the job ended."""
+        return STOPPED_BY_RESTART if self.restarted else STOPPED_AT_END
 
 
 @dataclass(frozen=True)
@@ -58,7 +77,7 @@ class _Logdir:
     """What the whole logdir says that each attempt is read against."""
 
     starts: dict[_Key, float]  # each attempt's first worker start
-    job_end: dict[str, float]  # each job's last record
+    agent_last: dict[str, float]  # each agent run's newest record
     members: dict[_Key, set[str]]  # the nodes that joined each round
     rounds: list[Span]  # the rendezvous rounds, as intervals
 
@@ -106,10 +125,6 @@ def _rank_endings(marks: list[Span]) -> dict[_Key, dict[int, RankEnding]]:
     return endings
 
 
-def _job_of(row: Mapping[str, Any]) -> str:
-    return str(row.get("run_id") or str(row["run"]).split("/", 1)[0])
-
-
 def _round_members(rows: Iterable[Mapping[str, Any]]) -> dict[_Key, set[str]]:
     """Per (job, round): the nodes (agents) that joined it."""
     members: dict[_Key, set[str]] = defaultdict(set)
@@ -119,17 +134,17 @@ def _round_members(rows: Iterable[Mapping[str, Any]]) -> dict[_Key, set[str]]:
         found = _JOINED.search(row.get("message") or "")
         if found:
             node = f"{row.get('hostname')} (pid {row.get('pid')})"
-            members[(_job_of(row), int(found.group(1)))].add(node)
+            members[(job_of(row), int(found.group(1)))].add(node)
     return members
 
 
 def _read_logdir(rows: list[Mapping[str, Any]], marks: list[Span]) -> _Logdir:
-    job_end: dict[str, float] = {}
-    for span in marks:
-        last = span.end if span.end is not None else span.begin
-        job_end[span.lane.group] = max(job_end.get(span.lane.group, -math.inf), last)
     rounds = [s for s in marks if s.lane.kind == contract.RENDEZVOUS and s.end is not None]
-    return _Logdir(_attempt_starts(marks), job_end, _round_members(rows), rounds)
+    agent_last: dict[str, float] = {}
+    for row in rows:
+        if is_agent_run(row["run"]):
+            agent_last[row["run"]] = max(agent_last.get(row["run"], -math.inf), row["wall_time"])
+    return _Logdir(_attempt_starts(marks), agent_last, _round_members(rows), rounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,14 +159,12 @@ def _rendezvous_s(logdir: _Logdir, job: str, since: float, start: float) -> floa
 
 
 def _fault(
-    started: list[int], by_rank: Mapping[int, RankEnding]
+    logdir: _Logdir, started: list[int], by_rank: Mapping[int, RankEnding]
 ) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]]]:
     """The root cause, the collateral ranks and their records that ended the attempt."""
-    failed = sorted(rank for rank, ending in by_rank.items() if ending.failed)
-    causes = sorted((cause_of(rank, by_rank[rank]) for rank in failed), key=lambda c: c[0])
-    if not causes:
+    root = root_cause(by_rank, logdir.agent_last)
+    if root is None:
         return None, [], []
-    root = causes[0][1]
     collateral: list[int] = []
     records: list[Mapping[str, Any]] = []
     for rank in started:
@@ -173,14 +186,19 @@ def _outcome(group: list[Span], root: RootCause | None) -> str:
     return "/".join(states) if states else "RESTARTED"
 
 
-def _time_lost(logdir: _Logdir, key: _Key, root: RootCause | None) -> float | None:
-    """From the root cause to the next attempt's start, or to the job's last record."""
-    if root is None:
-        return None
+def _next_start(logdir: _Logdir, key: _Key) -> float | None:
+    """When the job's next attempt started, None in its last."""
     job, number = key
     later = [t for (j, n), t in logdir.starts.items() if j == job and n > number]
-    until = min(later) if later else logdir.job_end.get(job, root.time)
-    return max(0.0, until - root.time)
+    return min(later) if later else None
+
+
+def _time_lost(root: RootCause | None, next_start: float | None) -> float | None:
+    """From the root cause to the next attempt's start; None when no restart followed (the
+    time after a job's last failure is not lost to a restart)."""
+    if root is None or next_start is None:
+        return None
+    return max(0.0, next_start - root.time)
 
 
 def _attempt(
@@ -193,7 +211,8 @@ def _attempt(
     job, number = key
     start = logdir.starts[key]
     started = sorted({int(s.lane.key[0]) for s in group if isinstance(s.lane.key[0], int)})
-    root, collateral, records = _fault(started, by_rank)
+    root, collateral, records = _fault(logdir, started, by_rank)
+    next_start = _next_start(logdir, key)
     end = max(span.end or span.begin for span in group)
     since, old = previous
     nodes = logdir.members.get(key) or {str(e.host) for e in by_rank.values() if e.host}
@@ -207,12 +226,13 @@ def _attempt(
         failed_ranks=tuple(sorted(rank for rank, e in by_rank.items() if e.failed)),
         root_cause=root,
         collateral_ranks=tuple(collateral),
-        time_lost_s=_time_lost(logdir, key, root),
+        time_lost_s=_time_lost(root, next_start),
         nodes=tuple(sorted(nodes)),
         nodes_joined=tuple(sorted(nodes - old)) if old is not None else (),
         nodes_left=tuple(sorted(old - nodes)) if old is not None else (),
         rendezvous_s=_rendezvous_s(logdir, job, since, start),
         collateral_records=tuple(records),
+        restarted=next_start is not None,
     )
 
 
@@ -240,32 +260,70 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
     return out
 
 
+@dataclass(frozen=True)
+class Termination:
+    """A signal to a job's agent ended the job (a scheduler's preemption, Ctrl-C): the verdict
+    ``tb-monitor run``'s agent records (``torchelastic.worker.status.TERMINATED``, source
+    AGENT), where torchelastic records FAILED as for a crash."""
+
+    signal: str | None  # "SIGTERM"
+    exit_code: int | None  # torchrun's
+    time: float
+
+
+def terminations(rows: Iterable[Mapping[str, Any]]) -> dict[str, Termination]:
+    """Per job a signal ended: its first agent's TERMINATED verdict."""
+    found: dict[str, Termination] = {}
+    for row in sorted(rows, key=lambda r: r["wall_time"]):
+        name = str(row.get("name") or "")
+        if name != f"{AGENT_PREFIX}TERMINATED" or row.get("source") != "AGENT":
+            continue
+        metadata = row.get("metadata") or {}
+        code = metadata.get("exit_code")
+        found.setdefault(
+            job_of(row),
+            Termination(
+                metadata.get("signal"), code if isinstance(code, int) else None, row["wall_time"]
+            ),
+        )
+    return found
+
+
 def finished_jobs(
     rows: Iterable[Mapping[str, Any]], found: list[Attempt] | None = None
 ) -> dict[str, bool]:
     """Per job: whether every agent of it recorded its final verdict (the job is over).
 
     torchelastic's agent records ``torchelastic.worker.status.SUCCEEDED`` or ``FAILED`` with
-    source AGENT once, when it ends. A job whose records hold no agent is over when none of its
-    workers is still running. ``found``: ``attempts(rows)`` when the caller already has them.
+    source AGENT once, when it ends (``tb-monitor run``'s also ``TERMINATED``: a signal stopped
+    it). One FAILED or TERMINATED ends the job: that agent closes the rendezvous
+    and the others follow (or were lost, killed with their node, and record nothing). A job
+    whose records hold no agent is over when none of its workers is still running.
+    ``found``: ``attempts(rows)`` when the caller already has them.
     """
     agents: dict[str, set[str]] = defaultdict(set)
     done: dict[str, set[str]] = defaultdict(set)
+    failed: set[str] = set()
     jobs: set[str] = set()
     rows = list(rows)
     for row in rows:
         run = str(row["run"])
-        job = _job_of(row)
+        job = job_of(row)
         jobs.add(job)
-        if "/agent-" in f"/{run}" and row["kind"] in (contract.AGENT, contract.RENDEZVOUS):
+        if is_agent_run(run) and row["kind"] in (contract.AGENT, contract.RENDEZVOUS):
             agents[job].add(run)
             name = str(row.get("name") or "")
-            final = name in (f"{AGENT_PREFIX}SUCCEEDED", f"{AGENT_PREFIX}FAILED")
+            final = name in (f"{AGENT_PREFIX}{state}" for state in _VERDICTS)
             if final and row.get("source") == "AGENT":
                 done[job].add(run)
+                if name.endswith(("FAILED", "TERMINATED")):  # one agent's end ends the job
+                    failed.add(job)
     found = attempts(rows) if found is None else found
     running = {a.job for a in found if a.outcome == "RUNNING"}
-    return {job: (agents[job] <= done[job]) if agents[job] else job not in running for job in jobs}
+    return {
+        job: (job in failed or agents[job] <= done[job]) if agents[job] else job not in running
+        for job in jobs
+    }
 
 
 def _root_cause_dict(cause: RootCause, traceback: bool) -> dict[str, Any]:
@@ -301,6 +359,8 @@ def attempt_dict(attempt: Attempt, traceback: bool = True) -> dict[str, Any]:
         "failed_ranks": list(attempt.failed_ranks),
         "ranks": list(attempt.ranks),
         "time_lost_s": attempt.time_lost_s,
+        "restarted": attempt.restarted,
+        "collateral_state": attempt.collateral_state,
         "nodes": list(attempt.nodes),
         "nodes_joined": list(attempt.nodes_joined),
         "nodes_left": list(attempt.nodes_left),

@@ -4,8 +4,9 @@ terminal and the notebook read the same words.
 
 Readable in a CI log or over ssh, in the spirit of ``git status``: each job, its attempts with
 outcome and duration, each failed attempt's root cause (rank, host, the exception's last line or
-the signal that killed it), the ranks that went down with it, the time lost to restarts, the
-nodes that left or joined; then the ranks' stragglers and stalls, and a one-line verdict.
+the signal that killed it), the ranks that went down with it (stopped by the restart, or when
+the job ended), the time lost to restarts, the nodes that left or joined; then the ranks'
+stragglers and stalls (under each job where the logdir holds several), and a verdict.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
+from tb_monitor.analysis.restart_marks import STOPPED_WORDS
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD
 
 if TYPE_CHECKING:  # health imports this module to render itself
+    from tb_monitor.analysis.agent_views import AgentView
     from tb_monitor.analysis.attempts import Attempt
     from tb_monitor.analysis.grid import Score, Stall
     from tb_monitor.analysis.health import JobHealth, JobReport
@@ -31,6 +34,7 @@ _VERDICTS = {
     "failed": "FAILED: the last attempt failed (exit code 1)",
     "running": "running",
     "succeeded": "healthy: every job succeeded",
+    "terminated": "TERMINATED: a signal to its agent ended the job (a preemption; exit code 1)",
 }
 
 
@@ -83,9 +87,10 @@ def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
     if a.root_cause is not None:
         lines.extend(_render_cause(a.root_cause))
     if a.collateral_ranks:
-        lines.append(f"    went down with  {_ranks(a.collateral_ranks)} (stopped by restart)")
-    if a.time_lost_s is not None:
-        until = f"attempt {later.attempt} started" if later else "the job ended"
+        how = STOPPED_WORDS[a.collateral_state]
+        lines.append(f"    went down with  {_ranks(a.collateral_ranks)} ({how})")
+    if a.time_lost_s is not None and later is not None:
+        until = f"attempt {later.attempt} started"
         lines.append(f"    time lost       {_duration(a.time_lost_s)} (until {until})")
     if a.nodes_left:
         lines.append(f"    nodes left      {', '.join(a.nodes_left)}")
@@ -94,17 +99,19 @@ def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
     return lines
 
 
-def _render_job(job: JobHealth) -> list[str]:
+def _render_job(job: JobHealth, several: bool) -> list[str]:
     day = datetime.fromtimestamp(job.attempts[0].start, tz=timezone.utc).strftime("%Y-%m-%d")
     state = "finished" if job.finished else "still running"
+    lost = f" · {_duration(job.time_lost_s)} lost to restarts" if job.restarts else ""
     lines = [
         "",
         f"job {job.job}: {job.status} · {_plural(len(job.attempts), 'attempt')}, "
-        f"{_plural(job.restarts, 'restart')} · {_duration(job.time_lost_s)} lost to "
-        f"restarts · {state} (times UTC, {day})",
+        f"{_plural(job.restarts, 'restart')}{lost} · {state} (times UTC, {day})",
     ]
     for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
         lines.extend(_render_attempt(a, later))
+    if several and job.ranks is not None:  # each job's ranks under it, scored on their own
+        lines.extend(_render_ranks(job.ranks, job.stalled))
     return lines
 
 
@@ -113,8 +120,11 @@ def _score(s: Score) -> str:
     return f"rank {s.rank} {relative}"
 
 
-def _render_stall(stall: Stall, label: str) -> str:
-    if stall.waited_for:
+def _render_stall(stall: Stall, label: str, view: AgentView | None = None) -> str:
+    if stall.silent:
+        what = "silent: no heartbeat while the others' went on"
+        what += ", the others wait for it" if stall.waited_for else ""
+    elif stall.waited_for:
         what = "the others wait for it: it has not entered their collective"
     elif stall.in_collective:
         what = "waiting inside a collective"
@@ -124,7 +134,27 @@ def _render_stall(stall: Stall, label: str) -> str:
     return (
         f"  {label:<15} rank {stall.rank}: {what} · no step for {_duration(stall.since_step_s)}"
         f" · collectives entered {stall.entered}, left {stall.left}{recorder}"
-    )
+    ) + _render_view(view)
+
+
+_STACK_LINES = 40  # of a rank's stacks in the text; report --json holds them whole
+
+
+def _render_view(view: AgentView | None) -> str:
+    """What the rank's agent saw of its process, and its stacks, indented under its stall."""
+    if view is None:
+        return ""
+    seen = view.seen or "responding"
+    lines = [f"{'':18}its agent sees: {seen} (process state {view.process_state}, pid {view.pid})"]
+    if view.stacks is None:
+        lines.append(f"{'':18}stacks: {view.stacks_note}")
+    else:
+        stack = view.stacks.rstrip().splitlines()
+        lines.append(f"{'':18}stacks ({view.stacks_reason}):")
+        lines.extend(f"{'':20}{line}" for line in stack[:_STACK_LINES])
+        if len(stack) > _STACK_LINES:
+            lines.append(f"{'':20}... {len(stack) - _STACK_LINES} more lines in report --json")
+    return "\n" + "\n".join(lines)
 
 
 def _render_ranks(ranks: RankHealth, stalled: bool) -> list[str]:
@@ -143,16 +173,25 @@ def _render_ranks(ranks: RankHealth, stalled: bool) -> list[str]:
     if ranks.slowest:
         lines.append(f"  slowest         {', '.join(_score(s) for s in ranks.slowest)}")
     label = "STALLED" if stalled else "stalled"
-    lines.extend(_render_stall(s, label) for s in ranks.stalls)
+    lines.extend(_render_stall(s, label, ranks.view_of(s)) for s in ranks.stalls)
     return lines
+
+
+def _stalled_line(job: str, ranks: RankHealth | None) -> str:
+    waited = ranks.waited_for if ranks else ()
+    who = f"{job} waits for {_ranks(waited)}" if waited else f"progress stopped in {job}"
+    return f"STALLED: {who} (exit code 1)"
 
 
 def _verdict(doc: JobReport) -> str:
     if doc.stalled:
-        waited = doc.ranks.waited_for if doc.ranks else ()
-        who = f"the job waits for {_ranks(waited)}" if waited else "progress stopped"
-        stall = f"STALLED: {who} (exit code 1)"
-        return stall if doc.status != "failed" else f"{stall}\n{_VERDICTS['failed']}"
+        if len(doc.jobs) > 1:
+            stalls = [_stalled_line(f"job {j.job}", j.ranks) for j in doc.jobs if j.stalled]
+        else:
+            stalls = [_stalled_line("the job", doc.ranks)]
+        if doc.status == "failed":
+            stalls.append(_VERDICTS["failed"])
+        return "\n".join(stalls)
     return _VERDICTS[doc.status]
 
 
@@ -162,8 +201,8 @@ def render(doc: JobReport) -> str:
     if not doc.jobs:
         lines.append("  no elastic job attempts recorded yet")
     for job in doc.jobs:
-        lines.extend(_render_job(job))
-    if doc.ranks is not None:
+        lines.extend(_render_job(job, len(doc.jobs) > 1))
+    if doc.ranks is not None and len(doc.jobs) <= 1:
         lines.extend(_render_ranks(doc.ranks, doc.stalled))
     lines.extend(["", _verdict(doc)])
     return "\n".join(lines) + "\n"

@@ -120,15 +120,18 @@ def restarts(source: Any) -> pandas.DataFrame:
       ``message`` (the exception message's last line), ``reason`` (one line for humans:
       "ValueError: ...", "killed by SIGKILL", "exited with code 3"), ``traceback``,
       ``failed_at`` (UTC timestamp), ``exit_code`` (Int64: the exit code its agent saw, negative
-      for a signal) and ``signal`` ("SIGKILL"). The root cause is the first rank to fail, where
-      a failure that reads as a lost peer (a collective's connection error, a timeout, or an end
-      by the signal agents stop workers with) counts only when no other failure is known: a rank
-      killed by SIGKILL records nothing itself, and its peers' connection errors are recorded
-      before its agent notices it is gone;
-    - ``time_lost_s``: from the root cause to the next attempt's first worker start, or to the
-      job's last record when no attempt followed (NaN without a root cause);
+      for a signal) and ``signal`` ("SIGKILL"). The root cause is the earliest real failure
+      (``tb_monitor.analysis.root_cause``): a rank whose node vanished, a failure that reads as
+      a lost peer (a collective's connection error, a timeout) and the agent's own shutdown of
+      the group (its stop signal, and the SIGKILL it sends a rank that ignored it after another
+      of its ranks failed) count only when no real failure is known: a rank killed by SIGKILL
+      records nothing itself, and its peers' connection errors are recorded before its agent
+      notices it is gone;
+    - ``time_lost_s``: from the root cause to the next attempt's first worker start (NaN without
+      a root cause, or when no restart followed);
     - ``collateral_ranks``: the other ranks of a failed attempt that did not succeed (failed
-      later, terminated by their agent, or cut short): drawn as ``STOPPED_BY_RESTART``;
+      later, terminated by their agent, or cut short): drawn as ``STOPPED_BY_RESTART``, or
+      ``STOPPED_AT_END`` in the job's last attempt;
     - ``failed_ranks`` (every rank with a FAILED record), ``ranks`` (every rank started);
     - ``nodes`` (the agents that joined this attempt's round, "host (pid N)"), ``nodes_joined``
       and ``nodes_left`` (against the previous attempt's round; empty for the first);

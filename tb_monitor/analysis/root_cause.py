@@ -3,21 +3,24 @@
 A rank that raised records its own FAILED (``tb_monitor.integrations.worker``: exception,
 message, traceback); its agent records FAILED too, with the exit code and, under ``@record``,
 torchelastic's error file. A rank killed by a signal records nothing itself. ``cause_of`` reads
-whichever is there and says whether the failure looks like a lost peer (a connection error, a
-timeout, or the signal agents stop workers with): such a failure is the root cause only when
-no other is known (``tb_monitor.analysis.attempts``).
+whichever is there; ``root_cause`` picks an attempt's: its earliest real failure. Not real, in
+this order of last resort: a rank whose node vanished (no end recorded, its agent silent since),
+a failure that reads as a lost peer (a connection error, a timeout), and the agent's own
+shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
+that ignored it once another rank of its own had failed): those ranks are collateral.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AGENT_PREFIX", "WORKER_PREFIX", "RankEnding", "RootCause", "cause_of"]
+__all__ = ["AGENT_PREFIX", "WORKER_PREFIX", "RankEnding", "RootCause", "cause_of", "root_cause"]
 
 WORKER_PREFIX = "tb_monitor.worker.status."  # a worker's own record (integrations.worker)
 AGENT_PREFIX = "torchelastic.worker.status."  # its agent's record of it
@@ -30,6 +33,8 @@ _PEER_LOST = re.compile(
 )
 #: Signals an agent stops its workers with: a rank ended by one went down with the group.
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
+#: Where a candidate stands, first wins: a real failure, a vanished node, a lost peer, a stop.
+_REAL, _VANISHED, _LOST_PEER, _STOPPED = range(4)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _EMPTY_ERROR = {"<NONE>", "<N/A>", ""}
 
@@ -47,7 +52,7 @@ class RootCause:
     exit_code: int | None = None  # the process's exit code where its agent (or it) recorded one
     signal: str | None = None  # "SIGKILL": the signal that ended it, where known
     host: str | None = None
-    source: str = "worker"  # "worker" (its own record), "error_file" (@record) or "agent"
+    source: str = "worker"  # "worker" (its own), "error_file" (@record), "agent" or "vanished"
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
 
 
@@ -60,6 +65,8 @@ class RankEnding:
     ends: list[Mapping[str, Any]] = field(default_factory=list)  # every record that ended it
     succeeded: bool = False
     host: str | None = None
+    agent: str | None = None  # its agent's run, from the agent's records of it
+    last_seen: float = -math.inf  # its newest record
 
     @property
     def failed(self) -> bool:
@@ -69,6 +76,9 @@ class RankEnding:
         """Take one of the rank's records of this attempt into account."""
         name, state = str(row.get("name") or ""), row.get("state")
         self.host = self.host or row.get("hostname")
+        self.last_seen = max(self.last_seen, float(row["wall_time"]))
+        if name.startswith(AGENT_PREFIX):
+            self.agent = self.agent or str(row["run"])
         if state == "FAILED" and name.startswith(WORKER_PREFIX):
             self.own_failed = self.own_failed or row
         elif state == "FAILED":
@@ -168,16 +178,12 @@ def _reason(
     return "failed"
 
 
-def cause_of(rank: int, ending: RankEnding) -> tuple[tuple[int, float], RootCause]:
-    """The rank's failure as a root cause, and its sort key: (looks like a lost peer, time)."""
+def cause_of(rank: int, ending: RankEnding) -> RootCause:
+    """The rank's failure as its own records and its agent's tell it."""
     exit_code = _exit_code(ending)
     sig = _signal_name(-exit_code) if exit_code is not None and exit_code < 0 else None
     exception, message, trace, source, when = _what_failed(ending)
-    if ending.own_failed is not None:  # it recorded its own failure: does it read as a peer gone?
-        lost_peer = bool(_PEER_LOST.search(f"{exception or ''}: {message or ''}"))
-    else:  # only its agent saw it end: stopped the way agents stop workers, or on its own
-        lost_peer = sig in _STOP_SIGNALS
-    cause = RootCause(
+    return RootCause(
         rank=rank,
         time=when,
         reason=_reason(exception, message, sig, exit_code),
@@ -190,4 +196,53 @@ def cause_of(rank: int, ending: RankEnding) -> tuple[tuple[int, float], RootCaus
         source=source,
         record=ending.own_failed if ending.own_failed is not None else ending.agent_failed,
     )
-    return (int(lost_peer), when), cause
+
+
+def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -> int:
+    """How real a failure is: its own exception, or what its agent saw (``_REAL`` ...)."""
+    if ending.own_failed is not None:
+        text = f"{cause.exception or ''}: {cause.message or ''}"
+        return _LOST_PEER if _PEER_LOST.search(text) else _REAL
+    if cause.signal in _STOP_SIGNALS:
+        return _STOPPED
+    # SIGKILL after another rank of the same agent failed on its own (not by a signal): the
+    # agent's escalation of the stop it began then.
+    escalated = any(
+        other.rank != cause.rank and other.signal is None and other.time <= cause.time
+        for other in by_agent
+    )
+    return _STOPPED if cause.signal == "SIGKILL" and escalated else _REAL
+
+
+def _vanished(rank: int, ending: RankEnding) -> RootCause:
+    """A rank with no end recorded whose agent went silent before the first failure."""
+    return RootCause(
+        rank=rank,
+        time=ending.last_seen,
+        reason="vanished with its node: no exit recorded, its agent went silent",
+        host=ending.host,
+        source="vanished",
+    )
+
+
+def root_cause(
+    by_rank: Mapping[int, RankEnding], agent_last: Mapping[str, float]
+) -> RootCause | None:
+    """The attempt's root cause: its earliest real failure (see the module docstring), or None
+    where no rank failed. ``agent_last``: per agent run, the time of its newest record."""
+    causes = {rank: cause_of(rank, e) for rank, e in by_rank.items() if e.failed}
+    if not causes:
+        return None
+    first = min(c.time for c in causes.values())
+    by_agent: dict[str | None, list[RootCause]] = {}
+    for rank, cause in causes.items():
+        by_agent.setdefault(by_rank[rank].agent, []).append(cause)
+    ranked = [
+        (_standing(cause, by_rank[rank], by_agent[by_rank[rank].agent]), cause.time, rank, cause)
+        for rank, cause in causes.items()
+    ]
+    for rank, ending in by_rank.items():
+        silent = ending.agent is not None and agent_last.get(ending.agent, -math.inf) < first
+        if not (ending.failed or ending.succeeded or ending.ends) and silent:
+            ranked.append((_VANISHED, ending.last_seen, rank, _vanished(rank, ending)))
+    return min(ranked, key=lambda c: c[:3])[3]

@@ -2,7 +2,9 @@
 
 Every analysis takes either, so a notebook can pass what ``tb_monitor.read_events`` returned
 and the command line a path; this module turns both into the same decoded timeline records
-(``readers.decode_timeline``'s dicts) and rejects anything else at the door, naming it.
+(``readers.decode_timeline``'s dicts), each in its own job (``tb_monitor.analysis.jobs``:
+two jobs that share a run id are told apart by their start), and rejects anything else at the
+door, naming it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tb_monitor import contract
+from tb_monitor.analysis.jobs import separate_jobs
 from tb_monitor.logdir import readers
 
 __all__ = ["check_source", "is_frame", "timeline_rows"]
@@ -45,15 +48,16 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def timeline_rows(source: Any, caller: str = "timeline_rows") -> list[dict[str, Any]]:
-    """Decoded timeline records of ``source``: a logdir (path or URL), or ``read_events``' frame.
+def timeline_rows(source: Any, caller: str = "timeline_rows") -> list[Mapping[str, Any]]:
+    """Decoded timeline records of ``source``: a logdir (path or URL), or ``read_events``' frame,
+    jobs that share a run id told apart (``jobs.separate_jobs``).
 
     Raises TypeError at once, naming the value, for anything else; a frame without the
     ``read_events`` columns is a ValueError naming the ones missing.
     """
     check_source(source, caller)
     if not is_frame(source):
-        return list(readers.decode_timeline(readers.iter_timeline(source)))
+        return separate_jobs(readers.decode_timeline(readers.iter_timeline(source)))
     missing = [c for c in ("run", "wall_time", "kind") if c not in source.columns]
     if missing:
         raise ValueError(
@@ -67,4 +71,4 @@ def timeline_rows(source: Any, caller: str = "timeline_rows") -> list[dict[str, 
         if not isinstance(row.get("metadata"), Mapping):
             row["metadata"] = {}
         rows.append(row)
-    return rows
+    return separate_jobs(rows)

@@ -1,4 +1,4 @@
-"""``tb-monitor report LOGDIR [--json] [--follow [--interval S]]``: why a job restarted, in a terminal.
+"""``tb-monitor report LOGDIR [--job JOB] [--json] [--follow [--interval S]]``: why a job restarted.
 
 A summary readable in a CI log or over ssh, in the spirit of ``git status``: each job in the logdir
 (local, or an ``s3://`` / ``gs://`` URL), its attempts with outcome and duration, each failed
@@ -7,6 +7,11 @@ ranks that went down with it, the time lost to restarts and the nodes that left 
 It prints ``tb_monitor.analysis.health.job_report``, the one value of a job's health, as
 ``tb_monitor.analysis.report_text`` renders it (the notebook shows the same text, the Timeline
 tab the same attempts).
+
+Each job of the logdir has its own section, its ranks scored among themselves: jobs are told
+apart by their torchelastic run id and, where two share one (torchrun's default run id is
+"none"), by their start (``tb_monitor.analysis.jobs``: such a job is named
+``<run id>@HH:MM:SS``). ``--job`` shows one: its id, or a run id (every job of that run id).
 
 ``--follow`` redraws every ``--interval`` seconds (default 5) until every job in the logdir has
 ended (each agent recorded its verdict), or Ctrl-C; on a terminal the screen is redrawn, in a
@@ -19,8 +24,8 @@ and the stalled ranks, naming the rank the others wait for; the scoring is the T
 Ranks view's (``tb_monitor.analysis.grid.RankGrid``).
 
 Exit code: 0 when every job's last attempt succeeded or still runs (or nothing was recorded
-yet), 1 when a job's last attempt failed or a rank is stalled while the job runs, 2 for a usage
-error or a logdir that cannot be read.
+yet), 1 when a job's last attempt failed or a rank is stalled while its job runs, 2 for a usage
+error, a logdir that cannot be read, or a ``--job`` it does not hold.
 
 The ``--json`` document is ``tb_monitor.analysis.health.JobReport.to_json()``: its schema, and
 its version ``SCHEMA_VERSION``, are documented in ``tb_monitor.analysis.health``.
@@ -62,6 +67,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--json", action="store_true", help=f"machine-readable output (schema {SCHEMA_VERSION})"
     )
+    parser.add_argument(
+        "--job", metavar="JOB", help="only this job: its run id, or <run id>@HH:MM:SS"
+    )
     parser.add_argument("--follow", action="store_true", help="refresh until the job ends")
     parser.add_argument(
         "--interval", type=_positive, default=5.0, help="seconds between refreshes (default 5)"
@@ -69,12 +77,19 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def report(logdir: str) -> dict[str, Any]:
-    """The report of a logdir as the ``--json`` document (``job_report(logdir).to_json()``).
+def report(logdir: str, job: str | None = None) -> dict[str, Any]:
+    """The report of a logdir as the ``--json`` document (``job_report(logdir).to_json()``),
+    of ``job`` only where given.
 
-    Raises ``FileNotFoundError`` / ``OSError`` / ``ValueError`` when the logdir cannot be read.
+    Raises ``FileNotFoundError`` / ``OSError`` / ``ValueError`` when the logdir cannot be read,
+    ``ValueError`` naming the jobs there are when ``job`` is not one of them.
     """
-    return job_report(logdir).to_json()
+    return _job_report(logdir, job).to_json()
+
+
+def _job_report(logdir: str, job: str | None) -> JobReport:
+    doc = job_report(logdir)
+    return doc if job is None else doc.pick(job)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,8 +125,10 @@ def _follow(
         while True:
             refreshes += 1
             try:
-                doc = job_report(args.logdir)
+                doc = _job_report(args.logdir, args.job)
             except FileNotFoundError:  # the job may not have written anything yet
+                doc = None
+            except ValueError:  # --job: not started yet, or not there
                 doc = None
             if tty:
                 out.write(_CLEAR)
@@ -155,6 +172,11 @@ def main(
         doc = job_report(args.logdir)
     except (OSError, ValueError) as exc:
         print(f"{_PROG}: cannot read {args.logdir!r}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        doc = doc if args.job is None else doc.pick(args.job)
+    except ValueError as exc:  # names the jobs there are
+        print(f"{_PROG}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     _write(out, doc, args.json)
     return doc.exit_code

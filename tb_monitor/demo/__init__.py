@@ -196,10 +196,10 @@ def _watch(logdir: str, agents: list[subprocess.Popen[bytes]]) -> None:
 
 
 def _print_summary(logdir: str) -> None:
-    """One line per attempt, and for a failed one why (``tb_monitor.analysis.restarts``)."""
-    from tb_monitor.analysis.restarts import attempts, timeline_rows
+    """One line per attempt, and for a failed one why (the job's ``JobReport``)."""
+    from tb_monitor.analysis.health import job_report
 
-    for attempt in attempts(timeline_rows(logdir)):
+    for attempt in job_report(logdir).attempts:
         print(
             f"attempt {attempt.attempt}: {attempt.outcome} after {attempt.duration_s:.1f} s; "
             f"rendezvous {attempt.rendezvous_s:.1f} s"
@@ -209,7 +209,8 @@ def _print_summary(logdir: str) -> None:
             others = ", ".join(map(str, attempt.collateral_ranks)) or "none"
             lost = f"; {attempt.time_lost_s:.1f} s lost" if attempt.time_lost_s is not None else ""
             print(f"  root cause: rank {cause.rank}: {cause.reason}")
-            print(f"  stopped by restart: ranks {others}{lost}")
+            stopped = "stopped by restart" if attempt.restarted else "stopped when the job ended"
+            print(f"  {stopped}: ranks {others}{lost}")
     print(f"the whole story: tb-monitor report {logdir}")
 
 

@@ -125,11 +125,29 @@ def test_a_stall_while_the_job_runs_fails_the_report(tmp_path):
     assert (found.status, found.stalled, found.exit_code) == ("empty", True, 1)
 
 
-def test_a_stall_in_a_job_that_ended_is_history(straggler):
-    """Once every agent recorded its verdict, old stalled heartbeats do not fail the report."""
-    _hang(straggler.logdir, straggler.start + 240, hung=3)
-    found = job_report(straggler.logdir)
+@pytest.fixture
+def ended(tmp_path):
+    """A synthetic 2x2 job that ran ~89 s, its 4 ranks recording 72 s of health in it."""
+    job = generate_job(tmp_path / "ended", nodes=2, workers_per_node=2, restarts=0)
+    generate_rank_windows(job.logdir, 4, 0.02, start=job.start)
+    return job
+
+
+def test_a_stall_in_a_job_that_ended_is_history(ended):
+    """A rank stalled before its job ended is still named, but does not fail the report once
+    every agent recorded its verdict."""
+    _hang(ended.logdir, ended.end - 1, hung=3)
+    found = job_report(ended.logdir)
     assert found.ranks.waited_for == (3,)
+    assert (found.stalled, found.exit_code) == (False, 0)
+
+
+def test_a_finished_job_lists_no_rank_stalled_after_its_end(ended):
+    """Heartbeats without steps after the job's end (ranks shutting down) are judged at its end:
+    no rank is stalled."""
+    _hang(ended.logdir, ended.end + 240, hung=3)
+    found = job_report(ended.logdir)
+    assert found.jobs[0].finished and found.ranks.stalls == ()
     assert (found.stalled, found.exit_code) == (False, 0)
 
 

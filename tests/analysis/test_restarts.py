@@ -9,7 +9,7 @@ from conftest import need
 from tb_monitor import contract, read_events
 from tb_monitor.analysis import restarts
 from tb_monitor.analysis.attempts import attempts
-from tb_monitor.analysis.restart_marks import STOPPED_BY_RESTART, mark_restarts
+from tb_monitor.analysis.restart_marks import STOPPED_AT_END, STOPPED_BY_RESTART, mark_restarts
 from tb_monitor.analysis.restarts import RESTARTS_COLUMNS, SUMMARY_COLUMNS, restart_summary
 from tb_monitor.logdir import readers
 from tb_monitor.testing import generate_job
@@ -131,15 +131,15 @@ def test_restarts_clean_attempt_has_no_root_cause(logdir, job):
     assert last["collateral_ranks"] == [] and last["time_lost_s"] != last["time_lost_s"]
 
 
-def test_restarts_failed_last_attempt_loses_time_until_the_job_ends(tmp_path):
-    """When every attempt fails, each has a root cause; the last one's time lost ends with the job."""
+def test_restarts_failed_last_attempt_loses_no_time_to_a_restart(tmp_path):
+    """When every attempt fails, each has a root cause; the last one, which no restart followed,
+    loses no time to restarts (NaN)."""
     need("pandas")
-    job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=1, fail_last=True)
+    generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=1, fail_last=True)
     frame = restarts(tmp_path / "logs")
     assert frame["outcome"].tolist() == ["FAILED", "FAILED"]
     assert frame["root_cause_rank"].notna().all()
-    last = frame.iloc[-1]
-    assert last["time_lost_s"] == pytest.approx(job.end - last["failed_at"].timestamp())
+    assert frame["time_lost_s"].iloc[0] > 0 and frame["time_lost_s"].isna().iloc[-1]
 
 
 def test_restarts_of_a_read_events_frame_equals_the_logdir(logdir, job):
@@ -265,6 +265,95 @@ def test_sigkilled_rank_is_the_root_cause_not_its_peers_connection_errors():
     assert first.collateral_ranks == (0, 2, 3)
     assert first.time_lost_s == pytest.approx(9.0 - 5.2)
     assert second.root_cause is None and second.outcome == "SUCCEEDED"
+
+
+def test_the_agents_sigkill_of_a_sibling_is_collateral_not_the_root_cause():
+    """A rank exits with code 1 and its agent SIGKILLs the sibling stuck in a collective (both
+    recorded by the agent at once): the rank that failed is the root cause, the killed one is
+    collateral."""
+    rows = [_joined(0.5, "a", 10, 0)] + [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(3.1, "a", 10, "FAILED", 0, -9), _agent(3.1, "a", 10, "FAILED", 1, 1)]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.reason) == (1, "exited with code 1")
+    assert only.collateral_ranks == (0,)
+
+
+def test_an_exception_that_reads_like_a_timeout_beats_the_agents_later_sigkill():
+    """A rank raising an exception that mentions a timeout is still the root cause when its agent
+    SIGKILLs its sibling after the stop grace: that SIGKILL is the agent's own shutdown."""
+    rows = [_joined(0.5, "a", 10, 0)] + [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    error = "RuntimeError: timed out reading batch"
+    rows += [_own(3.0, 1, "FAILED", error, f"Traceback...\n{error}")]
+    rows += [_agent(3.1, "a", 10, "FAILED", 1, 1), _agent(33.1, "a", 10, "FAILED", 0, -9)]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.source) == (1, "worker")
+    assert only.collateral_ranks == (0,)
+
+
+def test_sigkills_no_other_failure_preceded_are_real():
+    """Two ranks SIGKILLed at once with nothing failing before (the OOM killer) are real: the
+    first rank is the root cause, killed by SIGKILL."""
+    rows = [_joined(0.5, "a", 10, 0)] + [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(3.1, "a", 10, "FAILED", r, -9) for r in (1, 0)]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.signal) == (0, "SIGKILL")
+
+
+def test_a_sigkill_after_only_a_sigterm_on_its_agent_is_real():
+    """The agent recording a SIGTERMed rank (its own stop) and a SIGKILLed one at once, as a
+    real torchrun does when a rank is killed from outside: the SIGKILL is the root cause."""
+    rows = [_joined(0.5, "a", 10, 0), _joined(0.6, "b", 20, 0)]
+    rows += [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [_own(5.0, 2, "FAILED", GLOO, GLOO), _own(5.01, 3, "FAILED", GLOO, GLOO)]
+    rows += [_agent(5.1, "a", 10, "FAILED", 0, -15), _agent(5.1, "a", 10, "FAILED", 1, -9)]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.signal) == (1, "SIGKILL")
+    assert only.collateral_ranks == (0, 2, 3)
+
+
+def _node_lost_job():
+    """Node b (ranks 2, 3) killed with its agent at ~4 s: nothing of it records an end; ranks 0
+    and 1 fail with gloo's connection errors and their agent records the job FAILED."""
+    rows = [_joined(0.5, "a", 10, 0), _joined(0.6, "b", 20, 0)]
+    rows += [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [_own(1.5, r, "RUNNING") for r in range(4)]
+    rows += [_own(5.0, 1, "FAILED", GLOO, GLOO), _own(5.01, 0, "FAILED", GLOO, GLOO)]
+    rows += [_agent(5.2, "a", 10, "FAILED", r, 1) for r in (0, 1)]
+    return rows
+
+
+def test_a_vanished_node_is_the_root_cause_not_the_peers_that_lost_it():
+    """When a node vanishes (its ranks record no end, its agent goes silent), its first rank is
+    the root cause, not a peer whose connection to it broke."""
+    (only,) = attempts(_node_lost_job())
+    cause = only.root_cause
+    assert (cause.rank, cause.source, cause.time) == (2, "vanished", 1.5)
+    assert "vanished" in cause.reason and only.collateral_ranks == (0, 1, 3)
+
+
+def test_the_last_attempts_collateral_ranks_stopped_when_the_job_ended():
+    """In a job's last attempt no restart followed: no time is lost to one, and the collateral
+    ranks are drawn STOPPED_AT_END, labelled "stopped when the job ended"."""
+    rows = _node_lost_job()
+    marks = spans(rows)
+    (only,) = found = attempts(rows, marks)
+    assert (only.restarted, only.time_lost_s, only.collateral_state) == (
+        False,
+        None,
+        STOPPED_AT_END,
+    )
+    drawn = {s.lane.label: s for s in mark_restarts(marks, found) if s.end is not None}
+    assert drawn["rank 0"].state == STOPPED_AT_END
+    assert drawn["rank 0"].label == "attempt 0: stopped when the job ended"
+
+
+def test_stopped_at_end_is_a_state_with_its_own_colour():
+    """STOPPED_AT_END is in the state vocabulary next to STOPPED_BY_RESTART, with its own colour."""
+    names = [s.name for s in STATES]
+    assert names.index(STOPPED_AT_END) == names.index(STOPPED_BY_RESTART) + 1
+    assert [s.color for s in STATES].count(state_color(STOPPED_AT_END)) == 1
 
 
 def test_membership_change_between_rounds():

@@ -41,6 +41,17 @@ def test_report_names_the_root_cause_and_its_last_line(restarted):
     assert "went down with  ranks 0, 1, 3 (stopped by restart)" in text
 
 
+def test_a_job_without_restarts_reads_no_time_lost_to_them(tmp_path):
+    """A job whose only attempt failed: no time lost to restarts in its line, and the ranks that
+    went down with the failure stopped when the job ended, not by a restart."""
+    job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0, fail_last=True)
+    _, text = _run(job.logdir)
+    (line,) = [line for line in text.splitlines() if line.startswith("job job:")]
+    assert line.startswith("job job: FAILED · 1 attempt, 0 restarts · finished")
+    assert "lost" not in text and "(stopped when the job ended)" in text
+    assert "stopped by restart" not in text
+
+
 def test_report_summarises_the_job(restarted):
     """The job line: last outcome, attempts, restarts, time lost, finished."""
     _, text = _run(restarted.logdir)
@@ -74,8 +85,10 @@ def test_report_json_follows_the_schema(restarted):
         "attempts_total",
         "restarts",
         "time_lost_s",
+        "ranks",
         "attempts",
     }
+    assert job["ranks"] is None  # no rank health recorded
     first = job["attempts"][0]
     assert set(first) >= {"attempt", "outcome", "root_cause", "collateral_ranks", "time_lost_s"}
     assert first["root_cause"]["rank"] == 2
@@ -280,6 +293,8 @@ def test_a_stalled_rank_is_named_and_exits_1(tmp_path):
         "in_collective": False,
         "fr_seq": None,
         "waited_for": True,
+        "silent": False,
+        "agent": None,
     }
 
 
@@ -317,13 +332,14 @@ def test_a_healthy_rank_job_has_no_stall(tmp_path):
 
 
 def test_a_stall_in_a_job_that_has_ended_is_history(tmp_path):
-    """Once every agent recorded its verdict, old stalled heartbeats no longer fail the report."""
+    """Once every agent recorded its verdict, a stall from before the job's end is still named
+    but no longer fails the report."""
     pytest.importorskip("pandas")
     from tb_monitor.testing import generate_rank_windows
 
     job = generate_job(tmp_path / "logs", nodes=2, workers_per_node=2, restarts=0)
-    generate_rank_windows(job.logdir, 4, 0.05, start=job.start)
-    _beats(job.logdir, job.start + 240, hung=3)
+    generate_rank_windows(job.logdir, 4, 0.02, start=job.start)  # 72 s, inside the job's ~89 s
+    _beats(job.logdir, job.end - 1, hung=3)
     code, text = _run(job.logdir, "--json")
     ranks = json.loads(text)["ranks"]
     assert code == 0 and ranks["waited_for"] == [3] and ranks["stalled"] is False
