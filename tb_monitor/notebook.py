@@ -5,6 +5,7 @@
     >>> tb_monitor.notebook.restarts("runs/demo")          # per attempt: root cause, collateral
     >>> tb_monitor.notebook.restart_summary("runs/demo")   # pandas DataFrame, one row per attempt
     >>> tb_monitor.notebook.rank_heatmap("runs/demo")      # ranks x windows, relative slowness
+    >>> tb_monitor.notebook.step_times("runs/demo")        # per rank, step time median and p95
 
 Each takes a logdir (a path or an ``s3://`` / ``gs://`` URL); all but ``report`` also the
 DataFrame ``tb_monitor.read_events`` returned.
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
-__all__ = ["rank_heatmap", "report", "restart_summary", "restarts", "timeline"]
+__all__ = ["rank_heatmap", "report", "restart_summary", "restarts", "step_times", "timeline"]
 
 
 def _need(module: str) -> Any:
@@ -48,12 +49,14 @@ def _need(module: str) -> Any:
         ) from exc
 
 
-def report(logdir: str | os.PathLike[str]) -> JobReport:
+def report(logdir: str | os.PathLike[str], job: str | None = None) -> JobReport:
     """The job's health (``tb_monitor.analysis.health.job_report``): each job's attempts with
     their root causes, collateral ranks and time lost, the ranks' step times, stragglers and
     stalls. A notebook shows it as the text ``tb-monitor report`` prints (``str()`` of it too);
-    ``.to_json()`` is its ``--json``."""
-    return job_report(logdir)
+    ``.to_json()`` is its ``--json``. ``job``: only that job (its run id, or
+    ``<run id>@HH:MM:SS`` where two jobs share one), as ``tb-monitor report --job``."""
+    found = job_report(logdir)
+    return found if job is None else found.pick(job)
 
 
 def _marks(source: Any) -> tuple[list[Span], list[Attempt]]:
@@ -156,8 +159,8 @@ def timeline(source: str | os.PathLike[str] | Any, ax: Axes | None = None) -> Fi
     ``source``: a logdir (path or URL) or the DataFrame ``tb_monitor.read_events`` returned;
     anything else is a TypeError naming it. Colours follow the state
     (``tb_monitor.timeline.state_color``), ranks that went down with another's failure drawn as
-    STOPPED_BY_RESTART, each root cause marked with an ✕; each restart is a dashed vertical
-    line. Draws into ``ax`` when given, else into a new figure sized to the number of lanes;
+    STOPPED_BY_RESTART (STOPPED_AT_END in a job's last attempt), each root cause marked with an
+    ✕; each restart is a dashed vertical line; jobs sharing a run id drawn apart. Draws into ``ax`` when given, else into a new figure sized to the number of lanes;
     returns the figure. Raises ValueError when it holds no timeline events.
     """
     marks, found = _marks(source)
@@ -223,3 +226,97 @@ def rank_heatmap(source: Any, *, window_s: float | None = None, ax: Axes | None 
     bar.set_ticks([0.5, 1.0, 2.0], labels=["0.5x", "1x", "2x"])
     fig.tight_layout()
     return fig
+
+
+def _attempt_marks(source: Any) -> list[tuple[float, str, str, str]]:
+    """(time, label, colour, line style) of each attempt's start (dashed) and its root cause,
+    the Ranks view's markers; none for a DataFrame or a logdir without timeline events."""
+    if not isinstance(source, (str, os.PathLike)):
+        return []
+    rows = timeline_rows(source, "timeline")
+    out = []
+    for a in attempts(rows, spans(rows)) if rows else []:
+        verb = "restarted" if a.attempt else "started"
+        out.append((a.start, f"attempt {a.attempt} {verb}", state_color("RENDEZVOUS"), "--"))
+        if a.root_cause is not None:
+            cause = a.root_cause
+            out.append((cause.time, f"rank {cause.rank} failed", state_color("FAILED"), "-"))
+    return out
+
+
+def step_times(
+    source: Any,
+    *,
+    window_s: float | None = None,
+    ranks: list[int] | None = None,
+    ax: Axes | None = None,
+) -> Figure:
+    """Each rank's step time in seconds, window by window, as the Ranks view draws it: every
+    rank's median a thin grey line, the median rank's median (black) and p95 (dashed black),
+    the ``ranks`` chosen (default: the flagged stragglers) in colour with their own p95, and
+    each attempt's start and root cause as a vertical line. ``source``: a logdir (attempts
+    marked from its timeline) or ``read_scalars``' DataFrame; ``window_s`` as in
+    :func:`rank_heatmap`, whose column merging this follows
+    (``tb_monitor.analysis.step_times``). Windows recorded without quantiles show their mean
+    step time."""
+    import numpy as np
+
+    from tb_monitor.analysis.grid import RankGrid
+    from tb_monitor.analysis.step_times import bucketed, typical
+
+    plt = _need("matplotlib.pyplot")
+    grid = RankGrid.load(source, window_s=window_s)
+    fig, ax = plt.subplots(figsize=(11, 4)) if ax is None else (ax.figure, ax)
+    rows, windows = grid.shape
+    if not windows:
+        ax.set_title("no rank health recorded")
+        return fig
+    per = -(-windows // max(1, int(ax.get_window_extent().width)))
+    median, tail, recorded = bucketed(grid, per)
+    x = np.minimum(np.arange(median.shape[1]) * per + per / 2, windows) * grid.window_s
+    for row in range(rows):
+        label = "each rank's median" if row == 0 else None
+        ax.plot(x, median[row], color="0.6", lw=0.8, alpha=0.4 if rows > 16 else 0.8, label=label)
+    ax.plot(x, typical(median), color="black", lw=2, label="median rank")
+    if recorded:
+        ax.plot(x, typical(tail), color="black", lw=1, ls="--", label="median rank's p95")
+    chosen = [s.row for s in grid.stragglers()] if ranks is None else _rows_of(grid, ranks)
+    for i, row in enumerate(chosen):
+        color = f"C{i % 10}"
+        ax.plot(x, median[row], color=color, lw=1.8, label=f"rank {grid.ranks[row]}")
+        if recorded:
+            ax.plot(x, tail[row], color=color, lw=1, ls="--", label=f"rank {grid.ranks[row]} p95")
+    _draw_attempt_marks(ax, _attempt_marks(source), grid.extent[0])
+    start = datetime.fromtimestamp(grid.extent[0], tz=timezone.utc)
+    ax.set_xlabel(f"seconds since {start:%H:%M:%S} UTC ({grid.window_s:g}-s windows)")
+    ax.set_ylabel("step time (s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title("step time per rank" + ("" if recorded else " (window means: no quantiles)"))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _rows_of(grid: Any, ranks: list[int]) -> list[int]:
+    """The grid's rows of ``ranks``; a rank it does not hold is a ValueError naming it."""
+    missing = [r for r in ranks if r not in grid.ranks]
+    if missing:
+        raise ValueError(f"ranks {missing} recorded no step times (ranks: {grid.ranks})")
+    return [grid.ranks.index(r) for r in ranks]
+
+
+def _draw_attempt_marks(ax: Axes, marks: list[tuple[float, str, str, str]], t0: float) -> None:
+    for t, label, color, style in marks:
+        ax.axvline(t - t0, color=color, lw=1.2, ls=style)
+        ax.annotate(
+            label,
+            (t - t0, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(-2, -3),
+            textcoords="offset points",
+            rotation=90,  # along its line: neighbouring marks' labels do not overlap
+            ha="right",
+            va="top",
+            fontsize=8,
+            color=color,
+        )

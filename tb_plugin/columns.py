@@ -53,7 +53,8 @@ class Records:
         self.columns = {name: array.array("q") for name in FIELDS}
         self.raw: list[str] = []
         self.row: list[dict[str, Any] | None] = []  # when it may open or close an interval
-        self.stopped: dict[int, int] = {}  # record id -> its twin drawn STOPPED_BY_RESTART
+        #: (record id, field, value) -> its twin with that field changed (``twin``)
+        self.twins: dict[tuple[int, str, int], int] = {}
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -65,6 +66,17 @@ class Records:
         self.raw.append(raw)
         self.row.append(row)
         return len(self.raw) - 1
+
+    def twin(self, rec: int, name: str, value: int) -> int:
+        """The record drawn like ``rec`` but with field ``name``'s id ``value`` (made once): a
+        collateral rank's end drawn in its own state, a job's event on its own lane."""
+        key = (rec, name, value)
+        found = self.twins.get(key)
+        if found is None:
+            fields = dict(zip(self.columns, self.fields(rec), strict=True))
+            fields[name] = value
+            found = self.twins[key] = self.add(tuple(fields.values()), self.raw[rec], None)
+        return found
 
     def fields(self, rec: int) -> tuple[int, ...]:
         return tuple(values[rec] for values in self.columns.values())

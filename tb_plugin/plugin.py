@@ -179,8 +179,10 @@ class TimelinePlugin(base_plugin.TBPlugin):
         ranks = self._ranks.store(eid, ctx, behind=True)
         # The attempts for the markers, as the timeline's store holds them now: a ranks request
         # waiting for the timeline's refresh round too would take twice as long.
-        attempts = self._timelines.store(eid, ctx, behind=True).snapshot().attempts
-        return ranks_payload(ranks.snapshot(), query, attempts)
+        timelines = self._timelines.store(eid, ctx, behind=True)
+        attempts = timelines.snapshot().attempts
+        views, jobs = timelines.agent_views(), timelines.job_spans()
+        return ranks_payload(ranks.snapshot(), query, attempts, views, jobs)
 
 
 class _Payloads:

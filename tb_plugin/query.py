@@ -122,7 +122,8 @@ def _attempts_payload(attempts, position, q: Query, lanes) -> list[dict[str, Any
     """
     out = []
     for attempt in attempts:
-        if q.run_id is not None and attempt["job"] != q.run_id:
+        # A job told apart from another of its run id is "<run id>@HH:MM:SS" (analysis.jobs).
+        if q.run_id is not None and q.run_id not in (attempt["job"], _run_id(attempt["job"])):
             continue
         attempt = dict(attempt)
         cause = attempt["root_cause"]
@@ -132,6 +133,11 @@ def _attempts_payload(attempts, position, q: Query, lanes) -> list[dict[str, Any
             cause["lane"] = int(position[lane]) if 0 <= lane < len(lanes) else -1
         out.append(attempt)
     return out
+
+
+def _run_id(job: str) -> str:
+    """The run id of a job told apart from others of it (``<run id>@HH:MM:SS``)."""
+    return job.rsplit("@", 1)[0]
 
 
 def _wanted_records(cols: Columns, q: Query, states, texts, runs, lanes) -> np.ndarray:
@@ -145,7 +151,10 @@ def _wanted_records(cols: Columns, q: Query, states, texts, runs, lanes) -> np.n
         matching = [i for i, s in enumerate(states) if s.upper() == q.state.upper()]
         wanted &= np.isin(cols.rec_state, matching)
     if q.run_id is not None:
-        matching = [i for i, lane in enumerate(lanes) if lane.group == q.run_id]
+        # A run id picks every job of it (``<run id>@HH:MM:SS``, ``analysis.jobs``).
+        matching = [
+            i for i, lane in enumerate(lanes) if q.run_id in (lane.group, _run_id(lane.group))
+        ]
         wanted &= np.isin(cols.rec_lane, matching)
     if q.text is not None:
         needle = q.text.lower()

@@ -11,7 +11,8 @@ read, so they agree). The grid is scored on the refresh thread (:class:`tb_plugi
 the windows that changed; new heartbeats alone re-read only the stalls, and a request during a
 first long read answers at once with ``loading``. :func:`ranks_payload` answers the ``ranks``
 route: the grid bucketed in time to at most about the pixel width asked for (level of detail),
-one byte per cell, base64; a poll naming the current ``generation`` gets ``unchanged``.
+one byte per cell, base64, with each rank's step time median and p95 over the same buckets
+(``tb_plugin.step_times``); a poll naming the current ``generation`` gets ``unchanged``.
 
 TensorBoard keeps a sample of each scalar series (``--samples_per_plugin scalars=N``, 1000 by
 default, always the newest): the view shows the windows TensorBoard kept, and every window it
@@ -26,7 +27,7 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +35,17 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import timeline
+from tb_monitor.analysis.agent_views import AgentView, silent_runs
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid
+from tb_monitor.analysis.jobs import JobSpan
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS
 from tb_monitor.contract import rank_of
 from tb_plugin.payloads import b64, bucket_count
 from tb_plugin.provider_store import ProviderStore, Want
+from tb_plugin.rank_jobs import job_view
 from tb_plugin.records import MAX_STEPS
 from tb_plugin.requests import RankQuery
+from tb_plugin.step_times import highlighted_rows, step_times_payload
 
 __all__ = [
     "BEAT_TAGS",
@@ -78,6 +83,9 @@ class RankSnapshot:
     windows_generation: int = -1  # the store's window data it was built from
     scores: list[dict[str, Any]] = field(default_factory=list)  # per rank, slowest first
     stalls: list[dict[str, Any]] = field(default_factory=list)  # the one waited for first
+    scoring: tuple[float, int] = (FLAG_THRESHOLD, FLAG_WINDOWS)  # threshold, windows in a row
+    #: Each job's own snapshot, made on demand (``tb_plugin.rank_jobs.job_snapshot``).
+    jobs: dict[Any, RankSnapshot] = field(default_factory=dict, compare=False, repr=False)
 
     # The grid's, for the payload.
     window_s = property(lambda self: self.grid.window_s)
@@ -247,7 +255,11 @@ class RankStore(ProviderStore):
                 if series is None:
                     grid = prev.grid.with_beats(beats)
                     snap = dataclasses.replace(
-                        prev, generation=generation, grid=grid, stalls=_dicts(grid.stalls())
+                        prev,
+                        generation=generation,
+                        grid=grid,
+                        stalls=_dicts(grid.stalls()),
+                        jobs={},
                     )
                 else:
                     grid = RankGrid.from_series(series, beats, previous=prev and prev.grid)
@@ -258,6 +270,7 @@ class RankStore(ProviderStore):
                         windows_generation=windows_generation,
                         scores=_dicts(grid.scores(self._threshold, self._windows)),
                         stalls=_dicts(grid.stalls()),
+                        scoring=(self._threshold, self._windows),
                     )
                 with self._lock:
                     self._snapshot = snap
@@ -269,6 +282,20 @@ class RankStore(ProviderStore):
         """Copies of the window columns a grid is built from (under the data lock)."""
         runs = {run for run, _ in self._series}
         return {run: {tag: self._columns(run, tag) for tag in WINDOW_TAGS} for run in runs}
+
+
+def _stalls_seen(
+    snap: RankSnapshot, views: Mapping[tuple[str, int], AgentView]
+) -> list[dict[str, Any]]:
+    """The stalls, a rank its agent sees silent counted silent, each with that agent's view."""
+    if not views:
+        return snap.stalls
+    stalls = snap.grid.stalls(seen_silent=silent_runs(snap.runs, views))
+    out = []
+    for stall in stalls:
+        view = views.get((stall.run.split("/", 1)[0], stall.rank))
+        out.append({**dataclasses.asdict(stall), "agent": view and view.to_json()})
+    return out
 
 
 def _dicts(found: list[Any]) -> list[dict[str, Any]]:
@@ -326,17 +353,26 @@ def _markers(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def ranks_payload(
-    snap: RankSnapshot, q: RankQuery, attempts: list[dict[str, Any]] | None = None
+    snap: RankSnapshot,
+    q: RankQuery,
+    attempts: list[dict[str, Any]] | None = None,
+    views: Mapping[tuple[str, int], AgentView] | None = None,
+    jobs: Sequence[JobSpan] = (),
 ) -> dict[str, Any]:
     """The heatmap for the window ``q`` asks for, bucketed to about its pixel width.
 
     ``cells`` is rows x bins bytes (row-major; see :func:`levels`), each the mean relative score
     of the rank's windows in that time bucket; bucket ``i`` spans ``t0 + i * bin_s`` to
-    ``t0 + (i + 1) * bin_s``, a whole number of windows. A query naming the snapshot's
-    generation (a poll with nothing new) gets only ``{"generation", "unchanged": true}``.
+    ``t0 + (i + 1) * bin_s``, a whole number of windows; ``step_times`` holds each rank's
+    step times over the same buckets (``tb_plugin.step_times``). A query naming the
+    snapshot's generation (a poll with nothing new) gets only ``{"generation", "unchanged": true}``.
+    ``views``: what the ranks' agents saw (``tb_monitor.analysis.agent_views``), each stall's
+    ``agent`` (as ``tb-monitor report --json`` has it). ``jobs``: the logdir's jobs; where
+    it holds several, the payload is one job's (``tb_plugin.rank_jobs``: ``jobs``, ``job``).
     """
     if q.generation == snap.generation and snap.loading is None:
         return {"generation": snap.generation, "unchanged": True}
+    snap, attempts, shown = job_view(snap, jobs, q.job, attempts or [])
     rows, width = snap.compute.shape
     extent = snap.extent
     payload: dict[str, Any] = {
@@ -351,11 +387,14 @@ def ranks_payload(
         "threshold": FLAG_THRESHOLD,
         "scores": snap.scores,
         "stragglers": [s for s in snap.scores if s["flagged"]],
-        "stalls": snap.stalls,
-        "markers": _markers(attempts or []),
+        "stalls": _stalls_seen(snap, views or {}),
+        "markers": _markers(attempts),
+        **shown,
     }
+    highlighted = highlighted_rows(payload, q.rank)
     if not width:
         payload.update(bins=0, bin_s=snap.window_s, t0=0.0, window=[0.0, 1.0], cells="")
+        payload["step_times"] = step_times_payload(snap.grid, 1, keep=highlighted)
         return payload
     lo, hi = extent
     start = q.start if q.start is not None else lo
@@ -374,6 +413,7 @@ def ranks_payload(
         window=[start, end],
         per_bin=per_bin,
         cells=b64(levels(mean), "u1"),
+        step_times=step_times_payload(snap.grid, per_bin, c0, c1, keep=highlighted),
     )
     return payload
 

@@ -33,6 +33,9 @@ MAX_WIDTH = 20000
 _DEFAULT_WIDTH = "1000"
 #: Ids and generations: at most 18 digits, so int() never sees a huge numeral.
 _MAX_ID = 10**18 - 1
+#: The longest job id asked for (a run id and its start) and the highest rank number.
+_MAX_JOB = 300
+_MAX_RANK = 10**7
 
 
 class RequestError(ValueError):
@@ -141,8 +144,21 @@ class RankQuery(Window):
 
     #: The generation the client holds: a poll answered with ``unchanged`` when it is current.
     generation: int | None = None
+    #: The job to show where the logdir holds several (``<run id>`` or ``<run id>@HH:MM:SS``,
+    #: ``tb_monitor.analysis.jobs``); None: the newest. One the logdir lacks is a 400 (ranks.py).
+    job: str | None = None
+    #: A rank whose own step times the view draws (hovered or clicked), past the band threshold.
+    rank: int | None = None
 
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> RankQuery:
         """Validate request arguments; raise :class:`RequestError` naming the bad one."""
-        return cls(**Window.parse(args), generation=count_arg(args, "generation", _MAX_ID))
+        job = _text_arg(args, "job")
+        if job is not None and not (len(job) <= _MAX_JOB and job.isprintable()):
+            raise RequestError(f"job must be a job's id (a run id), got {job!r:.80}")
+        return cls(
+            **Window.parse(args),
+            generation=count_arg(args, "generation", _MAX_ID),
+            job=job,
+            rank=count_arg(args, "rank", _MAX_RANK),
+        )

@@ -29,16 +29,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
+from tb_monitor.analysis.agent_views import AgentView, agent_views
 from tb_monitor.analysis.attempts import Attempt, attempt_dict
 from tb_monitor.analysis.health import report_of
-from tb_monitor.analysis.restart_marks import STOPPED_BY_RESTART, mark_restarts
+from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
+from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_plugin.columns import Columns, Interner, Records, Snapshot, column, lane_time_order
+from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.provider_store import ProviderStore, Want
 from tb_plugin.records import Series, read_series
 
@@ -107,7 +111,10 @@ class TimelineStore(ProviderStore):
         self._columns: Columns | None = None
         self._shown: tuple[Columns, int] | None = None  # the columns last handed out
         self._attempts: list[dict[str, Any]] = []
+        self._views: dict[tuple[str, int], AgentView] = {}  # what each rank's agent saw of it
         self._analysed: tuple[list[Attempt], dict[str, np.ndarray]] | None = None
+        self._spans: list[JobSpan] = []  # the jobs, as the last analysis told them apart
+        self._shared: SharedRunIds = {}  # run ids several jobs share (``job_lanes``)
         self._skipped_count = 0
         self._skipped: list[dict[str, Any]] = []  # the first _SKIPPED_DETAILS of them
 
@@ -230,9 +237,7 @@ class TimelineStore(ProviderStore):
         if kind == contract.MONITOR and not message:
             message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
         message = str(message or "")
-        lane_id = self._lanes(timeline.lane_of(row))
-        if lane_id == len(self._lane_runs):
-            self._lane_runs.append(run)
+        lane_id = self._lane(timeline.lane_of(row), run)
         spans = kind in (contract.WORKER, contract.AGENT) or (
             kind == contract.RENDEZVOUS and not contract.is_heartbeat(row)
         )
@@ -270,6 +275,14 @@ class TimelineStore(ProviderStore):
                 attempts=self._attempts,
             )
 
+    def job_spans(self) -> list[JobSpan]:
+        """The jobs of the logdir (``tb_monitor.analysis.jobs``), as of the last snapshot."""
+        return self._spans
+
+    def agent_views(self) -> dict[tuple[str, int], AgentView]:
+        """What each rank's agent saw of its process, as of the last snapshot."""
+        return self._views
+
     def _current_columns(self) -> tuple[Columns, int]:
         """The sorted columns and their generation. While a long first read goes on, they are
         sorted again only once the events have doubled since the columns last handed out, and
@@ -290,6 +303,9 @@ class TimelineStore(ProviderStore):
         records = self._records
         t = np.frombuffer(self._t, dtype=np.float64)
         rec = np.frombuffer(self._rec, dtype=np.int32)
+        found, intervals = self._analysis(float(t.max()) if len(t) else 0.0)
+        if self._shared:
+            rec = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
         lanes = self._lanes.values
         lane_rank = np.empty(len(lanes), dtype=np.int64)
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
@@ -302,15 +318,17 @@ class TimelineStore(ProviderStore):
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(event_rank, minlength=len(lanes)), out=rank_start[1:])
 
-        found, intervals = self._analysis(float(t.max()) if len(t) else 0.0)
-        # Collateral ranks' ending events are drawn as stopped by the restart, not as failures:
-        # each takes its record's twin in that state.
-        stopped = [row["_id"] for a in found for row in a.collateral_records]
+        # Collateral ranks' ending events are drawn as stopped by the restart (or when the job
+        # ended), not as failures: each takes its record's twin in that state.
+        stopped = [(row["_id"], a.collateral_state) for a in found for row in a.collateral_records]
         if stopped:
             position = np.empty(len(order), dtype=np.int64)
             position[order] = np.arange(len(order))
-            where = position[np.asarray(stopped, dtype=np.int64)]
-            sorted_rec[where] = [self._stopped_twin(int(r)) for r in sorted_rec[where]]
+            where = position[np.asarray([event for event, _ in stopped], dtype=np.int64)]
+            sorted_rec[where] = [
+                records.twin(int(r), "state", self._states(state))
+                for r, (_, state) in zip(sorted_rec[where], stopped, strict=True)
+            ]
         self._attempts = [self._attempt_payload(a) for a in found]
 
         self._columns = Columns(
@@ -331,35 +349,49 @@ class TimelineStore(ProviderStore):
         restarts marked). Python over every bounding event, so while a first read goes on, the
         sorts that show its progress reuse the last ones: it runs again once the read is done."""
         if self._progress is None or self._analysed is None:
-            marks = timeline.spans(self._span_rows)
-            found = list(report_of(self._eid, self._span_rows, marks=marks).attempts)
+            rows = separate_jobs(self._span_rows)  # jobs sharing a run id, told apart
+            self._spans = job_spans(rows)
+            self._shared = shared_run_ids(self._spans, self._span_rows, rows)
+            intern_job_lanes(self._shared, self._lanes, self._lane_from)
+            marks = timeline.spans(rows)
+            found = list(report_of(self._eid, rows, marks=marks).attempts)
+            self._views = agent_views(self._span_rows)
             self._analysed = (found, self._intervals(mark_restarts(marks, found), last_time))
         return self._analysed
 
-    def _stopped_twin(self, rec: int) -> int:
-        """The record drawn like ``rec`` but in state STOPPED_BY_RESTART (made once)."""
-        records = self._records
-        twin = records.stopped.get(rec)
-        if twin is None:
-            fields = list(records.fields(rec))
-            fields[1] = self._states(STOPPED_BY_RESTART)
-            twin = records.stopped[rec] = records.add(tuple(fields), records.raw[rec], None)
-        return twin
+    def _lane(self, lane: timeline.Lane, run: str) -> int:
+        """The lane's id, interned with the first run it was seen in."""
+        lane_id = self._lanes(lane)
+        if lane_id == len(self._lane_runs):
+            self._lane_runs.append(run)
+        return lane_id
+
+    def _lane_from(self, lane: timeline.Lane, from_id: int) -> int:
+        """A job's copy of lane ``from_id``, seen in the same run."""
+        return self._lane(lane, self._lane_runs[from_id])
 
     def _attempt_payload(self, attempt: Attempt) -> dict[str, Any]:
         out = attempt_dict(attempt, traceback=False)
         cause = attempt.root_cause
         if cause is not None and cause.record is not None:
             out["root_cause"]["event"] = int(cause.record["_id"])
-            out["root_cause"]["lane"] = self._lanes.ids[timeline.lane_of(cause.record)]
+            out["root_cause"]["lane"] = self._lane_id(timeline.lane_of(cause.record))
         return out
+
+    def _lane_id(self, lane: timeline.Lane) -> int:
+        """The lane's id; a lane of a job told apart from another of its run id
+        (``<run id>@HH:MM:SS``, ``analysis.jobs``) is drawn on its run id's lane."""
+        found = self._lanes.ids.get(lane)
+        if found is None:
+            found = self._lanes.ids[replace(lane, group=lane.group.split("@", 1)[0])]
+        return found
 
     def _intervals(self, marks: list[timeline.Span], last_time: float) -> dict[str, np.ndarray]:
         """Worker attempts and rendezvous rounds, as tb_monitor.timeline.spans finds them, and
         collateral ranks' attempts stopped by the restart (``mark_restarts``)."""
         found = [span for span in marks if span.end is not None]
         return {
-            "lane": np.asarray([self._lanes.ids[s.lane] for s in found], dtype=np.int64),
+            "lane": np.asarray([self._lane_id(s.lane) for s in found], dtype=np.int64),
             "t0": np.asarray([s.begin for s in found], dtype=np.float64),
             # An open interval runs to the newest record of the job, not only of its own kind.
             "t1": np.asarray([last_time if s.open else s.end for s in found], dtype=np.float64),

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import pytest
 from conftest import need
+from step_time_jobs import median_of, p95_of, write_step_quantiles
 
 from tb_monitor import notebook, timeline
 from tb_monitor.logdir import readers
@@ -155,3 +157,73 @@ def test_the_displayed_report_escapes_what_it_quotes(tmp_path):
     job = generate_job(tmp_path / "<img src=x onerror=alert(1)>", restarts=1)
     html = _displayed(notebook.report(job.logdir))["text/html"]
     assert "<img" not in html and "&lt;img src=x onerror=alert(1)&gt;" in html
+
+
+@pytest.fixture
+def step_times_job(logdir):
+    """The restarted job of ``job``, its 4 ranks recording 120 windows of step-time quantiles."""
+    job = generate_job(logdir, nodes=2, workers_per_node=2, restarts=1)
+    write_step_quantiles(job.logdir, 4, 120, start=job.start, run_id=job.run_id)
+    return job
+
+
+def _lines(ax, **match) -> list:
+    return [
+        line
+        for line in ax.get_lines()
+        if all(getattr(line, f"get_{k}")() == v for k, v in match.items())
+    ]
+
+
+def test_step_times_draws_every_ranks_median_and_the_median_ranks(step_times_job, plt):
+    """One grey line per rank at its recorded medians, and the median rank's median and p95."""
+    (ax,) = notebook.step_times(step_times_job.logdir).axes
+    grey = _lines(ax, color="0.6")
+    assert len(grey) == 4
+    expected = np.array([[median_of(r, i) for i in range(120)] for r in range(4)])
+    np.testing.assert_allclose([line.get_ydata() for line in grey], expected, rtol=1e-5)
+    (typical,) = _lines(ax, label="median rank")
+    np.testing.assert_allclose(typical.get_ydata(), np.median(expected, axis=0), rtol=1e-5)
+    (tail,) = _lines(ax, label="median rank's p95")
+    assert (tail.get_ydata() > typical.get_ydata()).all()
+    assert ax.get_ylabel() == "step time (s)" and ax.get_title() == "step time per rank"
+
+
+def test_step_times_highlights_the_ranks_asked_for_with_their_p95(step_times_job, plt):
+    """``ranks=[2]``: rank 2's median and its long p95 in colour, from its windows."""
+    (ax,) = notebook.step_times(step_times_job.logdir, ranks=[2]).axes
+    (median,) = _lines(ax, label="rank 2")
+    (tail,) = _lines(ax, label="rank 2 p95")
+    np.testing.assert_allclose(median.get_ydata(), [median_of(2, i) for i in range(120)], rtol=1e-5)
+    np.testing.assert_allclose(tail.get_ydata(), [p95_of(2, i) for i in range(120)], rtol=1e-5)
+    with pytest.raises(ValueError, match=r"ranks \[7\] recorded no step times"):
+        notebook.step_times(step_times_job.logdir, ranks=[7])
+
+
+def test_step_times_marks_each_attempt_and_its_root_cause(step_times_job, plt):
+    """A vertical line at each attempt's start and at the failed attempt's root cause, at their
+    times on the step-time axis."""
+    from tb_monitor.analysis.attempts import attempts
+    from tb_monitor.analysis.grid import RankGrid
+    from tb_monitor.analysis.sources import timeline_rows
+    from tb_monitor.timeline import spans
+
+    (ax,) = notebook.step_times(step_times_job.logdir).axes
+    rows = timeline_rows(step_times_job.logdir, "timeline")
+    found = attempts(rows, spans(rows))
+    t0 = RankGrid.from_logdir(step_times_job.logdir).extent[0]
+    expected = sorted(
+        [a.start - t0 for a in found] + [a.root_cause.time - t0 for a in found if a.root_cause]
+    )
+    vertical = sorted(
+        line.get_xdata()[0] for line in ax.get_lines() if len(set(line.get_xdata())) == 1
+    )
+    assert len(found) == 2 and vertical == pytest.approx(expected)
+    labels = {text.get_text() for text in ax.texts}
+    assert labels == {"attempt 0 started", "attempt 1 restarted", "rank 2 failed"}
+
+
+def test_step_times_of_an_empty_logdir_says_so(logdir, plt):
+    """No rank health recorded: an empty figure that says so."""
+    (ax,) = notebook.step_times(logdir).axes
+    assert ax.get_title() == "no rank health recorded"

@@ -6,9 +6,11 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
 import pytest
 from plugin_helpers import RanksTab, chromium, small_job, start_tensorboard, stop
 from rank_jobs import write_recorded_job
+from step_time_jobs import median_of, write_step_quantiles
 
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.testing import (
@@ -69,7 +71,7 @@ def test_ranks_view_flags_rank_1_and_clicks_through_to_its_lane(browser, slow_ra
             "() => { const v = window.tbRanks; v.drawNow();"
             " return {x: v.w - 40, y: 22 + 2 * v.rowH() + v.rowH() / 2 - v.scroll.scrollTop}; }"
         )
-        box = tab.frame.locator(".tl-ranks canvas").bounding_box()
+        box = tab.frame.locator(".tl-ranks-scroll canvas").bounding_box()
         tab.page.mouse.move(box["x"] + spot["x"], box["y"] + spot["y"])
         tip = tab.frame.locator(".tl-ranks-tooltip")
         tip.wait_for(timeout=5_000)
@@ -212,5 +214,137 @@ def test_the_heatmap_has_no_empty_column_between_windows(browser, recorded_serve
         filled = drawn["filled"]
         first, last = filled.index(True), len(filled) - 1 - filled[::-1].index(True)
         assert all(filled[first : last + 1]), [i for i, f in enumerate(filled) if not f]
+    finally:
+        tab.close()
+
+
+@pytest.fixture(scope="module")
+def step_times_server(tmp_path_factory):
+    """A 2 nodes x 2 workers job with a failure and a restart whose 4 ranks record their step
+    times' median and p95 (each rank its own, rank 2 a long tail)."""
+    root = tmp_path_factory.mktemp("ranks-steps")
+    job = small_job(root / "logs", nodes=2, workers_per_node=2)
+    write_step_quantiles(job.logdir, 4, 120, start=job.start, run_id=job.run_id)
+    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
+    yield server
+    stop(server)
+
+
+# In the page: the step-time canvas' colour at CSS pixel (x, y), as [r, g, b].
+_PIXEL_JS = """([x, y]) => {
+  const c = window.tbRanks.steps.canvas, dpr = window.devicePixelRatio || 1;
+  return Array.from(c.getContext("2d").getImageData(Math.round(x * dpr), Math.round(y * dpr), 1, 1).data.slice(0, 3));
+}"""
+
+
+def _rgb(hex_color: str) -> list[int]:
+    return [int(hex_color.strip().lstrip("#")[i : i + 2], 16) for i in (0, 2, 4)]
+
+
+def _near(pixel, color, least=0.4, background=(255, 255, 255)) -> bool:
+    """Whether ``pixel`` is ``color`` drawn over the light theme's background, at least
+    ``least`` covered (a line's edge is anti-aliased, a band translucent)."""
+    pixel, color, bg = (np.array(v, dtype=float) for v in (pixel, color, background))
+    cover = float(np.dot(bg - pixel, bg - color) / max(1.0, np.dot(bg - color, bg - color)))
+    return cover >= least and float(np.abs(bg + cover * (color - bg) - pixel).max()) <= 30
+
+
+def _steps_drawn(tab) -> dict:
+    return tab.frame.evaluate(
+        """() => { const v = window.tbRanks; v.drawNow();
+          return {...v.steps.drawn, accent: v.tl.colors.accent, height: v.steps.canvas.clientHeight,
+                  markers: v.data.markers.map((m) => ({...m, x: v.time.x(m.t)}))}; }"""
+    )
+
+
+def test_step_time_curves_are_drawn_for_every_rank_with_the_attempts_marked(
+    browser, step_times_server
+):
+    """Under the heatmap, on its time axis: a step-time curve for every rank, and the job's start,
+    failure and restart as vertical lines in their colours at their times."""
+    tab = RanksTab(browser, step_times_server.url)
+    try:
+        tab.frame.wait_for_function(
+            "() => window.tbRanks?.steps?.drawn?.ranks.length === 4", timeout=20_000
+        )
+        drawn = _steps_drawn(tab)
+        assert drawn["ranks"] == [0, 1, 2, 3]
+        assert {m["kind"] for m in drawn["markers"]} == {"rendezvous", "failure", "restart"}
+        bottom = drawn["height"] - 3  # under the curves (0 s is higher): only markers there
+        for marker in drawn["markers"]:
+            around = [
+                tab.frame.evaluate(_PIXEL_JS, [marker["x"] + dx, bottom - dy])
+                for dx in (-1, 0, 1)
+                for dy in range(4)
+            ]
+            assert any(_near(p, _rgb(marker["color"])) for p in around), (marker, around)
+        caption = tab.frame.locator(".tl-steps-caption").inner_text()
+        assert caption.startswith("Step time per rank: grey each rank's median")
+    finally:
+        tab.close()
+
+
+def test_hovering_a_ranks_row_draws_its_own_step_times(browser, step_times_server):
+    """Hovering each rank's heatmap row draws that rank's median in the accent colour at its
+    recorded value, and the tooltip of its curve names it with its median and p95."""
+    tab = RanksTab(browser, step_times_server.url)
+    try:
+        tab.frame.wait_for_function(
+            "() => window.tbRanks?.steps?.drawn?.ranks.length === 4", timeout=20_000
+        )
+        heat = tab.frame.locator(".tl-ranks-scroll canvas").bounding_box()
+        steps = tab.frame.locator(".tl-steps canvas").bounding_box()
+        for rank in range(4):
+            row_y = tab.frame.evaluate(
+                f"() => 22 + {rank} * window.tbRanks.rowH() + window.tbRanks.rowH() / 2"
+            )
+            tab.page.mouse.move(heat["x"] + heat["width"] - 300, heat["y"] + row_y)
+            tab.frame.wait_for_function(
+                f"() => window.tbRanks.steps.drawn.highlighted === {rank}", timeout=5_000
+            )
+            drawn = _steps_drawn(tab)
+            where = tab.frame.evaluate(
+                f"""() => {{ const s = window.tbRanks.steps, b = Math.floor(s.curves.bins / 2);
+                  return {{bin: b, x: s.x(b), y: s.y(s.curves.p50[{rank}][b]),
+                           value: s.curves.p50[{rank}][b]}}; }}"""
+            )
+            assert where["value"] == pytest.approx(median_of(rank, where["bin"]), rel=1e-5)
+            pixel = tab.frame.evaluate(_PIXEL_JS, [where["x"], where["y"]])
+            assert _near(pixel, _rgb(drawn["accent"])), (rank, pixel, drawn["accent"])
+        # The long-tailed rank's curve, hovered in the step-time plot itself.
+        tab.page.mouse.move(steps["x"] + where["x"], steps["y"] + where["y"])
+        tip = tab.frame.locator(".tl-ranks-tooltip")
+        tip.wait_for(timeout=5_000)
+        assert tip.inner_text().startswith("rank 3")
+        assert "step median" in tip.inner_text() and "p95" in tip.inner_text()
+    finally:
+        tab.close()
+
+
+def test_past_128_ranks_the_medians_are_one_band(browser, step_times_server):
+    """With more ranks than lines can tell apart (the route's 4 ranks repeated to 200), every
+    rank's median is one translucent band from the fastest rank's to the slowest's."""
+    tab = RanksTab(browser, step_times_server.url)
+    try:
+        tab.frame.wait_for_function(
+            "() => window.tbRanks?.steps?.drawn?.ranks.length === 4", timeout=20_000
+        )
+        drawn = tab.frame.evaluate(
+            """async () => {
+              const v = window.tbRanks, p = await (await fetch("./ranks?width=1000")).json();
+              const times = (list) => Array.from({length: 50}, () => list).flat();
+              const s = p.step_times;
+              const big = {...p, ranks: times(p.ranks).map((_, i) => i), runs: times(p.runs),
+                cells: times([p.cells]).join(""), scores: [], stragglers: [],
+                step_times: {...s, p50: times(s.p50), p95: times(s.p95)}};
+              v.load(big); v.drawNow();
+              const st = v.steps, b = Math.floor(st.curves.bins / 2);
+              return {...st.drawn, muted: v.tl.colors.muted, x: st.x(b),
+                      y: (st.y(st.curves.p50[0][b]) * 3 + st.y(st.curves.p50[1][b])) / 4};
+            }"""
+        )
+        assert drawn["band"] is True and drawn["ranks"] == []
+        pixel = tab.frame.evaluate(_PIXEL_JS, [drawn["x"], drawn["y"]])
+        assert _near(pixel, _rgb(drawn["muted"]), least=0.15), pixel
     finally:
         tab.close()

@@ -7,6 +7,7 @@ import base64
 import numpy as np
 import pytest
 from plugin_helpers import local_provider, small_job
+from step_time_jobs import TAIL_RANK, median_of, p95_of, write_step_quantiles
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from test_routes import App
@@ -248,3 +249,78 @@ def test_once_everything_is_read_a_request_answers_at_once(slow_job, monkeypatch
     first.refresh(ctx, force=True)  # what the first request's round does
     assert stores.store("", ctx, behind=True).has_read_all()
     assert waits == [ANSWER_WAIT_S, 0.0]
+
+
+# -- the step-time curves under the heatmap ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def quantile_job(tmp_path_factory):
+    """8 ranks x 120 10-s windows recording their step times' median and p95; rank 2 a long tail."""
+    logdir = tmp_path_factory.mktemp("quantiles")
+    write_step_quantiles(logdir, 8, 120, start=DEFAULT_START)
+    return logdir
+
+
+def _floats(encoded: str) -> np.ndarray:
+    return np.frombuffer(base64.b64decode(encoded), dtype="<f4")
+
+
+def _curves(payload: dict, key: str) -> np.ndarray:
+    return np.array([_floats(row) for row in payload["step_times"][key]])
+
+
+def test_step_times_are_each_ranks_median_and_p95_in_seconds(quantile_job):
+    """One window a bucket: each rank's curves are its windows' recorded median and p95, row for
+    row with the heatmap, and the median rank's are the median of them."""
+    snap = _store(quantile_job).snapshot()
+    payload = ranks.ranks_payload(snap, RankQuery(width=1000))
+    assert payload["per_bin"] == 1 and payload["bins"] == 120
+    assert payload["step_times"]["recorded"] is True
+    np.testing.assert_allclose(_curves(payload, "p50"), snap.grid.step_p50, rtol=1e-6)
+    np.testing.assert_allclose(_curves(payload, "p95"), snap.grid.step_p95, rtol=1e-6)
+    expected50 = np.array([[median_of(r, i) for i in range(120)] for r in payload["ranks"]])
+    expected95 = np.array([[p95_of(r, i) for i in range(120)] for r in payload["ranks"]])
+    np.testing.assert_allclose(_curves(payload, "p50"), expected50, rtol=1e-6)
+    np.testing.assert_allclose(_curves(payload, "p95"), expected95, rtol=1e-6)
+    typical = _floats(payload["step_times"]["typical_p50"])
+    np.testing.assert_allclose(typical, np.median(expected50, axis=0), rtol=1e-6)
+    tail = _curves(payload, "p95")[TAIL_RANK] / _curves(payload, "p50")[TAIL_RANK]
+    assert (tail > 2.5).all()  # the long tail reads as such
+
+
+def test_step_times_share_the_heatmaps_buckets(quantile_job):
+    """Bucketed to a narrow plot, as many buckets as the heatmap: a rank's median is the
+    step-weighted mean of its windows' medians, its p95 the largest of theirs (never averaged
+    away)."""
+    payload = ranks.ranks_payload(_store(quantile_job).snapshot(), RankQuery(width=40))
+    per, bins = payload["per_bin"], payload["bins"]
+    assert per > 1 and bins == -(-120 // per)
+    p50, p95 = _curves(payload, "p50"), _curves(payload, "p95")
+    assert p50.shape == p95.shape == (8, bins)
+    for row, rank in enumerate(payload["ranks"]):
+        for b in range(bins):
+            windows = range(b * per, min(120, (b + 1) * per))
+            mean = np.mean([median_of(rank, i) for i in windows])  # equal steps in each
+            assert p50[row, b] == pytest.approx(mean, rel=1e-5)
+            assert p95[row, b] == pytest.approx(max(p95_of(rank, i) for i in windows), rel=1e-6)
+
+
+def test_zoomed_step_times_start_at_the_zoomed_bucket(quantile_job):
+    """A request for 10 minutes in the middle gets those 60 windows' curves, no others."""
+    snap = _store(quantile_job).snapshot()
+    lo = snap.extent[0]
+    zoomed = ranks.ranks_payload(snap, RankQuery(start=lo + 300, end=lo + 900, width=1000))
+    assert zoomed["t0"] == lo + 300 and zoomed["bins"] == 60
+    expected = [[median_of(r, i) for i in range(30, 90)] for r in zoomed["ranks"]]
+    np.testing.assert_allclose(_curves(zoomed, "p50"), expected, rtol=1e-6)
+
+
+def test_step_times_without_quantiles_are_the_window_means(slow_job):
+    """A logdir recorded without quantiles: the curves are each window's mean step time, with no
+    p95, and say so."""
+    snap = _store(slow_job.logdir).snapshot()
+    payload = ranks.ranks_payload(snap, RankQuery(width=800))
+    assert payload["step_times"]["recorded"] is False
+    np.testing.assert_allclose(_curves(payload, "p50"), snap.grid.step_s, rtol=1e-6)
+    assert np.isnan(_curves(payload, "p95")).all()

@@ -1,6 +1,6 @@
 """The Timeline's restart analysis: every payload carries the attempts and their root causes
 (``tb_monitor.analysis.restarts``, the same as ``tb-monitor report``), and collateral ranks are
-drawn as STOPPED_BY_RESTART."""
+drawn as STOPPED_BY_RESTART (STOPPED_AT_END in a last attempt)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from plugin_helpers import column, refreshed_store, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.analysis.health import job_report
+from tb_monitor.analysis.restart_marks import STOPPED_AT_END
 from tb_monitor.analysis.restarts import STOPPED_BY_RESTART, attempt_dict
 from tb_plugin.query import timeline_payload
 from tb_plugin.requests import Query
@@ -92,3 +93,25 @@ def test_attempts_follow_the_job_filter(store, job):
     """A job filter naming another job leaves no attempts."""
     assert timeline_payload(store.snapshot(), Query(run_id=job.run_id))["attempts"]
     assert timeline_payload(store.snapshot(), Query(run_id="other"))["attempts"] == []
+
+
+def test_the_last_attempts_collateral_ranks_stopped_when_the_job_ended(tmp_path):
+    """In a job whose last attempt failed, no restart followed: its collateral ranks' attempts
+    are drawn STOPPED_AT_END (a state of its own in the legend), the first attempt's
+    STOPPED_BY_RESTART; the last attempt says so and loses no time to a restart."""
+    job = small_job(tmp_path / "logs", fail_last=True)
+    payload = timeline_payload(refreshed_store(job.logdir).snapshot(), Query())
+    first, last = payload["attempts"]
+    assert (first["collateral_state"], last["collateral_state"]) == (
+        STOPPED_BY_RESTART,
+        STOPPED_AT_END,
+    )
+    assert (last["restarted"], last["time_lost_s"]) == (False, None)
+    iv_lane = column(payload, "intervals", "lane", "<u4")
+    iv_state = column(payload, "intervals", "state", "<u2")
+    iv_t0 = column(payload, "intervals", "t0", "<f8")
+    labels = [lane["label"] for lane in payload["lanes"]]
+    for rank in last["collateral_ranks"]:
+        mine = np.flatnonzero(iv_lane == labels.index(f"rank {rank}"))
+        assert payload["states"][iv_state[mine[np.argmax(iv_t0[mine])]]] == STOPPED_AT_END
+    assert STOPPED_AT_END in payload["facets"]["states"]

@@ -40,7 +40,9 @@ function line(tl, data, a, manyJobs) {
     });
     parts.push(button);
     if (a.collateral_ranks.length) {
-      parts.push(el("span", { class: "tl-collateral", text: `stopped by restart: ${ranks(a.collateral_ranks)}` }));
+      // In a job's last attempt no restart followed: its collateral ranks stopped with the job.
+      const stopped = a.collateral_state === "STOPPED_AT_END" ? "stopped when the job ended" : "stopped by restart";
+      parts.push(el("span", { class: "tl-collateral", text: `${stopped}: ${ranks(a.collateral_ranks)}` }));
     }
     if (a.time_lost_s !== null) parts.push(el("span", { class: "tl-lost", text: `${formatDuration(a.time_lost_s)} lost` }));
   } else {

@@ -10,7 +10,8 @@
 // the bytes into one image (a 256-entry lookup table from the server's scale) and each frame is a
 // single drawImage of the visible part. Everything from the data goes in as text (dom.js el).
 // Fetching and polling (api.js), the time axis, zoom and pan (axis.js) and frame scheduling
-// (frames.js) are the Timeline's own.
+// (frames.js) are the Timeline's own. Under the heatmap, on the same time axis, each rank's step
+// time in seconds (steptimes.js); hovering a rank's row or its curve highlights its own.
 
 import { decode, every, fetchRanks, Latest, LOADING_POLL_MS, Timer } from "../api.js";
 import { clampSpan, TimeAxis, wantsDetail } from "../axis.js";
@@ -18,6 +19,9 @@ import { el, sizeCanvas } from "../dom.js";
 import { count, formatDuration, formatTime, loadingText } from "../format.js";
 import { Frames } from "../frames.js";
 import { HeatColors } from "./heatmap.js";
+import { JobPicker } from "./jobpicker.js";
+import { focusRankLane } from "./ranklane.js";
+import { drawMarkers, StepTimes } from "./steptimes.js";
 import { bindPlotPointer, placeTooltip } from "../pointer.js";
 
 const POLL_MS = 3000;
@@ -40,6 +44,15 @@ class RanksView {
     this.detailFetch = new Timer(); // fetches detail once a zoom or pan has settled
     this.frames = new Frames(() => this.draw());
     this.selectedRow = null;
+    this.hoverRow = null; // the row under the pointer, its step times highlighted
+    this.steps = new StepTimes(this.time, LABEL_W);
+    this.rankFetch = new Timer(); // fetches a hovered rank's own step times (past the band)
+    this.jobs = new JobPicker(() => {
+      this.view = null; // another job: its own extent, rows and lists
+      this.userZoomed = false;
+      this.selectedRow = this.hoverRow = null;
+      this.refetch();
+    });
     this.stats = { frames: this.frames.times, firstRender: null, fetches: 0 };
     window.tbRanks = this; // for the benchmark and for debugging from the console
 
@@ -73,9 +86,10 @@ class RanksView {
     this.node = el(
       "section",
       { class: "tl-ranks", "aria-label": "Ranks", hidden: "" },
-      el("div", { class: "tl-ranks-head" }, this.summary, this.key, reset),
+      el("div", { class: "tl-ranks-head" }, this.summary, this.jobs.node, this.key, reset),
       el("div", { class: "tl-ranks-lists" }, this.stalled, this.flagged),
       this.scroll,
+      this.steps.node,
       this.tooltip
     );
     this.scroll.addEventListener("scroll", () => this.requestDraw());
@@ -124,6 +138,9 @@ class RanksView {
       params.set("width", String(Math.round(width * 2)));
     }
     if (poll && this.data) params.set("generation", String(this.data.generation));
+    if (this.jobs.job) params.set("job", this.jobs.job);
+    const mine = this.hoverRow ?? this.selectedRow; // its own curves come, past the band
+    if (this.data && mine !== null && mine < this.data.ranks.length) params.set("rank", String(this.data.ranks[mine]));
     let payload;
     try {
       payload = await this.requests.get(params.toString());
@@ -146,6 +163,8 @@ class RanksView {
     }
     d.cells = payload.bins ? decode(payload.cells) : new Uint8Array(0);
     d.image = this.heat.image(d.cells, d.bins, d.ranks.length);
+    this.steps.load(d);
+    this.jobs.load(d);
     this.data = d;
     if ((!this.view || !this.userZoomed) && payload.extent) this.view = { start: payload.extent[0], end: payload.extent[1] };
     this.lists(d);
@@ -169,11 +188,12 @@ class RanksView {
       return b;
     };
     const stalls = d.stalls.map((s) => {
+      const seen = s.agent && s.agent.seen ? ` · its agent sees it ${s.agent.seen}` : s.silent ? " · silent" : "";
       const what = s.waited_for
-        ? `rank ${s.rank} · the job waits for it · no step for ${formatDuration(s.since_step_s)}`
+        ? `rank ${s.rank} · the job waits for it${seen} · no step for ${formatDuration(s.since_step_s)}`
         : `rank ${s.rank} · stalled ${formatDuration(s.since_step_s)}${s.in_collective ? " in a collective" : ""}`;
       const recorder = s.fr_seq == null ? "" : `; torch's Flight Recorder has it at collective ${s.fr_seq}`;
-      const item = el("li", {}, button(what, `Collectives entered ${s.entered}, left ${s.left}${recorder}. Show rank ${s.rank}'s lane`, s.row, s.run, s.rank));
+      const item = el("li", {}, button(what, `Collectives entered ${s.entered}, left ${s.left}${recorder}. Show rank ${s.rank}'s lane`, s.row, s.run, s.rank), ...stacksOf(s.agent));
       item.dataset.waitedFor = String(s.waited_for);
       return item;
     });
@@ -205,31 +225,7 @@ class RanksView {
     this.selectedRow = row;
     this.show(false);
     this.tooltip.hidden = true;
-    const tl = this.tl;
-    const lanes = (tl.data && tl.data.lanes) || [];
-    let lane = lanes.findIndex((l) => l.kind === "worker" && l.run === run);
-    if (lane < 0) lane = lanes.findIndex((l) => l.kind === "worker" && new RegExp(`\\brank[ -]${rank}\\b`).test(l.label));
-    if (lane < 0) {
-      tl.setStatus(`No timeline lane for rank ${rank} (${run}).`);
-      return;
-    }
-    for (const node of tl.labels.querySelectorAll(".tl-row-focus")) node.classList.remove("tl-row-focus");
-    const r = tl.rows[tl.rowOfLane[lane]];
-    if (!r) return;
-    r.node.classList.add("tl-row-focus");
-    tl.focusedLane = lane;
-    tl.scroll.scrollTop = Math.max(0, r.y - tl.height / 3);
-    tl.setStatus(`Rank ${rank}: lane “${r.node.textContent}” and its newest event, from the Ranks view.`);
-    // Its newest event in the loaded window, in the details panel.
-    const d = tl.data;
-    if (d.events && d.laneStart[lane + 1] > d.laneStart[lane]) {
-      let newest = -1;
-      for (let i = 0; i < d.events.count; i++) {
-        if (d.events.lane[i] === lane && (newest < 0 || d.events.t[i] >= d.events.t[newest])) newest = i;
-      }
-      if (newest >= 0) tl.select(d.events.id[newest]);
-    }
-    tl.requestDraw();
+    focusRankLane(this.tl, run, rank);
   }
 
   // ---------------------------------------------------------------- geometry and drawing
@@ -247,6 +243,8 @@ class RanksView {
     if (!this.active) return;
     const rows = this.data ? this.data.ranks.length : 0;
     const rowH = this.rowH();
+    // No taller than its rows at their tallest: the step times follow right under them.
+    this.scroll.style.maxHeight = `${AXIS_H + Math.max(1, rows) * MAX_ROW_H}px`;
     this.spacer.style.height = `${AXIS_H + rows * rowH}px`;
     const w = this.scroll.clientWidth;
     const h = Math.min(this.scroll.clientHeight, AXIS_H + rows * rowH);
@@ -254,6 +252,7 @@ class RanksView {
     this.w = w;
     this.time.width = Math.max(1, w - LABEL_W);
     this.h = h;
+    this.steps.resize(w);
     this.drawNow();
   }
 
@@ -309,31 +308,25 @@ class RanksView {
       }
       if (row % every === 0) ctx.fillText(`rank ${d.ranks[row]}`, 6, y);
     }
-    this.drawMarkers(ctx, d);
+    drawMarkers(ctx, this.time, d.markers, { y0: AXIS_H, y1: this.h, left: LABEL_W, right: this.w });
     this.time.draw(ctx, AXIS_H, c);
+    this.steps.draw(d, c, this.highlightRow());
     return true;
   }
 
-  drawMarkers(ctx, d) {
-    for (const m of d.markers) {
-      const x = this.time.x(m.t);
-      if (x < LABEL_W || x > this.w) continue;
-      ctx.strokeStyle = m.color;
-      ctx.lineWidth = m.kind === "failure" ? 2 : 1.5;
-      ctx.setLineDash(m.kind === "rendezvous" ? [4, 3] : []);
-      ctx.beginPath();
-      ctx.moveTo(x, AXIS_H);
-      ctx.lineTo(x, this.h);
-      ctx.stroke();
-      ctx.fillStyle = m.color;
-      ctx.beginPath();
-      ctx.moveTo(x - 4, AXIS_H);
-      ctx.lineTo(x + 4, AXIS_H);
-      ctx.lineTo(x, AXIS_H + 6);
-      ctx.fill();
-    }
-    ctx.setLineDash([]);
-    ctx.lineWidth = 1;
+  // The row whose step times stand out: hovered, else clicked, else the worst straggler.
+  highlightRow() {
+    if (this.hoverRow !== null) return this.hoverRow;
+    if (this.selectedRow !== null) return this.selectedRow;
+    const worst = this.data.stragglers[0];
+    return worst ? worst.row : null;
+  }
+
+  hovered(row) {
+    if (row === this.hoverRow) return;
+    this.hoverRow = row;
+    this.requestDraw();
+    if (row !== null && !this.steps.has(row)) this.rankFetch.set(() => this.refetch(), 150);
   }
 
   // ---------------------------------------------------------------- pointer
@@ -352,8 +345,9 @@ class RanksView {
     return { row, t, bin, level, px };
   }
 
+  // The heatmap and the step times zoom and pan together; each hovers and clicks its own way.
   bindPointer() {
-    bindPlotPointer(this.canvas, {
+    const move = {
       ready: () => Boolean(this.view),
       zoom: (factor, px) => {
         const { start, end } = this.time.zoomed(factor, px);
@@ -368,20 +362,41 @@ class RanksView {
         const { start, end } = this.time.dragged(view, dx);
         this.setView(start, end);
       },
-      hover: (event) => {
-        if (event.target === this.canvas) this.hover(event);
+      leave: () => {
+        this.tooltip.hidden = true;
+        this.hovered(null);
       },
-      click: (event) => {
-        const cell = this.cellAt(event);
-        if (cell) this.goToRank(cell.row, this.data.runs[cell.row], this.data.ranks[cell.row]);
-      },
-      leave: () => (this.tooltip.hidden = true),
+    };
+    const toRank = (row) => row !== null && this.goToRank(row, this.data.runs[row], this.data.ranks[row]);
+    bindPlotPointer(this.canvas, {
+      ...move,
+      hover: (event) => event.target === this.canvas && this.hover(event),
+      click: (event) => toRank(this.cellAt(event)?.row ?? null),
     });
+    const steps = this.steps.canvas;
+    bindPlotPointer(steps, {
+      ...move,
+      hover: (event) => event.target === steps && this.hoverSteps(event),
+      click: (event) => toRank(this.steps.pointAt(event, this.data).row),
+    });
+  }
+
+  // Over the step times: the curve under the pointer highlighted, its values in the tooltip.
+  hoverSteps(event) {
+    const { row, lines } = this.steps.pointAt(event, this.data);
+    this.hovered(row);
+    if (!lines) {
+      this.tooltip.hidden = true;
+      return;
+    }
+    this.tooltip.replaceChildren(...lines);
+    placeTooltip(this.tooltip, event);
   }
 
   hover(event) {
     const cell = this.cellAt(event);
     const tip = this.tooltip;
+    this.hovered(cell ? cell.row : null);
     if (!cell) {
       tip.hidden = true;
       return;
@@ -421,4 +436,13 @@ class RanksView {
 export function createRanks(tl) {
   const view = new RanksView(tl);
   return { slot: "header", node: view.node, toolbar: view.toggle, redraw: () => view.requestDraw() };
+}
+
+// A stalled rank's Python stacks as its agent recorded them, opened on click, or why there are
+// none (a stopped process cannot dump them).
+function stacksOf(agent) {
+  if (!agent) return [];
+  if (!agent.stacks) return [el("div", { class: "tl-rank-stacks-note", text: agent.stacks_note || "" })];
+  const summary = el("summary", { text: `Python stacks (${agent.stacks_reason || "recorded"})` });
+  return [el("details", { class: "tl-rank-stacks" }, summary, el("pre", { text: agent.stacks }))];
 }
