@@ -1,0 +1,303 @@
+"""Users' training scripts run as real two-node jobs, with faults injected from outside.
+
+The acceptance harness of issue 26: the scripts under ``integration/scripts/users/`` know
+nothing of tb_monitor; a ``UserJob`` starts one under ``tb-monitor run`` or plain ``torchrun``
+(two agents on 127.0.0.1, 2 workers each, as ``torchrun_jobs`` starts them), finds a rank's
+worker process, and does to it what a machine or a scheduler would: ``kill -9`` of a whole node
+(agent and workers), SIGTERM to an agent, SIGSTOP of one rank. It times how long the job takes
+to end after the fault, and reads ``tb-monitor report --json``. Each agent runs in a directory of
+its own, as on two machines (the DDP script saves its snapshot to the working directory).
+
+Used by ``tests/integration/test_users_jobs.py`` and ``benchmarks/bench_users.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from torchrun_jobs import (
+    MACHINE_FAULTS,
+    _descendants,
+    agent_env,
+    free_port,
+    stop_agents,
+    tb_monitor_command,
+)
+
+__all__ = [
+    "DDP",
+    "HF",
+    "LIGHTNING",
+    "SHORT_WINDOWS",
+    "UserJob",
+    "machine_fault",
+    "script_lines",
+    "start_job",
+    "user_job",
+]
+
+SCRIPTS = Path(__file__).parent / "integration" / "scripts" / "users"
+DDP = SCRIPTS / "ddp_multinode.py"
+LIGHTNING = SCRIPTS / "lightning_trainer.py"
+HF = SCRIPTS / "hf_trainer.py"
+#: Short rank windows and heartbeats, so a straggler or a stall shows within seconds.
+SHORT_WINDOWS = {"TB_MONITOR_RANK_WINDOW_S": "1", "TB_MONITOR_HEARTBEAT_S": "1"}
+JOB_TIMEOUT = 180.0  # seconds; a healthy job takes 10-25 s here, a fault may take gloo's timeouts
+_POLL_S = 0.1
+
+
+#: What the scripts print themselves, each whole: two workers writing to one stdout can put two
+#: of these on one line, so they are found, not split on newlines.
+_SCRIPT_LINE = re.compile(
+    r"\[RANK\d+\] Epoch \d+ \| Batchsize: \d+ \| Steps: \d+"
+    r"|\[RANK\d+\] finished after \d+ steps"
+    r"|Epoch \d+ \| Training snapshot saved at [\w./-]+?\.pt"
+    r"|Resuming training from snapshot at Epoch \d+"
+)
+
+
+def script_lines(output: str) -> list[str]:
+    """The lines the scripts print themselves, sorted: the order of lines from four processes
+    is the scheduler's, not the script's."""
+    return sorted(_SCRIPT_LINE.findall(output))
+
+
+def machine_fault(returncodes: list[int | None], output: str) -> str | None:
+    """The machine's fault (a port taken meanwhile) a failed job names in its output, or None."""
+    if all(code == 0 for code in returncodes):
+        return None
+    return next((fault for fault in MACHINE_FAULTS if fault in output.lower()), None)
+
+
+@dataclass
+class UserJob:
+    """A running (or finished) two-agent job of one user script."""
+
+    run_id: str
+    workdir: Path
+    logdir: Path
+    monitored: bool  # under ``tb-monitor run``; else plain torchrun
+    agents: list[subprocess.Popen]
+    _seen: dict[int, int] = field(default_factory=dict)  # every process seen: its node
+
+    # -- what it printed and how it ended --------------------------------------------------
+    def output(self, node: int | None = None) -> str:
+        """Everything the agents (and their workers) printed so far; one node's with ``node``."""
+        nodes = range(len(self.agents)) if node is None else [node]
+        return "\n".join(self._log(n).read_text(errors="replace") for n in nodes)
+
+    @property
+    def returncodes(self) -> list[int | None]:
+        return [agent.poll() for agent in self.agents]
+
+    def report(self) -> dict:
+        """``tb-monitor report --json`` of the job's logdir, as it stands now."""
+        done = subprocess.run(
+            tb_monitor_command("report", "--json", str(self.logdir)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        try:
+            return json.loads(done.stdout)
+        except json.JSONDecodeError as exc:
+            raise AssertionError(f"report --json said: {done.stdout}\n{done.stderr}") from exc
+
+    # -- finding processes -------------------------------------------------------------------
+    def processes(self) -> list[int]:
+        """The agents and every process under them now (remembered with their node, so that a
+        worker whose agent died is still waited for)."""
+        found = []
+        for node, agent in enumerate(self.agents):
+            for pid in [agent.pid, *_descendants(agent.pid)]:
+                self._seen.setdefault(pid, node)
+                found.append(pid)
+        return found
+
+    def worker_pid(self, rank: int) -> int:
+        """The worker process of global rank ``rank`` (the agent's child whose RANK it is)."""
+        for agent in self.agents:
+            for pid in _descendants(agent.pid):
+                if _parent(pid) == agent.pid and _environ(pid).get("RANK") == str(rank):
+                    return pid
+        raise LookupError(f"no worker of rank {rank} under agents {self._agent_pids()}")
+
+    def node_of(self, rank: int) -> int:
+        """The index of the agent whose worker rank ``rank`` is."""
+        pid = self.worker_pid(rank)
+        return next(n for n, agent in enumerate(self.agents) if _parent(pid) == agent.pid)
+
+    def wait_for_output(self, text: str, timeout: float = JOB_TIMEOUT) -> None:
+        """Wait until some process printed ``text`` (training has reached that far)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output():
+            if time.monotonic() > deadline or all(code is not None for code in self.returncodes):
+                raise AssertionError(f"{text!r} never printed; the output:\n{self.output()}")
+            time.sleep(_POLL_S)
+
+    def wait_for_workers(self, count: int = 4, timeout: float = JOB_TIMEOUT) -> None:
+        """Wait until ``count`` ranks have a worker process."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with contextlib.suppress(LookupError):
+                for rank in range(count):
+                    self.worker_pid(rank)
+                return
+            time.sleep(_POLL_S)
+        raise AssertionError(f"{count} workers never started; the output:\n{self.output()}")
+
+    # -- faults from outside ---------------------------------------------------------------
+    def kill_node(self, node: int) -> None:
+        """``kill -9`` of a whole node: its agent and every process under it, at once."""
+        agent = self.agents[node]
+        self.processes()
+        for pid in [agent.pid, *_descendants(agent.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def signal_agent(self, node: int, signum: int = signal.SIGTERM) -> None:
+        """Send ``signum`` to one agent (a scheduler stopping the node)."""
+        self.processes()
+        self.agents[node].send_signal(signum)
+
+    def signal_rank(self, rank: int, signum: int) -> None:
+        """Send ``signum`` (SIGSTOP, SIGCONT, ...) to the worker of ``rank``."""
+        os.kill(self.worker_pid(rank), signum)
+
+    # -- the end ---------------------------------------------------------------------------
+    def wait(self, timeout: float = JOB_TIMEOUT, nodes: tuple[int, ...] = (0, 1)) -> float:
+        """Wait until the agents of ``nodes`` and every worker seen under them have exited; the
+        seconds it took. Raises TimeoutError naming what still runs after ``timeout``."""
+        start = time.monotonic()
+        while True:
+            self.processes()
+            alive = [pid for pid, node in self._seen.items() if node in nodes and _alive(pid)]
+            if not alive:
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise TimeoutError(f"still running after {timeout:.0f} s: {_describe(alive)}")
+            time.sleep(_POLL_S)
+
+    def stop(self) -> None:
+        """Kill whatever still runs (the agents with everything under them, and every worker
+        seen, even one whose agent is gone)."""
+        self.processes()
+        stop_agents(self.agents)
+        for pid in self._seen:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+
+    def _log(self, node: int) -> Path:
+        return self.workdir / f"node{node}" / "output.txt"
+
+    def _agent_pids(self) -> list[int]:
+        return [agent.pid for agent in self.agents]
+
+
+def start_job(
+    workdir: Path,
+    script: Path,
+    *args: str,
+    monitored: bool = True,
+    env: dict[str, str] | None = None,
+    max_restarts: int = 0,
+) -> UserJob:
+    """Start the two agents of one job of ``script ARGS`` in ``workdir`` (its logdir is
+    ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or plain torchrun."""
+    run_id = f"user-{uuid.uuid4().hex[:8]}"
+    launcher = ["run", "--logdir", str(workdir / "logs")] if monitored else []
+    command = [
+        *(
+            tb_monitor_command(*launcher)
+            if monitored
+            else [sys.executable, "-m", "torch.distributed.run"]
+        ),
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-id={run_id}",
+        f"--max-restarts={max_restarts}",
+        str(script),
+        *args,
+    ]
+    agents = []
+    for node in range(2):
+        cwd = workdir / f"node{node}"
+        cwd.mkdir(parents=True, exist_ok=True)
+        with open(cwd / "output.txt", "w") as log:
+            agents.append(
+                subprocess.Popen(
+                    command,
+                    cwd=cwd,
+                    env=agent_env(**(env or {})),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a scheduler's signal goes to the agent alone
+                )
+            )
+    return UserJob(run_id, workdir, workdir / "logs", monitored, agents)
+
+
+@contextlib.contextmanager
+def user_job(workdir: Path, script: Path, *args: str, **options) -> Iterator[UserJob]:
+    """``start_job``, and everything it started killed at the end, whatever happened."""
+    job = start_job(workdir, script, *args, **options)
+    try:
+        yield job
+    finally:
+        job.stop()
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _alive(pid: int) -> bool:
+    """Some thread of ``pid`` still runs, sleeps or is stopped. Not the process's own state:
+    its main thread shows as a zombie while another thread still holds the process up."""
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):  # gone meanwhile
+            continue
+        if state not in ("Z", "X"):
+            return True
+    return False
+
+
+def _describe(pids: list[int]) -> str:
+    def one(pid: int) -> str:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            cmd = "?"
+        return f"{pid} (RANK={_environ(pid).get('RANK', '-')}) {cmd[:120]}"
+
+    return "; ".join(one(pid) for pid in sorted(pids))
