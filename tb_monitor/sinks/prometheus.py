@@ -21,9 +21,9 @@ counter, anything else outside ``[a-zA-Z0-9_]`` an underscore. Who reported a va
   timeline records the sink has seen, renewed when an agent's event arrives. Rendezvous
   keep-alives are not kept (most of a long job's records, and they change nothing).
 
-So a rank adds 2 series, and a node's agent 6 (restarts, their ``_created``, 4 states) plus one
+So a rank adds 2 series, and a node's agent 7 (restarts, their ``_created``, 5 states) plus one
 per ``@prof`` function torchelastic times (8 in torch 2.13): a 1,024-rank job on 128 nodes
-exposes 2,048 + 128 x 14 = 3,840 series (``tests/sinks/test_prometheus.py`` counts them), and
+exposes 2,048 + 128 x 15 = 3,968 series (``tests/sinks/test_prometheus.py`` counts them), and
 each Stat aggregation or metric that every rank adds costs one more series per rank.
 
 Under ``tb-monitor run --prometheus-port`` every process of a node writes its series to the
@@ -58,7 +58,7 @@ PROMETHEUS_ENV = "TB_MONITOR_PROMETHEUS"
 #: Where prometheus_client's multi-process mode keeps every process's values (read at import).
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The job states ``tb_monitor_job_state`` tells apart.
-JOB_STATES = ("rendezvous", "running", "failed", "succeeded")
+JOB_STATES = ("rendezvous", "running", "failed", "terminated", "succeeded")
 #: Prefix of every series.
 PREFIX = "tb_monitor_"
 
@@ -81,11 +81,12 @@ def series_name(name: str) -> tuple[str, float]:
 
 
 def job_state(report: JobReport) -> str:
-    """The job's state in ``report``: ``succeeded`` or ``failed`` once it has ended (its
-    verdict), ``running`` while an attempt runs, else ``rendezvous`` (before the first attempt,
-    and between an attempt that ended and the restart)."""
+    """The job's state in ``report``: ``succeeded``, ``failed`` or ``terminated`` (a signal to
+    its agent: a preemption) once it has ended (its verdict), ``running`` while an attempt runs,
+    else ``rendezvous`` (before the first attempt, and between an attempt that ended and the
+    restart)."""
     if report.finished:
-        return "failed" if report.status == "failed" else "succeeded"
+        return report.status if report.status in ("failed", "terminated") else "succeeded"
     running = any(job.status == "RUNNING" for job in report.jobs)
     return "running" if running else "rendezvous"
 

@@ -233,3 +233,13 @@ def test_restarts_and_job_state_are_the_job_reports(tmp_path, fail_last, state):
     assert restarts.value == report_job.restarts == 2
     states = {s.labels["state"]: s.value for s in families["tb_monitor_job_state"]}
     assert states == {each: float(each == state) for each in JOB_STATES}
+
+
+@pytest.mark.parametrize("status", ["failed", "terminated", "succeeded"])
+def test_a_finished_jobs_state_is_its_reports_verdict(status):
+    """A finished job's state is its report's verdict: a preempted job reads terminated."""
+    from types import SimpleNamespace
+
+    from tb_monitor.sinks.prometheus import job_state
+
+    assert job_state(SimpleNamespace(finished=True, status=status, jobs=())) == status
