@@ -373,13 +373,11 @@ def ranks_payload(
     if q.generation == snap.generation and snap.loading is None:
         return {"generation": snap.generation, "unchanged": True}
     snap, attempts, shown = job_view(snap, jobs, q.job, attempts or [])
-    rows, width = snap.compute.shape
-    extent = snap.extent
     payload: dict[str, Any] = {
         "generation": snap.generation,
         "loading": snap.loading,
         "window_s": snap.window_s,
-        "extent": extent,
+        "extent": snap.extent,
         "ranks": snap.ranks,
         "runs": snap.runs,
         "recorded": int(snap.recorded),  # windows held, all ranks together
@@ -391,22 +389,28 @@ def ranks_payload(
         "markers": _markers(attempts),
         **shown,
     }
-    highlighted = highlighted_rows(payload, q.rank)
+    payload.update(_cells(snap, q, highlighted_rows(payload, q.rank)))
+    return payload
+
+
+def _cells(snap: RankSnapshot, q: RankQuery, highlighted: Any) -> dict[str, Any]:
+    """The heatmap's cells and the step-time curves over the window ``q`` asks for: whole
+    windows per bucket, about as many buckets as its pixel width."""
+    width = snap.compute.shape[1]
     if not width:
-        payload.update(bins=0, bin_s=snap.window_s, t0=0.0, window=[0.0, 1.0], cells="")
-        payload["step_times"] = step_times_payload(snap.grid, 1, keep=highlighted)
-        return payload
-    lo, hi = extent
+        empty = step_times_payload(snap.grid, 1, keep=highlighted)
+        return dict(
+            bins=0, bin_s=snap.window_s, t0=0.0, window=[0.0, 1.0], cells="", step_times=empty
+        )
+    lo, hi = snap.extent
     start = q.start if q.start is not None else lo
     end = q.end if q.end is not None else hi
     # The columns (windows) whose span meets [start, end].
     c0 = int(np.clip(math.floor((start - lo) / snap.window_s), 0, width - 1))
     c1 = int(np.clip(math.ceil((end - lo) / snap.window_s), c0 + 1, width))
-    n = c1 - c0
-    most = bucket_count(q.width)
-    per_bin = max(1, math.ceil(n / most))
+    per_bin = max(1, math.ceil((c1 - c0) / bucket_count(q.width)))
     mean = snap.grid.merged(per_bin, c0, c1)
-    payload.update(
+    return dict(
         bins=int(mean.shape[1]),
         bin_s=per_bin * snap.window_s,
         t0=lo + c0 * snap.window_s,
@@ -415,7 +419,6 @@ def ranks_payload(
         cells=b64(levels(mean), "u1"),
         step_times=step_times_payload(snap.grid, per_bin, c0, c1, keep=highlighted),
     )
-    return payload
 
 
 def scale() -> dict[str, Any]:

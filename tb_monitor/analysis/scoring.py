@@ -183,6 +183,14 @@ def stalled_ranks(
                 "silent": rank in silent,
             }
         )
+    _mark_waited_for(rows, silent, waiting)
+    rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
+    return rows
+
+
+def _mark_waited_for(rows: list[dict[str, Any]], silent: Collection[int], waiting: bool) -> None:
+    """Set each stalled row's ``waited_for``: the silent ranks while another waits, else a rank
+    outside the collective the others are in, or behind them in its collectives' sequence."""
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
@@ -194,8 +202,6 @@ def stalled_ranks(
         row["waited_for"] = (
             (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
         )
-    rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
-    return rows
 
 
 def _silence(
