@@ -192,9 +192,12 @@ def test_the_heatmap_has_no_empty_column_between_windows(browser, recorded_serve
     (no white gap hiding a stall), and each column is a whole number of 10-s windows."""
     tab = RanksTab(browser, recorded_server.url)
     try:
+        # The picture of a finished read: one drawn while the first read goes on may lack
+        # the windows still to come.
         tab.frame.wait_for_function(
-            "() => window.tbRanks && window.tbRanks.data && window.tbRanks.data.image",
-            timeout=20_000,
+            "() => { const d = window.tbRanks && window.tbRanks.data;"
+            " return d && d.image && !d.loading; }",
+            timeout=30_000,
         )
         drawn = tab.frame.evaluate(
             """() => {
