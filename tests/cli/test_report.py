@@ -85,9 +85,11 @@ def test_report_json_follows_the_schema(restarted):
         "attempts_total",
         "restarts",
         "time_lost_s",
+        "terminated",
         "ranks",
         "attempts",
     }
+    assert job["terminated"] is None  # no signal to an agent ended it
     assert job["ranks"] is None  # no rank health recorded
     first = job["attempts"][0]
     assert set(first) >= {"attempt", "outcome", "root_cause", "collateral_ranks", "time_lost_s"}
