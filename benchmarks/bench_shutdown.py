@@ -36,7 +36,6 @@ import contextlib
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -48,6 +47,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "integration" / "scripts" / "users" / "ddp_multinode.py"
+sys.path.insert(0, str(ROOT / "tests"))
+from torchrun_jobs import descendants, two_agent_args  # noqa: E402  (the tests' job helpers)
+
 SCENARIOS = ("agent-sigterm", "worker-crash", "node-kill9", "blocked-rank")
 LAUNCHERS = ("torchrun", "tb-monitor")
 #: How long a scenario may take to shut down before its processes are killed (seconds).
@@ -69,12 +71,6 @@ class Shutdown:
     returncodes: list[int | None]
     logdir: str | None
     output: str
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def launcher_command(launcher: str, logdir: str | None) -> list[str]:
@@ -136,23 +132,6 @@ def _env_of(pid: int) -> dict[str, str]:
         return {}
     pairs = (item.partition(b"=") for item in raw.split(b"\0") if item)
     return {key.decode(errors="replace"): value.decode(errors="replace") for key, _, value in pairs}
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, from /proc (Linux)."""
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            continue
-        children.setdefault(parent, []).append(int(stat.parent.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def alive(pid: int) -> bool:
@@ -223,17 +202,15 @@ def _run_scenario(
     logdir = str(run_dir / "logs") if launcher == "tb-monitor" else None
     command = [
         *launcher_command(launcher, logdir),
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        f"--rdzv-id={uuid.uuid4().hex[:8]}",
-        f"--max-restarts={max_restarts}",
-        str(SCRIPT),
-        "1000",  # epochs: it trains until the fault
-        "5",
-        "--snapshot_path",
-        str(run_dir / "snapshot.pt"),
+        *two_agent_args(
+            SCRIPT,
+            uuid.uuid4().hex[:8],
+            "1000",  # epochs: it trains until the fault
+            "5",
+            "--snapshot_path",
+            str(run_dir / "snapshot.pt"),
+            max_restarts=max_restarts,
+        ),
     ]
     env = job_env()
     agents = [Agent(command, env, str(run_dir))]

@@ -127,6 +127,16 @@ def two_agent_command(
     return tb_monitor_run(
         "--logdir",
         str(logdir),
+        *two_agent_args(script, run_id, *script_args, max_restarts=max_restarts),
+    )
+
+
+def two_agent_args(
+    script: Path | str, run_id: str, *script_args: str, max_restarts: int
+) -> list[str]:
+    """torchrun's arguments for one of a job's two agents (2 workers each, c10d on 127.0.0.1,
+    a fresh port), the same under ``tb-monitor run`` and plain torchrun."""
+    return [
         "--nnodes=2",
         "--nproc-per-node=2",
         "--rdzv-backend=c10d",
@@ -135,7 +145,7 @@ def two_agent_command(
         f"--max-restarts={max_restarts}",
         str(script),
         *script_args,
-    )
+    ]
 
 
 def agent_env(**extra: str) -> dict[str, str]:
@@ -234,7 +244,7 @@ def stop_agents(agents: list[subprocess.Popen]) -> None:
     hung job running after the test (blocked in a collective for gloo's 30 minutes)."""
     for agent in agents:
         if agent.poll() is None:
-            for pid in [*_descendants(agent.pid), agent.pid]:  # found before any is reparented
+            for pid in [*descendants(agent.pid), agent.pid]:  # found before any is reparented
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
@@ -242,7 +252,7 @@ def stop_agents(agents: list[subprocess.Popen]) -> None:
         agent.wait()
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, from /proc (Linux)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):

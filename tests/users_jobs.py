@@ -28,11 +28,11 @@ from pathlib import Path
 
 from torchrun_jobs import (
     MACHINE_FAULTS,
-    _descendants,
     agent_env,
-    free_port,
+    descendants,
     stop_agents,
     tb_monitor_command,
+    two_agent_args,
 )
 
 __all__ = [
@@ -121,7 +121,7 @@ class UserJob:
         worker whose agent died is still waited for)."""
         found = []
         for node, agent in enumerate(self.agents):
-            for pid in [agent.pid, *_descendants(agent.pid)]:
+            for pid in [agent.pid, *descendants(agent.pid)]:
                 self._seen.setdefault(pid, node)
                 found.append(pid)
         return found
@@ -129,7 +129,7 @@ class UserJob:
     def worker_pid(self, rank: int) -> int:
         """The worker process of global rank ``rank`` (the agent's child whose RANK it is)."""
         for agent in self.agents:
-            for pid in _descendants(agent.pid):
+            for pid in descendants(agent.pid):
                 if _parent(pid) == agent.pid and _environ(pid).get("RANK") == str(rank):
                     return pid
         raise LookupError(f"no worker of rank {rank} under agents {self._agent_pids()}")
@@ -163,7 +163,7 @@ class UserJob:
         """``kill -9`` of a whole node: its agent and every process under it, at once."""
         agent = self.agents[node]
         self.processes()
-        for pid in [agent.pid, *_descendants(agent.pid)]:
+        for pid in [agent.pid, *descendants(agent.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
@@ -225,14 +225,7 @@ def start_job(
             if monitored
             else [sys.executable, "-m", "torch.distributed.run"]
         ),
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
-        f"--rdzv-id={run_id}",
-        f"--max-restarts={max_restarts}",
-        str(script),
-        *args,
+        *two_agent_args(script, run_id, *args, max_restarts=max_restarts),
     ]
     agents = []
     for node in range(2):

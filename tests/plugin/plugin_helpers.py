@@ -140,6 +140,23 @@ def start_tensorboard(logdir, log_dir, *extra: str) -> Server:
     pytest.fail(f"tensorboard did not answer within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
 
 
+@contextmanager
+def rank_windows_server(root, ranks: int, step_s: float, slow_ranks: list[int]) -> Iterator[Server]:
+    """A TensorBoard over a small job's timeline (2 nodes x 2 workers) plus ``ranks`` ranks'
+    health windows, ``slow_ranks`` computing longer: the Ranks view's usual test job."""
+    from tb_monitor.testing import generate_rank_windows
+
+    job = small_job(root / "logs", nodes=2, workers_per_node=2)
+    generate_rank_windows(
+        job.logdir, ranks, step_s, slow_ranks=slow_ranks, start=job.start, run_id=job.run_id
+    )
+    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
 def stop(server: Server) -> None:
     server.process.terminate()
     try:

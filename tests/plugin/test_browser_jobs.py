@@ -6,11 +6,17 @@ collateral ranks read "stopped when the job ended"."""
 from __future__ import annotations
 
 import pytest
-from plugin_helpers import RanksTab, chromium, small_job, start_tensorboard, stop
+from plugin_helpers import (
+    RanksTab,
+    chromium,
+    rank_windows_server,
+    small_job,
+    start_tensorboard,
+    stop,
+)
 from two_jobs import HUNG_RANK, SLOW_RANK, write_two_jobs
 
 from tb_monitor import contract
-from tb_monitor.testing import generate_rank_windows
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -62,12 +68,8 @@ def test_the_job_picker_shows_the_second_jobs_stall_and_switches_jobs(browser, t
 @pytest.fixture(scope="module")
 def many_ranks_server(tmp_path_factory):
     """A small job's timeline with 200 ranks' windows (past the band threshold), rank 7 slow."""
-    root = tmp_path_factory.mktemp("band-browser")
-    job = small_job(root / "logs", nodes=2, workers_per_node=2)
-    generate_rank_windows(job.logdir, 200, 0.05, slow_ranks=[7], start=job.start, run_id=job.run_id)
-    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
-    yield server
-    stop(server)
+    with rank_windows_server(tmp_path_factory.mktemp("band-browser"), 200, 0.05, [7]) as server:
+        yield server
 
 
 def test_past_128_ranks_a_hovered_ranks_curves_are_fetched(browser, many_ranks_server):

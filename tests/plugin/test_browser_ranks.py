@@ -8,13 +8,19 @@ import time
 
 import numpy as np
 import pytest
-from plugin_helpers import RanksTab, chromium, small_job, start_tensorboard, stop
+from plugin_helpers import (
+    RanksTab,
+    chromium,
+    rank_windows_server,
+    small_job,
+    start_tensorboard,
+    stop,
+)
 from rank_jobs import write_recorded_job
 from step_time_jobs import median_of, write_step_quantiles
 
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.testing import (
-    generate_rank_windows,
     rank_heartbeat_scalars,
     rank_window_scalars,
 )
@@ -35,12 +41,8 @@ def browser():
 @pytest.fixture(scope="module")
 def slow_rank_server(tmp_path_factory):
     """A 2 nodes x 2 workers job (timeline records) whose rank 1 computes 1.5x longer."""
-    root = tmp_path_factory.mktemp("ranks-browser")
-    job = small_job(root / "logs", nodes=2, workers_per_node=2)
-    generate_rank_windows(job.logdir, 4, 0.1, slow_ranks=[1], start=job.start, run_id=job.run_id)
-    server = start_tensorboard(job.logdir, root, "--reload_interval=1")
-    yield server
-    stop(server)
+    with rank_windows_server(tmp_path_factory.mktemp("ranks-browser"), 4, 0.1, [1]) as server:
+        yield server
 
 
 def test_ranks_view_flags_rank_1_and_clicks_through_to_its_lane(browser, slow_rank_server):
