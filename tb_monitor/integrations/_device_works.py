@@ -1,8 +1,9 @@
 """Async collectives that finish on a GPU after torch has returned, timed off the training thread.
 
-Opt-in (``TB_MONITOR_NCCL_TIMING=1``) until it has run on a GPU: no GPU was lent to this
-project's sessions, so the path below is tested with a stand-in for NCCL's ``Work`` only (and a
-test that runs where CUDA is).
+For NCCL's async collectives it is opt-in (``TB_MONITOR_NCCL_TIMING=1``): NCCL then records two
+CUDA events around every collective of the job. DDP's gradient wait (``grad_wait``) uses it with
+events of its own, always. Tested with a stand-in for NCCL's ``Work`` here, and on an H200 with
+real NCCL (``tests/integration/test_rank_health_device.py``).
 
 NCCL completes an ``async_op`` work's future as soon as the kernel is queued, so neither the
 call's return nor the future says when the collective ended. Its ``Work`` does: ``is_completed()``

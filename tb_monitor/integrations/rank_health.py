@@ -21,8 +21,8 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   timed to its completion off the training thread by its future's callback (gloo). NCCL
   completes the future once the kernel is queued, so there it is timed to its launch, unless
   ``TB_MONITOR_NCCL_TIMING=1``: then by the CUDA events NCCL records around the kernel, read
-  once a poller thread sees the work done (``_device_works``, opt-in until it has run on a GPU;
-  ``install`` then sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
+  once a poller thread sees the work done (``_device_works``; checked on an H200; opt-in because
+  NCCL then records two CUDA events around every collective of the job: ``install`` sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
   the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
   to that. FSDP's all-gathers and reduce-scatters (both versions) are such Python collectives;
 - ``rank/grad_wait_s`` (COUNT, SUM, MAX): seconds each backward of a ``DistributedDataParallel``
@@ -186,7 +186,10 @@ class RankHealth:
         self._grad_wait = GradWait(
             self._grad_wait_s.add,
             clock,
-            device_works=DeviceWorks(self._grad_waits_done, clock) if on_device else None,
+            # Our own CUDA events on the backward's stream, read by a poller thread started on
+            # the first CUDA backward: checked on an H200 (no host sync; tests/integration/
+            # test_rank_health_device.py), so on by default, unlike NCCL's own timing above.
+            device_works=DeviceWorks(self._grad_waits_done, clock),
         )
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 

@@ -311,3 +311,53 @@ def test_a_real_nccl_collective_is_timed_on_the_gpu_without_a_host_sync(
     assert by_tag[COLLECTIVES] == 1
     assert waited > 0.05
     assert 0 <= by_tag[LONGEST_COLLECTIVE] < waited / 2
+
+
+GRAD_WAITS = contract.stat_tag(contract.RANK_GRAD_WAIT, "count")
+LONGEST_GRAD_WAIT = contract.stat_tag(contract.RANK_GRAD_WAIT, "max")
+
+
+def test_a_cuda_ddp_backwards_gradient_wait_is_timed_by_events_without_a_host_sync(
+    torch, tmp_path, monkeypatch
+):
+    """On a GPU, a DDP model on NCCL: every backward's gradient wait is recorded from the CUDA
+    events on the stream, and nothing of ours synchronises the host while the backward runs."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    import warnings
+
+    import torch.distributed as dist
+
+    if not dist.is_nccl_available():
+        pytest.skip("needs NCCL")
+    monkeypatch.delenv("TB_MONITOR_NCCL_TIMING", raising=False)  # the default times it so
+    steps = 6
+    with capture() as captured:
+        recorder = RankHealth(window=timedelta(hours=1), heartbeat_s=3600).install()
+        store = dist.FileStore(str(tmp_path / "store"), 1)
+        dist.init_process_group("nccl", store=store, rank=0, world_size=1)
+        try:
+            model = torch.nn.parallel.DistributedDataParallel(
+                torch.nn.Linear(1024, 1024).cuda(), device_ids=[0]
+            )
+            batch = torch.ones(64, 1024, device="cuda")
+            model(batch).sum().backward()  # NCCL's communicator and DDP's buckets: not measured
+            torch.cuda.synchronize()
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                torch.cuda.set_sync_debug_mode("warn")
+                try:
+                    for _ in range(steps - 1):
+                        model(batch).sum().backward()
+                finally:
+                    torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()
+            recorder._grad_wait._device_works.poll()
+        finally:
+            recorder.close()
+            dist.destroy_process_group()
+    ours = [w for w in seen if "tb_monitor" in str(w.filename)]
+    assert ours == [], [str(w.message) for w in ours]
+    by_tag = {scalar.tag: scalar.value for scalar in captured.scalars()}
+    assert by_tag[GRAD_WAITS] == steps
+    assert 0 <= by_tag[LONGEST_GRAD_WAIT] < 5.0
