@@ -23,6 +23,7 @@ from tb_monitor.sinks import summaries
 from tb_monitor.sinks.batching import TimelineBatcher
 
 __all__ = [
+    "BUILT",
     "FILE_VERSION",
     "SCALAR",
     "SCALARS",
@@ -41,8 +42,9 @@ FILE_VERSION = "brain.Event:2"
 
 # What a queued record holds, its first element: (SCALAR, tag, value, wall_time, step | None),
 # (SCALARS, {tag: value}, wall_time), (TEXT, tag, text, wall_time), (TIMELINE, tag, payload,
-# wall_time), (SUMMARY, summary, None, wall_time, step | None). ``_encoding.c`` reads SCALARs.
-SCALAR, SCALARS, TEXT, TIMELINE, SUMMARY = range(5)
+# wall_time), (SUMMARY, summary, None, wall_time, step | None), (BUILT, build, None, wall_time):
+# ``build()`` returns a whole ``Event``, made on the writer's thread. ``_encoding.c`` reads SCALARs.
+SCALAR, SCALARS, TEXT, TIMELINE, SUMMARY, BUILT = range(6)
 
 _log = logging.getLogger(__name__)
 
@@ -129,6 +131,14 @@ def summary_record(wall_time: float, step: int, summary: Any) -> bytes:
     return tfrecord.frame(_event_head(wall_time, step) + b"\x2a" + _varint(len(raw)) + raw)
 
 
+def built_record(build: Any, wall_time: float) -> bytes:
+    """One framed ``Event`` as ``build()`` makes it; its wall time is ``wall_time`` unless set."""
+    event = build()
+    if not event.wall_time:
+        event.wall_time = wall_time
+    return tfrecord.frame(event.SerializeToString())
+
+
 def version_record(wall_time: float) -> bytes:
     """The framed first Event of every file: its ``file_version``."""
     head = _WALL_TIME.pack(0x09, wall_time) + b"\x1a" + _varint(len(FILE_VERSION))
@@ -183,6 +193,8 @@ class RecordEncoder:
                     append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
                 elif kind == TIMELINE:
                     self._batcher.add(item[1], item[2], item[3])
+                elif kind == BUILT:
+                    out += built_record(item[1], item[3])
                 else:
                     out += self._summary_record(item)
             except Exception:

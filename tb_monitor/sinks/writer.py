@@ -34,7 +34,15 @@ from tb_monitor import _shutdown, contract
 from tb_monitor.logdir import fs, readers
 from tb_monitor.logdir.eventfile import EventFile
 from tb_monitor.sinks import checks, encoding
-from tb_monitor.sinks.encoding import SCALAR, SCALARS, SUMMARY, TEXT, TIMELINE, RecordEncoder
+from tb_monitor.sinks.encoding import (
+    BUILT,
+    SCALAR,
+    SCALARS,
+    SUMMARY,
+    TEXT,
+    TIMELINE,
+    RecordEncoder,
+)
 from tb_monitor.sinks.service import service as _service
 
 __all__ = ["CLOSE_TIMEOUT_S", "DROPPED_TAG", "STALL_S", "AsyncWriter", "WriterClosedError"]
@@ -228,6 +236,15 @@ class AsyncWriter:
             raise ValueError("summary has no value to record")
         step = None if step is None else checks.step(step)
         self._put((SUMMARY, summary, None, checks.wall_time(wall_time), step))
+
+    def add_built(self, build: Callable[[], Any], wall_time: float | None = None) -> None:
+        """Record the ``Event`` (TensorBoard's proto) that ``build()`` returns, called on the
+        writer's thread, so the caller pays for enqueuing only (``tb_monitor.SummaryWriter``
+        builds its summaries so). Its steps are its own; its wall time ``wall_time`` unless it
+        sets one. A build that raises is logged and counted as dropped, never raised here."""
+        if not callable(build):
+            raise TypeError(f"build must be callable, got {build!r}")
+        self._put((BUILT, build, None, checks.wall_time(wall_time)))
 
     def flush(self) -> None:
         """Write everything accepted so far and sync it; never raises for storage faults, and

@@ -366,3 +366,38 @@ def test_values_beyond_float32_are_written_as_infinities(logdir):
             writer.add_scalar("big", 10**400)
     inf = float("inf")
     assert [v for _, v in _scalars(logdir)["big"]] == [inf, -inf, inf, -inf]
+
+
+def test_a_built_event_is_made_on_the_writers_thread_and_written_whole(logdir):
+    """``add_built``: the Event its callable returns lands as is, built off the caller's thread."""
+    built_on: list[str] = []
+
+    def build() -> event_pb2.Event:
+        built_on.append(threading.current_thread().name)
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag="x", simple_value=2.5)])
+        return event_pb2.Event(step=7, summary=summary)
+
+    with AsyncWriter(logdir) as writer:
+        writer.add_built(build, wall_time=123.0)
+    events = [e for e in readers.iter_run_events(logdir) if e.HasField("summary")]
+    assert [(e.wall_time, e.step, e.summary.value[0].simple_value) for e in events] == [
+        (123.0, 7, 2.5)
+    ]
+    assert built_on and built_on[0] != threading.current_thread().name
+
+
+def test_a_build_that_raises_is_counted_as_dropped_and_never_raised(logdir, caplog):
+    """A failing build is a logged, counted drop; the records around it are written."""
+
+    def build() -> event_pb2.Event:
+        raise RuntimeError("no summary today")
+
+    with AsyncWriter(logdir) as writer:
+        writer.add_scalar("before", 1.0)
+        writer.add_built(build)
+        writer.add_scalar("after", 2.0)
+        writer.flush()
+        assert writer.dropped == 1
+    tags = {v.tag for e in readers.iter_run_events(logdir) for v in e.summary.value}
+    assert {"before", "after"} <= tags
+    assert "no summary today" in caplog.text
