@@ -14,7 +14,8 @@ which side runs first (the side measured first in a round runs measurably slower
 Goal: <= 1 µs per step and <= 1 µs per collective. Then a whole DDP step (forward, backward
 with the reducer's all-reduce, SGD; one-rank gloo group) of a bare DDP model next to one that
 tb-monitor times (``grad_wait``: the wait for DDP's all-reduces that finds stragglers), goal
-<= 20 µs. Last, what a stalled rank's heartbeat pays to read torch's Flight Recorder (a full
+<= 20 µs; where CUDA is, the same on NCCL with the model on the GPU (its wait timed by CUDA
+events). Last, what a stalled rank's heartbeat pays to read torch's Flight Recorder (a full
 buffer), next to a heartbeat without it.
 
     python benchmarks/bench_rank_health.py [--rounds 9] [--calls 20000]
@@ -122,12 +123,17 @@ def main() -> None:
     recorder.close()
     print(f"async works timed at launch (poller behind): {works.timed_at_launch}")
     _ddp_step_cost(args.rounds, max(200, args.calls // 20))
+    if torch.cuda.is_available() and torch.distributed.is_nccl_available():
+        _ddp_step_cost(args.rounds, max(200, args.calls // 20), on_gpu=True)
+    else:
+        print("DDP step on NCCL: no CUDA device here, skipped")
     _flight_recorder_read()
 
 
-def _ddp_step_cost(rounds: int, steps: int) -> None:
+def _ddp_step_cost(rounds: int, steps: int, on_gpu: bool = False) -> None:
     """Per DDP step, the host time of a bare DDP model against an identical one whose backward
-    tb-monitor times (the wait for the reducer's all-reduces), side by side, alternating."""
+    tb-monitor times (the wait for the reducer's all-reduces), side by side, alternating. On a
+    GPU: NCCL, the model on CUDA, the wait timed by CUDA events read on the poller thread."""
     import tempfile
 
     import torch.distributed as dist
@@ -135,28 +141,37 @@ def _ddp_step_cost(rounds: int, steps: int) -> None:
     from tb_monitor.integrations.grad_wait import GradWait
 
     waits: list[float] = []
+    device = "cuda" if on_gpu else "cpu"
     with tempfile.TemporaryDirectory() as scratch:
         store = dist.FileStore(f"{scratch}/store", 1)
-        dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+        dist.init_process_group("nccl" if on_gpu else "gloo", store=store, rank=0, world_size=1)
         try:
-            timer = GradWait(waits.append)
-            bare, ours = (torch.nn.parallel.DistributedDataParallel(_mlp()) for _ in range(2))
+            works = DeviceWorks(lambda _seq, seconds: waits.extend(seconds), time.perf_counter)
+            timer = GradWait(waits.append, device_works=works if on_gpu else None)
+            bare, ours = (
+                torch.nn.parallel.DistributedDataParallel(_mlp().to(device)) for _ in range(2)
+            )
             timer.attach(ours)
-            loops = {side: _ddp_loop(model) for side, model in (("bare", bare), ("ours", ours))}
+            loops = {
+                side: _ddp_loop(model, device) for side, model in (("bare", bare), ("ours", ours))
+            }
             timings = []
             for round_ in range(rounds):
                 sides = {}
                 for side in ("ours", "bare") if round_ % 2 else ("bare", "ours"):
                     sides[side] = _per_call(loops[side], steps)
                 timings.append((sides["bare"], sides["ours"]))
+            if on_gpu:
+                torch.cuda.synchronize()
             timer.close()
         finally:
             dist.destroy_process_group()
     bare_us = statistics.median(b for b, _ in timings) * 1e6
     ours_us = statistics.median(o for _, o in timings) * 1e6
     cost = statistics.median(o - b for b, o in timings) * 1e6
+    name = "DDP step NCCL" if on_gpu else "DDP step"
     print(
-        f"{'DDP step':<12} bare {bare_us:8.3f}   with tb-monitor {ours_us:8.3f}   cost {cost:6.3f}"
+        f"{name:<12} bare {bare_us:8.3f}   with tb-monitor {ours_us:8.3f}   cost {cost:6.3f}"
         f"  (goal <= 20 µs; {len(waits)} gradient waits timed)"
     )
 
@@ -166,10 +181,10 @@ def _mlp() -> torch.nn.Module:
     return torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
 
 
-def _ddp_loop(model: torch.nn.Module):
+def _ddp_loop(model: torch.nn.Module, device: str):
     """One training step of ``model``: forward, backward (DDP's all-reduce), SGD."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
-    batch = torch.ones(8, 32)
+    batch = torch.ones(8, 32, device=device)
 
     def step() -> None:
         model(batch).sum().backward()
