@@ -146,8 +146,7 @@ def _ddp_step_cost(rounds: int, steps: int, on_gpu: bool = False) -> None:
         store = dist.FileStore(f"{scratch}/store", 1)
         dist.init_process_group("nccl" if on_gpu else "gloo", store=store, rank=0, world_size=1)
         try:
-            works = DeviceWorks(lambda _seq, seconds: waits.extend(seconds), time.perf_counter)
-            timer = GradWait(waits.append, device_works=works if on_gpu else None)
+            timer = GradWait(waits.append)
             bare, ours = (
                 torch.nn.parallel.DistributedDataParallel(_mlp().to(device)) for _ in range(2)
             )
@@ -163,6 +162,7 @@ def _ddp_step_cost(rounds: int, steps: int, on_gpu: bool = False) -> None:
                 timings.append((sides["bare"], sides["ours"]))
             if on_gpu:
                 torch.cuda.synchronize()
+                timer.read_done()
             timer.close()
         finally:
             dist.destroy_process_group()

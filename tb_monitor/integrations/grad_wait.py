@@ -19,23 +19,25 @@ final callbacks, two clock readings, one ``add`` (a few µs; ``benchmarks/bench_
 A fault of ours is a warning, once, and the timing stops; the backward never sees it.
 
 On CPU (gloo) the host's clock times the wait. On CUDA (NCCL) the reducer's wait is a stream
-wait the host does not block on, so the host's clock sees only its share; given ``device_works``
-(``RankHealth`` always gives one), a CUDA model's callbacks record a timing CUDA event each on
-the current stream instead (never in a CUDA graph capture), and ``DeviceWorks``' poller thread
-reads the time between them once the second is done: nothing reads an event on the thread that
-ran the backward, nothing waits (checked on an H200 with torch's sync debug mode).
+wait the host does not block on, so the host's clock sees only its share: a CUDA model's
+callbacks record a timing CUDA event each on the current stream instead (never in a CUDA graph
+capture), and each later backward reads the pairs whose end event is done, oldest first, with
+a non-blocking query (the GPU is a step or so behind; nothing waits). The events are reused.
+No thread of ours takes part: an earlier version handed the pairs to a poller thread, and its
+wake-ups and GIL hand-offs cost a launch-bound NCCL step ~320 µs on an H200
+(``benchmarks/bench_rank_health.py``). A pair not done when the model's timing closes (the
+last backward or so) is not read.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tb_monitor.integrations._device_works import DeviceWorks
+from typing import Any
 
 __all__ = ["GradWait"]
 
@@ -52,7 +54,6 @@ class GradWait:
         record: Callable[[float], None],
         clock: Callable[[], float] = time.perf_counter,
         *,
-        device_works: DeviceWorks | None = None,
         on_cuda: Callable[[Any], bool] = lambda param: bool(param.is_cuda),
         cuda_event: Callable[[], Any] | None = None,
         capturing: Callable[[], bool] | None = None,
@@ -63,9 +64,10 @@ class GradWait:
         self._undo: Callable[[], None] | None = None
         self._failed = False
         self._on_grad = self._hook(self._host_callback())
-        self._device_works, self._on_cuda = device_works, on_cuda
+        self._on_cuda = on_cuda
         self._event, self._capturing = cuda_event, capturing
         self._on_grad_cuda: Callable[[Any], None] | None = None
+        self._device_waits: _DeviceWaits | None = None
 
     def install(self) -> GradWait:
         """Attach to every ``DistributedDataParallel`` built from now on."""
@@ -107,7 +109,7 @@ class GradWait:
             # gradient comes early (when it is not, the callbacks still run at the end).
             param = ddp.module.get_parameter(names[-1])
             hook = self._on_grad
-            if self._device_works is not None and self._on_cuda(param):
+            if self._on_cuda(param):
                 hook = self._on_grad_cuda = self._on_grad_cuda or self._hook(self._cuda_callback())
             self._handles.append(param.register_post_accumulate_grad_hook(hook))
             return True
@@ -151,27 +153,24 @@ class GradWait:
 
     def _cuda_callback(self) -> Callable[[], None]:
         """Records a CUDA event, and queues the callback that records a second one after the
-        reducer's wait and hands the pair to the poller."""
+        reducer's wait and reads the pairs the GPU is done with."""
         import torch
 
-        queue, clock, me, works = _queue_callback(), self._clock, self, self._device_works
+        queue, me = _queue_callback(), self
         event = self._event or functools.partial(torch.cuda.Event, enable_timing=True)
         capturing = self._capturing or torch.cuda.is_current_stream_capturing
+        waits = self._device_waits = _DeviceWaits(self._record, event)
 
         def waited(start: Any) -> None:
             try:
-                end = event()
-                end.record()
-                works.add(_EventSpan(start, end), 0, clock())  # type: ignore[union-attr]
+                waits.ended(start)
             except Exception as exc:
                 me._fail(exc)
 
         def own_gradients_done() -> None:
             try:
                 if not capturing():  # a timing event may not be recorded into a graph
-                    start = event()
-                    start.record()
-                    queue(functools.partial(waited, start))
+                    queue(functools.partial(waited, waits.started()))
             except Exception as exc:
                 me._fail(exc)
 
@@ -184,8 +183,13 @@ class GradWait:
 
     def forget(self) -> None:
         """In a forked child: the parent's CUDA events are the parent's."""
-        if self._device_works is not None:
-            self._device_works.forget()
+        if self._device_waits is not None:
+            self._device_waits.forget()
+
+    def read_done(self) -> None:
+        """Record the waits whose CUDA events the GPU is done with (each backward does)."""
+        if self._device_waits is not None:
+            self._device_waits.read_done()
 
     def close(self) -> None:
         """Remove the hooks and stop wrapping ``DistributedDataParallel.__init__``."""
@@ -194,29 +198,54 @@ class GradWait:
             self._undo = None
         while self._handles:
             self._handles.pop().remove()
-        if self._device_works is not None:
-            self._device_works.close()
+        self.read_done()
 
 
-class _EventSpan:
-    """Two CUDA events as ``DeviceWorks`` reads a work. Added from the thread that ran the
-    backward, which must not query an event: the first ``is_completed`` says False unread;
-    the poller's read the end event."""
+class _DeviceWaits:
+    """CUDA event pairs around the reducer's wait, read once the GPU is past them.
 
-    __slots__ = ("_asked", "_end", "_start")
+    ``started``/``ended`` record the two events on the current stream; ``ended`` then reads
+    every finished pair, oldest first (stream order), until the first unfinished one: one
+    non-blocking query each. Read events are reused. At most ``max_pending`` pairs wait (the
+    oldest is let go past that: a GPU that far behind, or stopped)."""
 
-    def __init__(self, start: Any, end: Any) -> None:
-        self._start, self._end, self._asked = start, end, False
+    def __init__(
+        self, record: Callable[[float], None], event: Callable[[], Any], max_pending: int = 64
+    ) -> None:
+        self._record, self._event, self._max_pending = record, event, max_pending
+        self._pending: collections.deque[tuple[Any, Any]] = collections.deque()
+        self._free: list[Any] = []
+        self._reading = threading.Lock()  # two backward threads never read one pair twice
 
-    def is_completed(self) -> bool:
-        if not self._asked:
-            self._asked = True
-            return False
-        return bool(self._end.query())
+    def started(self) -> Any:
+        start = self._free.pop() if self._free else self._event()
+        start.record()
+        return start
 
-    def _get_duration(self) -> float:
-        """Milliseconds between the events, as NCCL's ``Work._get_duration``."""
-        return float(self._start.elapsed_time(self._end))
+    def ended(self, start: Any) -> None:
+        end = self._free.pop() if self._free else self._event()
+        end.record()
+        self._pending.append((start, end))
+        if len(self._pending) > self._max_pending:
+            self._pending.popleft()
+        self.read_done()
+
+    def read_done(self) -> None:
+        if not self._reading.acquire(blocking=False):
+            return
+        try:
+            pending, free = self._pending, self._free
+            while pending and pending[0][1].query():
+                start, end = pending.popleft()
+                self._record(start.elapsed_time(end) / 1e3)
+                free += (start, end)
+        finally:
+            self._reading.release()
+
+    def forget(self) -> None:
+        self._pending.clear()
+        self._free.clear()
+        self._reading = threading.Lock()
 
 
 def _queue_callback() -> Callable[[Callable[[], None]], None]:

@@ -183,14 +183,10 @@ class RankHealth:
         )
         on_device = _env.flag("TB_MONITOR_NCCL_TIMING", False)
         self._device_works = DeviceWorks(self._collectives_left, clock) if on_device else None
-        self._grad_wait = GradWait(
-            self._grad_wait_s.add,
-            clock,
-            # Our own CUDA events on the backward's stream, read by a poller thread started on
-            # the first CUDA backward: checked on an H200 (no host sync; tests/integration/
-            # test_rank_health_device.py), so on by default, unlike NCCL's own timing above.
-            device_works=DeviceWorks(self._grad_waits_done, clock),
-        )
+        # On CUDA by our own events, read by later backwards: checked on an H200 (no host
+        # sync; tests/integration/test_rank_health_device.py), so on by default, unlike NCCL's
+        # own timing above.
+        self._grad_wait = GradWait(self._grad_wait_s.add, clock)
         from torch._C import Future  # its C done(): torch's Python wrapper of it costs 0.6 µs
 
         self._future_done: Callable[[Any], bool] = Future.done
@@ -304,14 +300,6 @@ class RankHealth:
                 add(each)
             with self._async_lock:
                 self._left = max(self._left, last_seq)
-        except Exception:  # closed meanwhile: nothing records it any more
-            pass
-
-    def _grad_waits_done(self, _last_seq: int, seconds: list[float]) -> None:
-        """DDP gradient waits timed on the device, from the poller thread."""
-        try:
-            for each in seconds:
-                self._grad_wait_s.add(each)
         except Exception:  # closed meanwhile: nothing records it any more
             pass
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import logging
 import subprocess
-import threading
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -275,72 +273,84 @@ def test_under_fsdp_the_slow_rank_is_the_only_straggler(tmp_path, version):
 
 
 class _StandInEvent:
-    """A timing CUDA event as the device path uses it, on CPU: done at once, 3 ms apart;
-    remembers the threads that queried it."""
+    """A timing CUDA event as the device path uses it, on CPU: 3 ms after its start, and done
+    once the stand-in GPU has passed it (``gpu_done``, up to a number of events recorded)."""
 
-    queried_on: set = set()
+    recorded = 0
+    gpu_done = 0
+    synchronized = 0
 
     def record(self) -> None:
-        return None
+        _StandInEvent.recorded += 1
+        self.number = _StandInEvent.recorded
 
     def query(self) -> bool:
-        _StandInEvent.queried_on.add(threading.current_thread().name)
-        return True
+        return self.number <= _StandInEvent.gpu_done
+
+    def synchronize(self) -> None:
+        _StandInEvent.synchronized += 1
 
     def elapsed_time(self, end: _StandInEvent) -> float:
         return 3.0
 
 
-def test_on_cuda_the_wait_is_read_from_events_off_the_training_thread(torch, group):
-    """With device timing (``TB_MONITOR_NCCL_TIMING=1``) a CUDA model's wait is the time
-    between two events, read by the poller thread: the training thread never queries one."""
-    from tb_monitor.integrations._device_works import DeviceWorks
-
-    waits: list[float] = []
-    works = DeviceWorks(
-        lambda _seq, seconds: waits.extend(seconds),
-        time.perf_counter,
-        on_device=lambda: True,
-        thread_setup=lambda: True,
-    )
-    timer = GradWait(
-        lambda seconds: None,
-        device_works=works,
-        on_cuda=lambda param: True,  # stands in for a model on a GPU
+def _cuda_timer(waits: list[float], capturing: bool = False) -> GradWait:
+    """A GradWait that takes every model for a CUDA one, with stand-in events."""
+    _StandInEvent.recorded = _StandInEvent.gpu_done = _StandInEvent.synchronized = 0
+    return GradWait(
+        waits.append,
+        on_cuda=lambda param: True,
         cuda_event=_StandInEvent,
-        capturing=lambda: False,
+        capturing=lambda: capturing,
     ).install()
+
+
+def test_on_cuda_each_wait_is_read_once_the_gpu_is_past_its_events(torch, group):
+    """A CUDA model's wait is the time between two events, read by a later backward once the
+    GPU is done with them, oldest first; nothing waits for the GPU."""
+    waits: list[float] = []
+    timer = _cuda_timer(waits)
     try:
-        _StandInEvent.queried_on.clear()
-        _train(torch, _ddp(torch), 3)
-        queried_while_training = set(_StandInEvent.queried_on)
-        works.poll()  # what the poller has not handed over yet, however slow the machine
+        model = _ddp(torch)
+        _train(torch, model, 2)  # the stand-in GPU is behind: nothing to read yet
+        assert waits == []
+        _StandInEvent.gpu_done = 4  # past both backwards' events
+        _train(torch, model, 1)
+        assert waits == [0.003, 0.003]
     finally:
         timer.close()
-    assert waits == [0.003] * 3
-    assert threading.current_thread().name not in queried_while_training
+    assert _StandInEvent.synchronized == 0
+
+
+def test_on_cuda_the_events_are_reused(torch, group):
+    """Read events are recorded again: two events in all while the GPU keeps up."""
+    made = []
+
+    class Event(_StandInEvent):
+        def __init__(self) -> None:
+            made.append(self)
+
+        def query(self) -> bool:
+            return True
+
+    waits: list[float] = []
+    _StandInEvent.recorded = 0
+    timer = GradWait(
+        waits.append, on_cuda=lambda param: True, cuda_event=Event, capturing=lambda: False
+    ).install()
+    try:
+        _train(torch, _ddp(torch), 5)
+    finally:
+        timer.close()
+    assert (len(waits), len(made)) == (5, 2)
 
 
 def test_no_event_is_recorded_into_a_cuda_graph_capture(torch, group):
     """While the stream captures a graph, the device path records nothing."""
-    from tb_monitor.integrations._device_works import DeviceWorks
-
-    recorded = []
-
-    class Event(_StandInEvent):
-        def record(self) -> None:
-            recorded.append(self)
-
-    works = DeviceWorks(lambda _seq, seconds: None, time.perf_counter, on_device=lambda: True)
-    timer = GradWait(
-        lambda seconds: None,
-        device_works=works,
-        on_cuda=lambda param: True,
-        cuda_event=Event,
-        capturing=lambda: True,
-    ).install()
+    waits: list[float] = []
+    timer = _cuda_timer(waits, capturing=True)
     try:
         _train(torch, _ddp(torch), 2)
     finally:
         timer.close()
-    assert recorded == []
+    assert (_StandInEvent.recorded, waits) == (0, [])

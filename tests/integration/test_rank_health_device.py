@@ -352,7 +352,7 @@ def test_a_cuda_ddp_backwards_gradient_wait_is_timed_by_events_without_a_host_sy
                 finally:
                     torch.cuda.set_sync_debug_mode("default")
             torch.cuda.synchronize()
-            recorder._grad_wait._device_works.poll()
+            recorder._grad_wait.read_done()
         finally:
             recorder.close()
             dist.destroy_process_group()
