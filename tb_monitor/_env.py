@@ -10,7 +10,7 @@ import logging
 import math
 import os
 
-__all__ = ["flag", "pure_python", "seconds"]
+__all__ = ["REMOTE_TIMEOUT_ENV", "flag", "pure_python", "remote_timeout_s", "seconds"]
 
 _log = logging.getLogger("tb_monitor")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -52,3 +52,14 @@ def seconds(name: str, default: float) -> float:
         )
         return default
     return value
+
+
+#: Seconds one request to an object store may take to connect, and again to answer.
+REMOTE_TIMEOUT_ENV = "TB_MONITOR_REMOTE_TIMEOUT_S"
+_REMOTE_TIMEOUT_DEFAULT_S = 10.0
+
+
+def remote_timeout_s() -> float:
+    """``$TB_MONITOR_REMOTE_TIMEOUT_S`` (default 10): the one deadline every remote read and
+    write derives its timeouts from, so a store that never answers fails in bounded time."""
+    return seconds(REMOTE_TIMEOUT_ENV, _REMOTE_TIMEOUT_DEFAULT_S)

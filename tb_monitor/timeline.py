@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tb_monitor import contract
+from tb_monitor.contract.runs import decode_part
 
 __all__ = [
     "END_STATES",
@@ -126,7 +127,9 @@ def lane_of(row: Mapping[str, Any]) -> Lane:
     per run.
     """
     run, kind = row["run"], row["kind"]
-    group = str(row.get("run_id") or (run.split("/", 1)[0] if "/" in run else run or "."))
+    group = str(
+        row.get("run_id") or (decode_part(run.split("/", 1)[0]) if "/" in run else run or ".")
+    )
     base = run.rsplit("/", 1)[-1] if run else "."
     if kind == contract.RENDEZVOUS:
         host, pid, local = row.get("hostname"), row.get("pid"), row.get("local_id")

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tb_monitor import contract
+from tb_monitor.contract import runs
 
 
 @pytest.mark.parametrize(
@@ -55,3 +59,60 @@ def test_an_unknown_heartbeat_is_a_valueerror_naming_it():
     """A heartbeat name outside RANK_BEATS is refused, naming it."""
     with pytest.raises(ValueError, match="'stepz'"):
         contract.beat_tag("stepz")
+
+
+# Run names from hostile ids: tb_monitor.contract.runs.encode_part
+
+#: Any text, lone surrogates included (an environment's undecodable bytes arrive as them).
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=40)
+#: Any text, and the path tricks an attacker would try first.
+HOSTILE = st.one_of(st.sampled_from(["..", ".", "/", "/etc", "../..", "\\", "C:\\x"]), ANY_TEXT)
+
+
+@given(ANY_TEXT)
+def test_a_run_name_part_decodes_back_to_its_text(text):
+    """encode_part is reversible: decode_part gives back any text, control characters and all."""
+    assert runs.decode_part(runs.encode_part(text)) == text
+
+
+@given(ANY_TEXT, ANY_TEXT)
+def test_distinct_ids_get_distinct_directories(a, b):
+    """Two different run ids never share a directory."""
+    assert (runs.encode_part(a) == runs.encode_part(b)) == (a == b)
+
+
+@given(run_id=HOSTILE.filter(bool), role=HOSTILE, rank=HOSTILE, host=HOSTILE)
+def test_no_run_id_role_or_host_escapes_the_logdir(run_id, role, rank, host):
+    """Whatever the run id, role, rank or host ('..', '/', absolute paths), a run is two
+    directories below the logdir."""
+    env = {"TORCHELASTIC_RUN_ID": run_id, "RANK": rank, "ROLE_NAME": role}
+    for run in (runs.run_name_from_env(env), runs.agent_run_name(run_id, host, 7)):
+        path = os.path.normpath(os.path.join("/logdir", run))
+        assert os.path.dirname(os.path.dirname(path)) == "/logdir" and "\0" not in run
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "/etc", "a/../..", "\\x"])
+def test_a_dot_dot_or_slash_run_id_writes_inside_the_logdir(run_id, tmp_path):
+    """A worker whose run id is '..' or holds '/' writes its events under the logdir."""
+    from tb_monitor.sinks import AsyncWriter
+
+    logdir = tmp_path / "logs"
+    run = runs.run_name_from_env({"TORCHELASTIC_RUN_ID": run_id, "RANK": "0"})
+    with AsyncWriter(logdir / run) as writer:
+        writer.add_scalar("x", 1.0)
+    assert [p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*tfevents*")] == ["logs"]
+
+
+def test_non_ascii_run_ids_stay_readable_and_apart():
+    """训练-1 and 测试-1 are two runs, named as they are written."""
+    names = [
+        runs.run_name_from_env({"TORCHELASTIC_RUN_ID": i, "RANK": "0"})
+        for i in ("训练-1", "测试-1")
+    ]
+    assert names == ["训练-1/rank-0", "测试-1/rank-0"]
+
+
+def test_any_role_keeps_its_rank():
+    """A role with spaces or non-ASCII letters still reads back its rank."""
+    env = {"TORCHELASTIC_RUN_ID": "job", "RANK": "5", "ROLE_NAME": "数据 loader"}
+    assert contract.rank_of(runs.run_name_from_env(env)) == 5

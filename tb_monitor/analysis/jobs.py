@@ -27,6 +27,7 @@ import numpy as np
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.root_cause import AGENT_PREFIX
+from tb_monitor.contract.runs import decode_part
 
 __all__ = ["JobSpan", "is_agent_run", "job_grid", "job_of", "job_spans", "separate_jobs"]
 
@@ -47,8 +48,9 @@ class JobSpan:
 
 
 def job_of(row: Mapping[str, Any]) -> str:
-    """The job a decoded record belongs to: its run id, else its run's top directory."""
-    return str(row.get("run_id") or str(row["run"]).split("/", 1)[0] or ".")
+    """The job a decoded record belongs to: its run id, else its run's top directory (decoded:
+    the run id it was written for)."""
+    return str(row.get("run_id") or decode_part(str(row["run"]).split("/", 1)[0]) or ".")
 
 
 def is_agent_run(run: str) -> bool:

@@ -9,6 +9,8 @@ import time
 from collections.abc import Sequence
 
 from tb_monitor import demo
+from tb_monitor.cli.parsing import fail
+from tb_monitor.logdir import fs
 
 __all__ = ["main"]
 
@@ -40,7 +42,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    logdir = os.path.abspath(args.logdir or time.strftime("runs/demo-%Y%m%d-%H%M%S"))
+    logdir = args.logdir or time.strftime("runs/demo-%Y%m%d-%H%M%S")
+    try:
+        if fs.is_remote(logdir):
+            return fail(_PROG, f"--logdir must be a local directory, got the URL {logdir!r}")
+    except fs.LogdirError as exc:  # a malformed URL (s3:/bucket): never a local dir "s3:"
+        return fail(_PROG, exc)
+    logdir = os.path.abspath(logdir)
     print(f"{_PROG}: {demo.NODES} agents x {demo.WORKERS} CPU workers, one failure and a restart")
     print(f"logdir: {logdir}")
     try:

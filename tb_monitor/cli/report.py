@@ -25,7 +25,12 @@ Ranks view's (``tb_monitor.analysis.grid.RankGrid``).
 
 Exit code: 0 when every job's last attempt succeeded or still runs (or nothing was recorded
 yet), 1 when a job's last attempt failed or a rank is stalled while its job runs, 2 for a usage
-error, a logdir that cannot be read, or a ``--job`` it does not hold.
+error, a logdir that cannot be read, or a ``--job`` it does not hold. A logdir that cannot be
+read is one line on stderr naming it and the cause (missing, a malformed URL, an object store
+that refused the credentials, did not answer or cannot be reached), never a traceback; remote
+reads have a deadline (``TB_MONITOR_REMOTE_TIMEOUT_S``, ``tb_monitor.logdir.fs``), so a store
+that never answers ends the report within ~30 s. ``--follow`` waits for a logdir that does not
+exist yet, and stops with exit code 2 on any other failure to read it.
 
 The ``--json`` document is ``tb_monitor.analysis.health.JobReport.to_json()``: its schema, and
 its version ``SCHEMA_VERSION``, are documented in ``tb_monitor.analysis.health``.
@@ -42,12 +47,24 @@ from typing import IO, Any
 
 from tb_monitor.analysis.health import SCHEMA_VERSION, JobReport, job_report
 from tb_monitor.analysis.report_text import render
-from tb_monitor.cli.parsing import Parser, UsageError
+from tb_monitor.cli.parsing import (
+    EXIT_2_SAYS_WHY,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    fail,
+)
+from tb_monitor.logdir.fs import LogdirError
 
 __all__ = ["EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "SCHEMA_VERSION", "main", "render", "report"]
 
 _PROG = "tb-monitor report"
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+_EXIT_CODES = (
+    "exit codes: 0 healthy, 1 a job failed or a rank is stalled, 2 a usage error, a logdir "
+    f"that could not be read or a --job it does not hold {EXIT_2_SAYS_WHY}"
+)
 _CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -62,7 +79,9 @@ def _positive(text: str) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = Parser(prog=_PROG, description=__doc__.splitlines()[0].split(": ", 1)[1])
+    parser = Parser(
+        prog=_PROG, description=__doc__.splitlines()[0].split(": ", 1)[1], epilog=_EXIT_CODES
+    )
     parser.add_argument("logdir", help="logdir written by tb-monitor (a path, s3:// or gs://)")
     parser.add_argument(
         "--json", action="store_true", help=f"machine-readable output (schema {SCHEMA_VERSION})"
@@ -128,6 +147,8 @@ def _follow(
                 doc = _job_report(args.logdir, args.job)
             except FileNotFoundError:  # the job may not have written anything yet
                 doc = None
+            except LogdirError:  # a malformed URL: it will never appear
+                raise
             except ValueError:  # --job: not started yet, or not there
                 doc = None
             if tty:
@@ -164,19 +185,16 @@ def main(
     try:
         args = _parser().parse_args(None if argv is None else list(argv))
     except UsageError as exc:
-        print(f"{_PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.follow:
-        return _follow(args, out, sleep, max_refreshes)
+        return fail(_PROG, exc)
     try:
+        if args.follow:
+            return _follow(args, out, sleep, max_refreshes)
         doc = job_report(args.logdir)
-    except (OSError, ValueError) as exc:
-        print(f"{_PROG}: cannot read {args.logdir!r}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    except (OSError, ValueError) as exc:  # fs's errors name the URL that failed and why
+        return fail(_PROG, exc if args.logdir in str(exc) else f"cannot read {args.logdir}: {exc}")
     try:
         doc = doc if args.job is None else doc.pick(args.job)
     except ValueError as exc:  # names the jobs there are
-        print(f"{_PROG}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return fail(_PROG, exc)
     _write(out, doc, args.json)
     return doc.exit_code

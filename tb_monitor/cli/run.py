@@ -49,6 +49,7 @@ import sys
 from typing import NamedTuple
 
 from tb_monitor import contract
+from tb_monitor.cli.parsing import fail
 from tb_monitor.logdir import fs
 
 __all__ = ["main"]
@@ -96,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         command = _parse_command(args)
     except SystemExit as exc:  # argparse's usage errors and --help, printed by torchrun's parser
         return exc.code if isinstance(exc.code, int) else 2
+    except fs.LogdirError as exc:  # a malformed URL (s3:/bucket): never a local dir "s3:"
+        return fail(_PROG, exc)
 
     from tb_monitor.integrations.torchrun import (
         AgentCapture,
@@ -106,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         fs.check_logdir(command.logdir)  # a bad logdir fails here, before any worker starts
     except (fs.LogdirError, OSError) as exc:
-        print(f"{_PROG}: {exc}", file=sys.stderr)
-        return 2
+        return fail(_PROG, exc)
     os.environ[contract.LOGDIR_ENV] = command.logdir
     capture = AgentCapture(command.logdir, command.destination, command.prometheus_port)
     bootstrap = workers_bootstrapped(torchrun) if command.worker_init else contextlib.nullcontext()
@@ -172,7 +174,7 @@ def _parse_command(argv: list[str]) -> _Command:
             "--prometheus-port needs prometheus_client: pip install 'tb-monitor[prometheus]'"
         )
     return _Command(
-        fs.absolute(args.logdir),  # workers may run in another directory
+        fs.absolute(args.logdir),  # workers may run in another directory; a malformed URL raises
         torchrun_argv,
         destination,
         not args.no_worker_init,

@@ -1,19 +1,49 @@
-"""Run names: one run directory per process role and rank."""
+"""Run names: one run directory per process role and rank.
+
+A run id, role or host name becomes part of a path as it is, letters of any script included
+(``训练-1``), with only what a file name cannot safely hold percent-encoded, reversibly
+(``encode_part`` / ``decode_part``): ``/``, ``\\``, ``%``, control characters, lone surrogates
+(undecodable bytes of the environment) and a leading ``.`` (so ``..`` or ``.`` never name a
+parent or the logdir itself). Distinct ids are distinct directories, none outside the logdir.
+"""
 
 from __future__ import annotations
 
 import os
 import re
 import socket
+import unicodedata
+import urllib.parse
 from collections.abc import Mapping
 
-__all__ = ["agent_run_name", "rank_of", "run_name_from_env"]
+__all__ = ["agent_run_name", "decode_part", "encode_part", "rank_of", "run_name_from_env"]
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_ESCAPED = frozenset("/\\%")
+#: The empty text's component: a bare "%" is nothing else's encoding (a "%" is "%25").
+_EMPTY = "%"
 
 
-def _safe(part: object) -> str:
-    return _UNSAFE.sub("_", str(part)) or "_"
+def _escape(char: str) -> str:
+    data = char.encode("utf-8", "surrogatepass")
+    return "".join(f"%{byte:02X}" for byte in data)
+
+
+def encode_part(part: object) -> str:
+    """``part`` as one path component: the text itself, with what a file name cannot safely
+    hold percent-encoded (see the module docstring); ``decode_part`` gives the text back."""
+    text = str(part)
+    encoded = "".join(
+        _escape(char) if char in _ESCAPED or unicodedata.category(char) in ("Cc", "Cs") else char
+        for char in text
+    )
+    if encoded.startswith("."):
+        return _escape(".") + encoded[1:]
+    return encoded or _EMPTY
+
+
+def decode_part(part: str) -> str:
+    """The text ``encode_part`` encoded into ``part`` (a run directory's name, for display)."""
+    return "" if part == _EMPTY else urllib.parse.unquote(part, errors="surrogatepass")
 
 
 def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
@@ -29,8 +59,12 @@ def run_name_from_env(environ: Mapping[str, str] | None = None) -> str:
     if not run_id or rank is None:
         return ""
     role = env.get("ROLE_NAME", "default")
-    worker = f"rank-{_safe(rank)}" if role == "default" else f"{_safe(role)}-rank-{_safe(rank)}"
-    return f"{_safe(run_id)}/{worker}"
+    worker = (
+        f"rank-{encode_part(rank)}"
+        if role == "default"
+        else f"{encode_part(role)}-rank-{encode_part(rank)}"
+    )
+    return f"{encode_part(run_id)}/{worker}"
 
 
 def agent_run_name(run_id: str, hostname: str | None = None, pid: int | None = None) -> str:
@@ -40,10 +74,10 @@ def agent_run_name(run_id: str, hostname: str | None = None, pid: int | None = N
     first rendezvous and may change at every restart, while the process lives for the whole job.
     """
     host = hostname or socket.gethostname()
-    return f"{_safe(run_id)}/agent-{_safe(host)}-{os.getpid() if pid is None else pid}"
+    return f"{encode_part(run_id)}/agent-{encode_part(host)}-{os.getpid() if pid is None else pid}"
 
 
-_RANK_RUN = re.compile(r"(?:^|/)(?:[\w.-]+-)?rank-(\d+)$")
+_RANK_RUN = re.compile(r"(?:^|/)(?:[^/]*-)?rank-(\d+)$")  # any role: see encode_part
 
 
 def rank_of(run: str) -> int | None:

@@ -15,15 +15,24 @@ Knobs of the object-store writer (environment, so torchrun's workers inherit the
 ``TB_MONITOR_UPLOAD_SECS`` (5: seconds between uploads, so data is visible within seconds),
 ``TB_MONITOR_SEGMENT_DELTAS`` (12: uploads per segment object, one object a minute),
 ``TB_MONITOR_UPLOAD_BUFFER_MB`` (64: unsent bytes kept while the store is unreachable).
+
+Every request to a store has one deadline, ``TB_MONITOR_REMOTE_TIMEOUT_S`` (10 s) to connect and
+again to answer, two attempts; an operation of one request (an object, a probe) fails after three
+times that whatever the client library retries. A read that fails raises ``StoreError`` naming
+the URL, the endpoint and the cause: a command exits with one line, not a traceback.
+TensorBoard's own S3 reader gets the same deadline through ``bound_boto3_requests``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
 import os
 import posixpath
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import IO, Any
 
 from tb_monitor import _env
@@ -33,16 +42,21 @@ from tb_monitor.logdir.eventfile import EventFile
 __all__ = [
     "EVENT_FILE_MARK",
     "LogdirError",
+    "StoreError",
     "absolute",
+    "bound_boto3_requests",
     "check_logdir",
     "event_files",
     "is_event_file",
     "is_remote",
     "isdir",
     "join",
+    "listing",
     "makedirs",
     "new_event_file",
     "open_file",
+    "read_bytes",
+    "replace_file",
     "run_dirs",
     "run_name",
     "same_dir",
@@ -56,9 +70,37 @@ class LogdirError(ValueError):
     """A logdir that cannot be used: the message names it and says what to do."""
 
 
+class StoreError(OSError):
+    """An object store that could not be read: the message names the URL, the endpoint and why
+    (credentials refused, no answer within the deadline, cannot connect)."""
+
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+#: Object-store schemes: a path starting with one of these and a colon must be a whole URL.
+_STORE_SCHEMES = ("s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "oss", "hdfs", "webhdfs")
+
+
 def is_remote(path: str) -> bool:
-    """Whether ``path`` names a remote location (``gs://``, ``s3://``, any URL with a scheme)."""
-    return "://" in path
+    """Whether ``path`` names a remote location (``gs://``, ``s3://``, any URL with a scheme).
+
+    Raises ``LogdirError`` naming ``path`` where it starts like a URL of a storage scheme but is
+    not one (``s3:/bucket``, ``s3:bucket``, ``gs:///x``, ``s3://``): it must never become a local
+    directory called ``s3:``. A colon after the first ``/`` (``runs/a:b``) is a local path.
+    """
+    match = _SCHEME.match(path)
+    if match is None:
+        return False
+    scheme, rest = match[1], path[match.end() :]
+    if rest.startswith("//"):
+        if not rest[2:].split("/", 1)[0]:
+            raise LogdirError(f"logdir {path!r} names no bucket: write {scheme}://BUCKET/PATH")
+        return True
+    if scheme.lower() in _STORE_SCHEMES:
+        raise LogdirError(
+            f"logdir {path!r} is not a valid {scheme}:// URL: write {scheme}://BUCKET/PATH "
+            f"(or ./{path} for a local directory)"
+        )
+    return False
 
 
 def is_event_file(name: str) -> bool:
@@ -97,27 +139,122 @@ def _remote(scheme: str) -> Any:
         raise LogdirError(
             f"{scheme}:// logdirs need a client library ({exc}): pip install 'tb-monitor[remote]'"
         ) from None
-    return cls(**_options(scheme))
+    filesystem = cls(**_options(scheme))
+    if scheme in ("s3", "s3a"):  # botocore retries once (_botocore_config): s3fs's own retries
+        filesystem.retries = 1  # (5 by default) would multiply the time a dead store takes
+    return filesystem
+
+
+# A forked child must not use its parent's object-store client (fsspec's async filesystems
+# refuse: "This class is not fork-safe", and the child's uploads are lost): it makes its own.
+os.register_at_fork(after_in_child=_remote.cache_clear)
+
+
+#: Attempts of one request (the first and one retry): a dead store fails in bounded time.
+_ATTEMPTS = 2
 
 
 def _options(scheme: str) -> dict[str, Any]:
     """Storage options beyond fsspec's own configuration: TensorBoard's S3 settings, timeouts."""
     options: dict[str, Any] = {"skip_instance_cache": True}
+    timeout = _env.remote_timeout_s()
     if scheme in ("s3", "s3a"):
-        endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-        endpoint = endpoint or os.environ.get("S3_ENDPOINT")  # TensorBoard's name
+        endpoint, _ = _s3_endpoint()
+        if endpoint:
+            options["endpoint_url"] = endpoint
+        options["config_kwargs"] = _botocore_config(timeout)
+    elif scheme in ("gs", "gcs"):
+        options["requests_timeout"] = timeout
+    return options
+
+
+def _s3_endpoint() -> tuple[str, str] | tuple[None, None]:
+    """The S3 endpoint the environment names and the variable naming it: AWS's variables, else
+    TensorBoard's S3_ENDPOINT."""
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT"):
+        endpoint = os.environ.get(variable)
         if endpoint:
             if "://" not in endpoint:
                 https = _env.flag("S3_USE_HTTPS", True)
                 endpoint = f"{'https' if https else 'http'}://{endpoint}"
-            options["endpoint_url"] = endpoint
-        # A store that does not answer fails an attempt in seconds; the uploader retries.
-        options["config_kwargs"] = {
-            "connect_timeout": 5,
-            "read_timeout": 20,
-            "retries": {"max_attempts": 2},
-        }
-    return options
+            return endpoint, variable
+    return None, None
+
+
+def _botocore_config(timeout: float) -> dict[str, Any]:
+    """botocore's ``Config`` arguments for the deadline: connect and read timeouts, two attempts."""
+    return {
+        "connect_timeout": timeout,
+        "read_timeout": timeout,
+        "retries": {"total_max_attempts": _ATTEMPTS, "mode": "standard"},
+    }
+
+
+def bound_boto3_requests() -> None:
+    """Give boto3's default session (TensorBoard's S3 reader makes its clients there) the
+    deadline of our own requests; a tensorboard process reading ``s3://`` calls it once."""
+    import boto3
+    from botocore.config import Config
+
+    if boto3.DEFAULT_SESSION is None:
+        boto3.setup_default_session()
+    config = Config(**_botocore_config(_env.remote_timeout_s()))
+    boto3.DEFAULT_SESSION._session.set_default_client_config(config)  # its botocore session
+
+
+def _endpoint(url: str) -> str:
+    """The endpoint a URL's requests go to and the setting that chose it, for messages."""
+    scheme = url.partition("://")[0].lower()
+    if scheme in ("s3", "s3a"):
+        endpoint, variable = _s3_endpoint()
+        return f"{endpoint} ({variable})" if endpoint else "AWS's (no AWS_ENDPOINT_URL set)"
+    if scheme in ("gs", "gcs"):
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
+        return f"{emulator} (STORAGE_EMULATOR_HOST)" if emulator else "Google's"
+    return f"{scheme}://"
+
+
+def _deadline_s() -> float:
+    """How long one operation (a listing, an object) may take, all its attempts included."""
+    return (_ATTEMPTS + 1) * _env.remote_timeout_s()
+
+
+def _cause(url: str, exc: BaseException) -> str:
+    """Why a request for ``url`` failed, in one line naming the endpoint."""
+    endpoint = _endpoint(url)
+    detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+    if isinstance(exc, PermissionError):
+        return f"the store at {endpoint} refused these credentials ({detail})"
+    if type(exc).__name__ == "FSTimeoutError":  # fsspec's deadline of the whole operation
+        return f"the store at {endpoint} did not answer within {_deadline_s():g} s"
+    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:  # botocore's, aiohttp's
+        timeout = _env.remote_timeout_s()
+        return f"the store at {endpoint} did not answer within {timeout:g} s ({detail})"
+    return f"cannot reach the store at {endpoint} ({detail})"
+
+
+@contextlib.contextmanager
+def _reading(url: str) -> Iterator[None]:
+    """Failures of the store while reading ``url`` as ``StoreError``; a missing object stays
+    ``FileNotFoundError``."""
+    try:
+        yield
+    except (FileNotFoundError, LogdirError):
+        raise
+    except Exception as exc:
+        raise StoreError(f"cannot read {url}: {_cause(url, exc)}") from exc
+
+
+def _call(filesystem: Any, operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``operation(*args)`` of an fsspec filesystem, failing after the operation's deadline
+    whatever its client retries (fsspec's own timeout; synchronous filesystems have none).
+
+    For operations of one request (or one object of at most a segment's 16 MiB); listings,
+    which page through as many requests as the logdir is long, rely on each request's timeouts.
+    """
+    if getattr(filesystem, "async_impl", False):
+        kwargs["timeout"] = _deadline_s()
+    return operation(*args, **kwargs)
 
 
 def _split(url: str) -> tuple[Any, str]:
@@ -134,10 +271,36 @@ def _url(scheme: str, path: str) -> str:
 
 def open_file(path: str) -> IO[bytes]:
     """Open an event file to read (files are written through ``new_event_file``)."""
+    return io.BytesIO(read_bytes(path)) if is_remote(path) else open(path, "rb")
+
+
+def read_bytes(path: str, start: int = 0) -> bytes:
+    """The bytes of a file from ``start`` on: remotely one (ranged) request, under the deadline."""
+    if not is_remote(path):
+        with open(path, "rb") as file:
+            file.seek(start)
+            return file.read()
+    filesystem, key = _split(path)
+    with _reading(path):
+        return _call(filesystem, filesystem.cat_file, key, start=start or None)
+
+
+def replace_file(path: str, data: bytes) -> None:
+    """Replace ``path`` with ``data`` whole: a reader sees the old contents or the new, and a
+    failed local write (a full disk) leaves no partial file."""
     if is_remote(path):
         filesystem, key = _split(path)
-        return filesystem.open(key, "rb")
-    return open(path, "rb")
+        _call(filesystem, filesystem.pipe_file, key, data)
+        return
+    temporary = f"{path}.tmp"
+    try:
+        with open(temporary, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
 
 
 def new_event_file(run_dir: str, header: bytes) -> EventFile:
@@ -158,10 +321,10 @@ def _create_event_file(path: str, header: bytes) -> EventFile:
     filesystem, key = _split(path)
 
     def put(name: str, data: bytes) -> None:
-        filesystem.pipe_file(name, data)
+        _call(filesystem, filesystem.pipe_file, name, data)
 
     def delete(names: list[str]) -> None:
-        filesystem.rm(names)
+        _call(filesystem, filesystem.rm, names)
 
     stream = objects.ObjectStream(
         key,
@@ -186,32 +349,23 @@ def check_logdir(path: str) -> None:
     """Fail now, naming ``path``, when a logdir cannot be written: before training starts.
 
     Locally, the directory is created. On an object store the bucket must exist and be
-    reachable with the credentials at hand.
+    reachable with the credentials at hand; the error says which of these it is not, naming
+    the endpoint.
     """
     if not is_remote(path):
         makedirs(path)
         return
     filesystem, key = _split(path)
-    bucket = key.split("/", 1)[0]
-    if not bucket:
-        raise LogdirError(f"logdir {path!r} names no bucket")
+    bucket = key.split("/", 1)[0]  # never empty: is_remote refused "s3://"
     try:
-        exists = filesystem.exists(bucket)
-    except PermissionError as exc:
+        _call(filesystem, filesystem.info, bucket)
+    except FileNotFoundError:
         raise LogdirError(
-            f"logdir {path!r}: access to bucket {bucket!r} denied ({exc}); check the credentials"
+            f"logdir {path!r}: bucket {bucket!r} does not exist at {_endpoint(path)}; "
+            "create it first"
         ) from None
     except Exception as exc:
-        raise LogdirError(
-            f"logdir {path!r}: cannot reach the object store ({type(exc).__name__}: {exc}); "
-            "check the endpoint (AWS_ENDPOINT_URL / S3_ENDPOINT / STORAGE_EMULATOR_HOST) and "
-            "the credentials"
-        ) from None
-    if not exists:
-        raise LogdirError(
-            f"logdir {path!r}: bucket {bucket!r} does not exist (or these credentials cannot "
-            "see it); create it first"
-        )
+        raise LogdirError(f"logdir {path!r}: {_cause(path, exc)}") from None
 
 
 def isdir(path: str) -> bool:
@@ -219,8 +373,29 @@ def isdir(path: str) -> bool:
     if is_remote(path):
         filesystem, key = _split(path)
         filesystem.invalidate_cache()
-        return filesystem.isdir(key)
+        with _reading(path):
+            return bool(_call(filesystem, filesystem.isdir, key))
     return os.path.isdir(path)
+
+
+def listing(run_dir: str) -> dict[str, int]:
+    """Every file directly in ``run_dir`` with its size; ``{}`` where it does not exist.
+    Remotely one listing (its pages, as many as the run is long, each request bounded)."""
+    if not is_remote(run_dir):
+        try:
+            with os.scandir(run_dir) as entries:
+                return {e.name: e.stat().st_size for e in entries if e.is_file()}
+        except FileNotFoundError:
+            return {}
+    filesystem, key = _split(run_dir)
+    filesystem.invalidate_cache()
+    try:
+        with _reading(run_dir):
+            entries = filesystem.ls(key, detail=True)
+    except FileNotFoundError:
+        return {}
+    files = (e for e in entries if e.get("type") == "file")
+    return {posixpath.basename(e["name"]): int(e.get("size") or 0) for e in files}
 
 
 def event_files(run_dir: str) -> list[str]:
@@ -229,21 +404,12 @@ def event_files(run_dir: str) -> list[str]:
     On an object store, the deltas of the open segments are included, in write order, and
     deltas already sealed into a segment are left out (see ``objects``).
     """
+    names = listing(run_dir)
     if is_remote(run_dir):
-        filesystem, key = _split(run_dir)
-        filesystem.invalidate_cache()
-        try:
-            entries = filesystem.ls(key, detail=True)
-        except FileNotFoundError:
-            entries = []
-        names = [posixpath.basename(e["name"]) for e in entries if e.get("type") == "file"]
         live = objects.live_objects(n for n in names if is_event_file(n) or objects.is_delta(n))
-        return [join(run_dir, name) for name in live]
-    try:
-        names = sorted(e.name for e in os.scandir(run_dir) if e.is_file())
-    except FileNotFoundError:
-        names = []
-    return [join(run_dir, name) for name in names if is_event_file(name)]
+    else:
+        live = sorted(n for n in names if is_event_file(n))
+    return [join(run_dir, name) for name in live]
 
 
 def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
@@ -256,8 +422,10 @@ def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
         scheme = logdir.partition("://")[0]
         filesystem, key = _split(logdir)
         filesystem.invalidate_cache()
-        files = filesystem.find(key)
-        if not files and not filesystem.isdir(key):
+        with _reading(logdir):  # one request under the deadline first: a dead store fails here
+            found_dir = _call(filesystem, filesystem.isdir, key)
+            files = filesystem.find(key) if found_dir else []  # pages: each request bounded
+        if not found_dir:
             raise FileNotFoundError(f"logdir {logdir!r} does not exist or holds no objects")
         directories = {
             posixpath.dirname(name)

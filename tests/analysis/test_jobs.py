@@ -176,3 +176,12 @@ def test_report_job_not_there_names_the_jobs(side_by_side, capsys):
     assert report_command.main([side_by_side, "--job", "c"], out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert "no job 'c'" in err and "(jobs: a, b)" in err
+
+
+def test_a_records_run_directory_names_the_same_job_as_its_run_id():
+    """A run id that had to be encoded for the file system (``a/b`` in ``a%2Fb``) is one job,
+    whether a record carries the run id or only its run's directory."""
+    from tb_monitor.analysis.jobs import job_of
+
+    directory = contract.run_name_from_env({"TORCHELASTIC_RUN_ID": "a/b", "RANK": "0"})
+    assert job_of({"run": directory}) == job_of({"run": directory, "run_id": "a/b"}) == "a/b"

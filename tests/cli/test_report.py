@@ -359,3 +359,24 @@ def test_follow_exits_1_when_a_rank_stalls(tmp_path):
     _beats(logdir, DEFAULT_START + 240, hung=3)
     code, text = _run(logdir, "--follow", "--interval", "0.01", max_refreshes=1)
     assert code == 1 and "STALLED: the job waits for rank 3" in text
+
+
+@pytest.mark.parametrize(
+    "command", [["report", "s3:/bucket/run"], ["export", "s3:bucket", "--format", "csv", "-o", "-"]]
+)
+def test_a_malformed_url_is_one_line_and_exit_2(command, tmp_path, monkeypatch, capsys):
+    """report/export of 's3:/bucket/run' or 's3:bucket': one line naming it, exit 2, nothing made."""
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(command)
+    lines = capsys.readouterr().err.splitlines()
+    assert code == 2 and len(lines) == 1 and f"'{command[1]}' is not a valid s3:// URL" in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["report", "export"])
+def test_help_documents_the_exit_codes(command, capsys):
+    """--help ends with what the exit codes mean: 2 is a logdir that could not be read."""
+    with pytest.raises(SystemExit):
+        cli_main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "exit codes: 0" in text and "2 a usage error, a logdir that could not be read" in text

@@ -59,3 +59,57 @@ def test_a_missing_local_logdir_is_created(tmp_path):
     """check_logdir creates a local logdir and its parents."""
     fs.check_logdir(str(tmp_path / "a" / "b"))
     assert (tmp_path / "a" / "b").is_dir()
+
+
+MALFORMED_URLS = ["s3:/bucket/run", "s3:bucket", "gs:///x", "s3://", "gs:", "S3:/bucket"]
+
+
+@pytest.mark.parametrize("url", MALFORMED_URLS)
+def test_a_malformed_url_is_an_error_naming_it_not_a_local_dir(url, tmp_path, monkeypatch):
+    """A storage scheme with a malformed authority is a LogdirError naming the value; nothing is
+    created locally (no directory called 's3:')."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(fs.LogdirError, match=f"logdir '{url}'"):
+        fs.check_logdir(fs.join(url, "job", "rank-0"))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", ["runs/a:b", "a:b", "runs/s3:/x"])
+def test_a_colon_that_is_not_a_scheme_stays_a_local_path(path, tmp_path, monkeypatch):
+    """A colon after the first '/', or after a word no storage serves, is part of a local path."""
+    monkeypatch.chdir(tmp_path)
+    fs.check_logdir(path)
+    assert (tmp_path / path).is_dir()
+
+
+def test_a_malformed_url_fails_at_init(tmp_path, monkeypatch):
+    """init('s3:/bucket/run') raises naming the value instead of writing to ./s3:/bucket/run."""
+    import tb_monitor
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(fs.LogdirError, match="'s3:/bucket/run' is not a valid s3:// URL"):
+        tb_monitor.init("s3:/bucket/run")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_remote_request_has_the_one_deadline(monkeypatch):
+    """TB_MONITOR_REMOTE_TIMEOUT_S sets the S3 client's connect and read timeouts and GCS's."""
+    monkeypatch.setenv("TB_MONITOR_REMOTE_TIMEOUT_S", "3")
+    config = fs._options("s3")["config_kwargs"]
+    assert (config["connect_timeout"], config["read_timeout"]) == (3.0, 3.0)
+    assert config["retries"]["total_max_attempts"] == 2
+    assert fs._options("gs")["requests_timeout"] == 3.0
+
+
+def test_replace_file_swaps_the_contents_whole(tmp_path):
+    """replace_file leaves the new bytes and no temporary file behind."""
+    path = str(tmp_path / "steps")
+    fs.replace_file(path, b"old")
+    fs.replace_file(path, b"new")
+    assert fs.listing(str(tmp_path)) == {"steps": 3} and fs.read_bytes(path) == b"new"
+
+
+def test_read_bytes_starts_at_the_offset(tmp_path):
+    """read_bytes(path, start) is the file's tail from that byte on."""
+    (tmp_path / "f").write_bytes(b"0123456789")
+    assert fs.read_bytes(str(tmp_path / "f"), 7) == b"789"
