@@ -5,7 +5,9 @@ registered handler, in registration order, on the caller's thread. Handlers are 
 
 Where we differ from ``torch.monitor`` (on purpose):
 - a handler that raises is isolated: the other handlers still run, the caller never sees the
-  error, and it is logged once per handler (``logging.getLogger("tb_monitor")``);
+  error, it is logged once per handler (``logging.getLogger("tb_monitor")``) and counted
+  (``EventHandlerHandle.errors``); torch hands it to the caller and skips the handlers after it.
+  Telemetry must not break training: ``put_metric`` does the same (``elastic.metrics.api``);
 - ``bool`` data values stay ``bool`` (torch turns them into ``1.0``) and numpy scalars are
   accepted as the Python numbers they hold;
 - events compare equal by value; an empty event name is rejected;
@@ -111,11 +113,12 @@ def _handler_name(handler: Callable[..., Any]) -> str:
 class EventHandlerHandle:
     """What ``register_event_handler`` returns; pass it to ``unregister_event_handler``."""
 
-    __slots__ = ("_reported", "handler")
+    __slots__ = ("errors", "handler")
 
     def __init__(self, handler: Callable[[Event], Any]) -> None:
         self.handler = handler
-        self._reported = False  # a failing handler is reported once, not on every event
+        #: Events the handler raised on, and so lost; only the first is reported.
+        self.errors = 0
 
     def __repr__(self) -> str:
         return f"<EventHandlerHandle {_handler_name(self.handler)}>"
@@ -154,8 +157,8 @@ def _dispatch(handlers: tuple[EventHandlerHandle, ...], event: Event) -> None:
         try:
             handle.handler(event)
         except Exception:
-            if not handle._reported:
-                handle._reported = True
+            handle.errors += 1
+            if handle.errors == 1:
                 _log.exception(
                     "tb_monitor event handler %s raised while handling event %r; it stays "
                     "registered and its further errors are not reported",

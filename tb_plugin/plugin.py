@@ -12,8 +12,10 @@ Routes (under ``data/plugin/tb_monitor_timeline/``, the table :attr:`TimelinePlu
 
 Every route parses its query string with :mod:`tb_plugin.requests` and answers through one
 error path: a bad parameter is a 400, an unknown run, event or file a 404, each a JSON
-``{"error"}`` naming the value. Both views' stores (the timeline's, the Ranks view's) are made
-and refreshed the same way (:class:`tb_plugin.refresher.Refreshers`), off the request threads:
+``{"error"}`` naming the value. An event the store may not have read yet (its first read, or
+any read, is still going on) is a 503 with ``Retry-After`` (:class:`NotReadYetError`):
+"loading", not "not found"; the frontend asks again then (``static/api.js``). Both views'
+stores (the timeline's, the Ranks view's) are made and refreshed the same way (:class:`tb_plugin.refresher.Refreshers`), off the request threads:
 the default experiment starts warming up as soon as TensorBoard loads the plugin, and a request
 never waits more than a second for a refresh; during a long first read it gets what is read so
 far and ``loading``.
@@ -34,6 +36,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from tb_monitor import contract
+from tb_monitor.logdir import fs
 from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
 from tb_plugin.query import UnknownRunError, timeline_payload
@@ -42,13 +45,15 @@ from tb_plugin.refresher import Refreshers
 from tb_plugin.requests import Query, RankQuery, RequestError, event_id
 from tb_plugin.store import TimelineStore, UnknownEventError
 
-__all__ = ["TimelineLoader", "TimelinePlugin", "UnknownFileError"]
+__all__ = ["NotReadYetError", "TimelineLoader", "TimelinePlugin", "UnknownFileError"]
 
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 _STATIC_PREFIX = "/static/"
 #: Timeline payloads kept for the columns they were computed from.
 _MAX_PAYLOADS = 8
+#: Seconds a client waits before asking again for what the store is still reading (503).
+RETRY_AFTER_S = 1
 
 #: A handler takes the request and answers with a JSON-ready body or a whole response.
 Handler = Callable[[wrappers.Request], Any]
@@ -58,19 +63,28 @@ class UnknownFileError(LookupError):
     """A path below ``static/`` that is not one of the frontend's files."""
 
 
+class NotReadYetError(LookupError):
+    """What a request names is not in the store, which is still reading: ask again soon."""
+
+
 #: What a request may name that does not exist: a 404 with the message, on every route.
 _NOT_FOUND = (UnknownRunError, UnknownEventError, UnknownFileError)
 
 
-def _json(request: wrappers.Request, body: Any, code: int = 200) -> wrappers.Response:
+def _json(
+    request: wrappers.Request, body: Any, code: int = 200, headers: list | None = None
+) -> wrappers.Response:
     # Serialized here so TensorBoard's Cleanse pass does not walk large payloads.
-    return http_util.Respond(request, json.dumps(body), "application/json", code=code)
+    return http_util.Respond(
+        request, json.dumps(body), "application/json", code=code, headers=headers
+    )
 
 
 def _app(handler: Handler) -> Callable[..., Any]:
     """The WSGI app of one route: the one error path every route shares. A bad parameter
-    (:class:`~tb_plugin.requests.RequestError`) is a 400 and an unknown name a 404, each a JSON
-    ``{"error"}`` naming the value; never a traceback."""
+    (:class:`~tb_plugin.requests.RequestError`) is a 400, an unknown name a 404 and one not read
+    yet a 503 with ``Retry-After``, each a JSON ``{"error"}`` naming the value; never a
+    traceback."""
 
     @wrappers.Request.application
     def app(request: wrappers.Request) -> wrappers.Response:
@@ -78,6 +92,9 @@ def _app(handler: Handler) -> Callable[..., Any]:
             body = handler(request)
         except RequestError as exc:
             return _json(request, {"error": str(exc)}, code=400)
+        except NotReadYetError as exc:
+            retry = [("Retry-After", str(RETRY_AFTER_S))]
+            return _json(request, {"error": str(exc), "loading": True}, 503, retry)
         except _NOT_FOUND as exc:
             return _json(request, {"error": str(exc)}, code=404)
         return body if isinstance(body, wrappers.Response) else _json(request, body)
@@ -166,7 +183,18 @@ class TimelinePlugin(base_plugin.TBPlugin):
     def _serve_event(self, request: wrappers.Request) -> dict[str, Any]:
         wanted = event_id(request.args)
         eid, ctx = _experiment(request)
-        return self._timelines.store(eid, ctx).event(ctx, wanted)
+        store = self._timelines.store(eid, ctx)
+        # Ids are positions in what is read: one past them may be in what is still being read.
+        # Asked before the lookup, so a read ending in between cannot turn "loading" into a 404.
+        settled = store.has_read_all() and store.loading() is None
+        try:
+            return store.event(ctx, wanted)
+        except UnknownEventError:
+            if settled:
+                raise
+            raise NotReadYetError(
+                f"event id {wanted!r} is not read yet: the store is still loading"
+            ) from None
 
     def _serve_status(self, request: wrappers.Request) -> dict[str, Any]:
         store = self._timelines.store(*_experiment(request))
@@ -235,10 +263,14 @@ class TimelineLoader(base_plugin.TBLoader):
         TensorBoard keeps 10 tensor summaries per tag by default (100 with ``--load_fast``); a
         timeline with holes would mislead, so the plugin lifts the limit for its own tag only.
         Both loaders honour ``samples_per_plugin``: the Python one as its tensor size guidance,
-        the Rust one as ``--samples-per-plugin``.
+        the Rust one as ``--samples-per-plugin``. An ``s3://`` logdir gives TensorBoard's boto3
+        reader the deadline of tb-monitor's own remote reads (``TB_MONITOR_REMOTE_TIMEOUT_S``).
         """
         if hasattr(flags, "samples_per_plugin"):
             flags.samples_per_plugin = _lift_sampling(flags.samples_per_plugin)
+        logdirs = f"{getattr(flags, 'logdir', '') or ''} {getattr(flags, 'logdir_spec', '') or ''}"
+        if "s3://" in logdirs:  # TensorBoard's own S3 reader: the deadline of our reads
+            fs.bound_boto3_requests()
 
     def load(self, context: base_plugin.TBContext) -> TimelinePlugin | None:
         if context.data_provider is None:

@@ -104,7 +104,7 @@ from tb_monitor.analysis.attempts import (
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.jobs import job_grid, job_spans, separate_jobs
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
-from tb_monitor.analysis.report_text import html_text, render
+from tb_monitor.analysis.report_text import html_text, render, visible
 from tb_monitor.analysis.sources import timeline_rows
 from tb_monitor.timeline import Span
 
@@ -202,7 +202,7 @@ class JobReport:
         A ValueError names the jobs there are when none matches."""
         ours = tuple(j for j in self.jobs if job in (j.job, j.job.split("@", 1)[0]))
         if not ours:
-            there = ", ".join(j.job for j in self.jobs) or "none"
+            there = ", ".join(visible(j.job) for j in self.jobs) or "none"
             raise ValueError(f"no job {job!r} in {self.logdir} (jobs: {there})")
         ranks = ours[0].ranks if len(ours) == 1 else None
         return JobReport(logdir=self.logdir, jobs=ours, ranks=ranks)

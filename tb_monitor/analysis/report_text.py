@@ -7,11 +7,17 @@ outcome and duration, each failed attempt's root cause (rank, host, the exceptio
 the signal that killed it), the ranks that went down with it (stopped by the restart, or when
 the job ended), the time lost to restarts, the nodes that left or joined; then the ranks'
 stragglers and stalls (under each job where the logdir holds several), and a verdict.
+
+What an event recorded (a host name, a run id, an exception message, a stack) goes through
+:func:`visible` first: an escape sequence, a carriage return or a bidi override in it would
+otherwise reach the terminal raw and could rewrite or reorder the report (a FAILED line that
+reads as SUCCEEDED). Such characters are shown as their escapes (``\x1b``, ``\u202e``).
 """
 
 from __future__ import annotations
 
 import html
+import unicodedata
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -27,7 +33,11 @@ if TYPE_CHECKING:  # health imports this module to render itself
     from tb_monitor.analysis.rank_report import RankHealth
     from tb_monitor.analysis.root_cause import RootCause
 
-__all__ = ["html_text", "render"]
+__all__ = ["html_text", "render", "visible"]
+
+#: Unicode categories never written raw: controls (ESC, CR, DEL, the C1 set), format characters
+#: (bidi overrides and isolates, zero-width ones), line and paragraph separators, surrogates.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 _VERDICTS = {
     "empty": "nothing to report",
@@ -36,6 +46,24 @@ _VERDICTS = {
     "succeeded": "healthy: every job succeeded",
     "terminated": "TERMINATED: a signal to its agent ended the job (a preemption; exit code 1)",
 }
+
+
+def visible(text: str, keep: str = "") -> str:
+    """``text`` safe to print: each character that could move the cursor, start an escape
+    sequence or reorder the line is shown as its escape (``\\x1b``, ``\\u202e``); the
+    characters in ``keep`` (a tab in a stack line) are left as they are."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch in keep or unicodedata.category(ch) not in _HIDDEN else _escape(ch) for ch in text
+    )
+
+
+def _escape(ch: str) -> str:
+    code = ord(ch)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def _clock(t: float, ms: bool = False) -> str:
@@ -63,14 +91,14 @@ def _plural(n: int, noun: str) -> str:
 
 
 def _render_cause(cause: RootCause) -> list[str]:
-    host = f" on {cause.host}" if cause.host else ""
+    host = f" on {visible(cause.host)}" if cause.host else ""
     lines = [
         f"    root cause      rank {cause.rank}{host} at {_clock(cause.time, True)}",
-        f"                    {cause.reason}",
+        f"                    {visible(cause.reason)}",
     ]
     code = []
     if cause.signal and cause.signal not in cause.reason:
-        code.append(f"signal {cause.signal}")
+        code.append(f"signal {visible(cause.signal)}")
     if cause.exit_code is not None:
         code.append(f"exit code {cause.exit_code}")
     if code:
@@ -80,7 +108,7 @@ def _render_cause(cause: RootCause) -> list[str]:
 
 def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
     lines = [
-        f"  attempt {a.attempt:<3} {a.outcome:<10} {_duration(a.duration_s):>9}"
+        f"  attempt {a.attempt:<3} {visible(a.outcome):<10} {_duration(a.duration_s):>9}"
         f"   {_clock(a.start)} → {_clock(a.end)}"
         f"   {_plural(len(a.ranks), 'rank')} on {_plural(len(a.nodes), 'node')}"
     ]
@@ -93,9 +121,9 @@ def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
         until = f"attempt {later.attempt} started"
         lines.append(f"    time lost       {_duration(a.time_lost_s)} (until {until})")
     if a.nodes_left:
-        lines.append(f"    nodes left      {', '.join(a.nodes_left)}")
+        lines.append(f"    nodes left      {visible(', '.join(a.nodes_left))}")
     if a.nodes_joined:
-        lines.append(f"    nodes joined    {', '.join(a.nodes_joined)}")
+        lines.append(f"    nodes joined    {visible(', '.join(a.nodes_joined))}")
     return lines
 
 
@@ -105,7 +133,7 @@ def _render_job(job: JobHealth, several: bool) -> list[str]:
     lost = f" · {_duration(job.time_lost_s)} lost to restarts" if job.restarts else ""
     lines = [
         "",
-        f"job {job.job}: {job.status} · {_plural(len(job.attempts), 'attempt')}, "
+        f"job {visible(job.job)}: {job.status} · {_plural(len(job.attempts), 'attempt')}, "
         f"{_plural(job.restarts, 'restart')}{lost} · {state} (times UTC, {day})",
     ]
     for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
@@ -144,14 +172,15 @@ def _render_view(view: AgentView | None) -> str:
     """What the rank's agent saw of its process, and its stacks, indented under its stall."""
     if view is None:
         return ""
-    seen = view.seen or "responding"
-    lines = [f"{'':18}its agent sees: {seen} (process state {view.process_state}, pid {view.pid})"]
+    seen = visible(view.seen or "responding")
+    state = visible(str(view.process_state))
+    lines = [f"{'':18}its agent sees: {seen} (process state {state}, pid {view.pid})"]
     if view.stacks is None:
-        lines.append(f"{'':18}stacks: {view.stacks_note}")
+        lines.append(f"{'':18}stacks: {visible(str(view.stacks_note))}")
     else:
         stack = view.stacks.rstrip().splitlines()
-        lines.append(f"{'':18}stacks ({view.stacks_reason}):")
-        lines.extend(f"{'':20}{line}" for line in stack[:_STACK_LINES])
+        lines.append(f"{'':18}stacks ({visible(str(view.stacks_reason))}):")
+        lines.extend(f"{'':20}{visible(line, keep=chr(9))}" for line in stack[:_STACK_LINES])
         if len(stack) > _STACK_LINES:
             lines.append(f"{'':20}... {len(stack) - _STACK_LINES} more lines in report --json")
     return "\n" + "\n".join(lines)
@@ -186,7 +215,9 @@ def _stalled_line(job: str, ranks: RankHealth | None) -> str:
 def _verdict(doc: JobReport) -> str:
     if doc.stalled:
         if len(doc.jobs) > 1:
-            stalls = [_stalled_line(f"job {j.job}", j.ranks) for j in doc.jobs if j.stalled]
+            stalls = [
+                _stalled_line(f"job {visible(j.job)}", j.ranks) for j in doc.jobs if j.stalled
+            ]
         else:
             stalls = [_stalled_line("the job", doc.ranks)]
         if doc.status == "failed":
@@ -197,7 +228,7 @@ def _verdict(doc: JobReport) -> str:
 
 def render(doc: JobReport) -> str:
     """The report as the terminal text."""
-    lines = [f"logdir {doc.logdir}"]
+    lines = [f"logdir {visible(str(doc.logdir))}"]
     if not doc.jobs:
         lines.append("  no elastic job attempts recorded yet")
     for job in doc.jobs:

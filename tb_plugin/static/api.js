@@ -2,12 +2,21 @@
 // payloads' base64 columns decoded into typed arrays, and the polling both views do (only the
 // newest request's reply counts; polls pause while the page is hidden).
 
+// The reply's JSON; an error reply throws with the server's message, and with `retryAfterMs`
+// when the server is still reading what was asked (a 503 with Retry-After).
 async function getJson(url) {
   const res = await fetch(url);
   const body = await res.json();
-  if (!res.ok) throw new Error(body.error || res.statusText);
+  if (!res.ok) {
+    const err = new Error(body.error || res.statusText);
+    const retryAfter = res.headers.get("Retry-After");
+    if (res.status === 503 && retryAfter !== null) err.retryAfterMs = 1000 * (Number(retryAfter) || 0);
+    throw err;
+  }
   return body;
 }
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // One window of the timeline; `params` is the query string. Throws with the server's message.
 export const fetchTimeline = (params) => getJson(`./timeline?${params}`);
@@ -15,8 +24,21 @@ export const fetchTimeline = (params) => getJson(`./timeline?${params}`);
 // One window of the Ranks heatmap; `params` is the query string. Throws like fetchTimeline.
 export const fetchRanks = (params) => getJson(`./ranks?${params}`);
 
-// Every field of one event, for the details panel. Throws with the server's message.
-export const fetchEvent = (id) => getJson(`./event?id=${encodeURIComponent(id)}`);
+// Every field of one event, for the details panel. While the server is still reading its
+// records (503, Retry-After) it asks again after the wait, telling `onWait(message)` first, for
+// as long as `wanted()` holds (null once it does not). Throws with the server's message.
+export async function fetchEvent(id, { wanted = () => true, onWait = () => {} } = {}) {
+  for (;;) {
+    try {
+      return await getJson(`./event?id=${encodeURIComponent(id)}`);
+    } catch (err) {
+      if (err.retryAfterMs === undefined) throw err;
+      onWait(err.message);
+      await sleep(err.retryAfterMs);
+      if (!wanted()) return null;
+    }
+  }
+}
 
 // {generation, loading}, or null when the server answers with an error.
 export async function fetchStatus() {

@@ -1,6 +1,8 @@
 // Building DOM nodes. Text goes in through textContent only (never HTML), so a message taken
 // from an event can never inject markup.
 
+import { balanced } from "./format.js";
+
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
@@ -11,6 +13,10 @@ export function el(tag, attrs = {}, ...children) {
   for (const child of children) node.append(child);
   return node;
 }
+
+// Text an event recorded, in a <bdi> of its own: its bidi controls reorder nothing around it
+// (format.js balanced).
+export const userText = (text, attrs = {}) => el("bdi", { ...attrs, text: balanced(text) });
 
 // Size `canvas` to `w` x `h` CSS pixels at the screen's pixel ratio (only when that changed:
 // resizing clears it).

@@ -5,7 +5,7 @@
 // nothing here fetches or decides.
 
 import { lowerBound } from "./api.js";
-import { formatDuration } from "./format.js";
+import { formatDuration, isolate } from "./format.js";
 
 export const ROW_H = 20;
 export const GROUP_H = 24;
@@ -96,7 +96,7 @@ function drawAttempts(tl, ctx, rows, top) {
       ctx.fillRect(x0, y + r.h - 4, Math.max(2, x1 - x0), 3);
       if (x1 - x0 > 40) {
         ctx.fillStyle = c.fg;
-        const text = `attempt ${a.attempt} · ${a.outcome} · ${formatDuration(a.duration_s)}`;
+        const text = `attempt ${a.attempt} · ${isolate(a.outcome)} · ${formatDuration(a.duration_s)}`;
         ctx.fillText(text, x0 + 4, y + r.h / 2 - 1, x1 - x0 - 8);
       }
     }
@@ -125,7 +125,7 @@ function drawAttempts(tl, ctx, rows, top) {
     ctx.lineWidth = 1;
     const room = tl.width - (x + s + 6) - 4;
     if (room > 30) {
-      const text = `root cause: ${cause.reason}`;
+      const text = `root cause: ${isolate(cause.reason)}`;
       const w = Math.min(room, ctx.measureText(text).width);
       ctx.fillStyle = c.bg;
       ctx.globalAlpha = 0.85;

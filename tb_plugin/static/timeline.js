@@ -11,7 +11,7 @@ import { decodePayload, every, fetchStatus, fetchTimeline, Latest, LOADING_POLL_
 import { clampSpan, TimeAxis, wantsDetail } from "./axis.js";
 import { el, sizeCanvas } from "./dom.js";
 import { AXIS_H, drawAxis, drawPlot, GROUP_H, ROW_H } from "./draw.js";
-import { count, KIND_TITLES, loadingText } from "./format.js";
+import { count, isolate, KIND_TITLES, loadingText } from "./format.js";
 import { Frames } from "./frames.js";
 import { bindKeys, bindPointer } from "./input.js";
 
@@ -268,7 +268,7 @@ export class Timeline {
         fragment.append(el("div", { class: "tl-group", role: "heading", "aria-level": "2", text }));
         y += GROUP_H;
       }
-      const label = el("div", { class: "tl-row", role: "listitem", title: `${lane.label} — ${lane.run || "."}`, text: lane.label });
+      const label = el("div", { class: "tl-row", role: "listitem", title: `${isolate(lane.label)} — ${isolate(lane.run || ".")}`, text: lane.label });
       label.dataset.lane = String(i);
       this.rowOfLane[i] = this.rows.length;
       this.rows.push({ y, h: ROW_H, lane: i, node: label });

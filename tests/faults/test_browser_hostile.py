@@ -1,5 +1,7 @@
 """Hostile event text in a real Chromium: HTML, control characters and a 1 MB message show as
-text in the Timeline's details panel, run nothing, and do not freeze the page."""
+text in the Timeline's details panel, run nothing, and do not freeze the page; a run id with
+bidi controls reorders nothing around it; the details panel waits out a store still loading;
+the time axis of a view of years labels years. One page load serves every test."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
+from tb_monitor.testing import generate_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 from plugin_helpers import chromium, small_job, start_tensorboard, stop  # noqa: E402
@@ -26,8 +29,26 @@ HTML = (
 )
 CONTROL = "hostilectrl a\x00b\x07c\x08d\x1b[31mred\x1b[0m\u202eevil\u200b\ufeff\r\n\tend"
 BIG = "hostilebig " + ("0123456789abcdef" * 65536)  # 1 MiB and a bit
+#: A run id that, shown raw, turns "Attempt 0 FAILED 2 min" around to end in "SUCCEEDED": an
+#: override (U+202E) after a stray isolate closer (U+2069) that would end a <bdi> early.
+BIDI_RUN = "x\u2069\u202eDEDEECCUS"
 #: A page.evaluate round trip after selecting an event must come back within this (seconds).
 RESPONSIVE_S = 2.0
+#: Each character of a one-line element's text in the order it is drawn, left to right.
+VISUAL_ORDER = """(node) => {
+    const chars = [], walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+    for (let t; (t = walker.nextNode()); ) {
+        for (let i = 0; i < t.data.length; i++) {
+            const range = document.createRange();
+            range.setStart(t, i);
+            range.setEnd(t, i + 1);
+            const box = range.getBoundingClientRect();
+            if (box.width > 0) chars.push([box.left, t.data[i]]);
+        }
+    }
+    chars.sort((a, b) => a[0] - b[0]);
+    return chars.map((c) => c[1]).join("");
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +62,8 @@ def served(tmp_path_factory):
                 f"hostile.event{i}", job.run_id, message, "node-000", 4000, "RUNNING", local_id=0
             )
             writer.add_timeline(contract.RENDEZVOUS, event.serialize(), job.end - 30 + i)
+    # A second job, after the first, whose attempts' lines show its run id.
+    generate_job(job.logdir, nodes=1, workers_per_node=1, run_id=BIDI_RUN, start=job.end + 600)
     server = start_tensorboard(job.logdir, root, "--reload_interval=1")
     yield server
     stop(server)
@@ -69,9 +92,15 @@ class Tab:
 
     def select(self, token: str):
         """Search for ``token`` (one event), click its mark; the details panel, once shown."""
+        self.frame.evaluate("() => window.tbTimeline.select(null)")  # an earlier test's event
         self.frame.get_by_label("Search events").fill(token)
         self.frame.locator(".tl-summary", has_text=re.compile(r"^1 event, 1 lane$")).wait_for(
             timeout=30_000
+        )
+        self.frame.wait_for_function(  # this search's event, not an earlier test's
+            "(token) => window.tbTimeline.data.events.msgs.some((m) => m.startsWith(token))",
+            arg=token,
+            timeout=30_000,
         )
         spot = self.frame.evaluate(
             """() => {
@@ -101,8 +130,9 @@ class Tab:
         return self.frame.evaluate("() => window.__pwned ?? null")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def tab(browser, served):
+    """One Timeline page for the module: each test selects its own event."""
     page = browser.new_page(viewport={"width": 1280, "height": 800})
     tab = Tab(page, served.url)
     yield tab
@@ -148,3 +178,63 @@ def test_a_one_megabyte_message_shows_and_the_page_stays_responsive(tab):
     tab.page.mouse.move(300, 300)
     assert tab.round_trip_s() < RESPONSIVE_S
     assert tab.errors == []
+
+
+def test_a_run_id_with_bidi_controls_reorders_nothing_around_it(tab):
+    """An override after a stray closer in a run id stays in it: the line still reads FAILED."""
+    heads = tab.frame.locator(".tl-attempt-head", has_text="DEDEECCUS")
+    head = heads.filter(has_text="Attempt 0")
+    head.wait_for(timeout=30_000)
+    shown = head.evaluate(VISUAL_ORDER)
+    assert "Attempt 0 FAILED" in shown, shown
+    assert "DELIAF" not in shown, shown
+
+
+def test_the_details_panel_waits_for_an_event_the_store_is_still_reading(tab):
+    """A 503 with Retry-After for the event is asked again, and the event then shows."""
+    asked = []
+
+    def still_loading_once(route):
+        asked.append(route.request.url)
+        if len(asked) == 1:
+            body = '{"error": "event id 1 is not read yet: the store is still loading"}'
+            route.fulfill(status=503, headers={"Retry-After": "0"}, body=body)
+        else:
+            route.continue_()
+
+    tab.page.route("**/event?id=*", still_loading_once)
+    try:
+        details = tab.select("hostilehtml")
+        details.get_by_text(HTML, exact=True).wait_for(timeout=10_000)
+    finally:
+        tab.page.unroute("**/event?id=*")
+    assert len(asked) >= 2
+    assert "Could not load" not in details.inner_text()
+
+
+DAY = 86400.0
+
+
+@pytest.mark.parametrize("days", [0.25, 1, 3, 20, 240, 3 * 365, 40 * 365])
+def test_axis_labels_every_tick_without_overlap_at_any_span(tab, days):
+    """From hours to decades, a 1000-px axis picks a unit whose labels all fit: no two overlap."""
+    ticks, labels = tab.frame.evaluate(
+        """async (span) => {
+            const url = new URL("static/axis.js", document.baseURI).href;
+            const { TimeAxis, AXIS_FONT } = await import(url);
+            const axis = new TimeAxis(0);
+            axis.width = 1000;
+            axis.view = { start: 1741000000, end: 1741000000 + span };
+            const ctx = document.createElement("canvas").getContext("2d");
+            ctx.font = AXIS_FONT;
+            const width = (text) => ctx.measureText(text).width;
+            const shown = axis.labels(width).map(({ x, text }) => ({
+                text, left: x + 3, right: x + 3 + width(text),
+            }));
+            return [axis.ticks().times.length, shown];
+        }""",
+        days * DAY,
+    )
+    assert len(labels) == ticks >= 2, labels  # every tick labelled: none left out to fit
+    for before, after in zip(labels, labels[1:], strict=False):
+        assert before["right"] < after["left"], (before, after)

@@ -54,3 +54,14 @@ def test_a_real_tensorboard_serves_every_record(tmp_path, tensorboard_server, lo
         what=f"all {job.total_events} records with --load_fast={load_fast}",
     )
     assert data["events"]["count"] == job.total_events
+
+
+def test_an_s3_logdir_gives_tensorboards_s3_reader_our_deadline(monkeypatch):
+    """With an ``s3://`` logdir, boto3's default session gets TB_MONITOR_REMOTE_TIMEOUT_S."""
+    boto3 = pytest.importorskip("boto3")
+    monkeypatch.setattr(boto3, "DEFAULT_SESSION", None)
+    monkeypatch.setenv("TB_MONITOR_REMOTE_TIMEOUT_S", "3.5")
+    flags = argparse.Namespace(samples_per_plugin={}, logdir="s3://bucket/job", logdir_spec="")
+    TimelineLoader().fix_flags(flags)
+    config = boto3.DEFAULT_SESSION._session.get_default_client_config()
+    assert (config.connect_timeout, config.read_timeout) == (3.5, 3.5)

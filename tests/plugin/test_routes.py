@@ -10,10 +10,11 @@ import threading
 
 import numpy as np
 import pytest
-from plugin_helpers import column, expected_lanes, small_job, wait_for
+from plugin_helpers import column, expected_lanes, local_provider, small_job, wait_for
 from tensorboard import program
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
+from tensorboard.plugins import base_plugin
 from tensorboard.plugins.core import core_plugin
 from werkzeug.test import Client
 
@@ -22,7 +23,9 @@ from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import query as query_module
-from tb_plugin.plugin import TimelineLoader
+from tb_plugin import store as store_module
+from tb_plugin.plugin import RETRY_AFTER_S, TimelineLoader, TimelinePlugin
+from tb_plugin.refresher import Refresher
 
 PREFIX = f"/data/plugin/{contract.PLUGIN_NAME}"
 STATIC_DIR = pathlib.Path(tb_plugin.__file__).parent / "static"
@@ -337,3 +340,57 @@ def test_stray_experiment_ids_do_not_pile_up_background_threads(app):
         assert response.status_code == 200
     # A dropped experiment's thread is told to stop; give it a moment to finish.
     wait_for(lambda: threading.active_count() - before <= 8, timeout=30, what="threads to stop")
+
+
+class FirstReadOnlyProvider:
+    """A real data provider whose reads after the first wait for ``gate``: a store mid-load."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.gate = threading.Event()
+        self.reads = 0
+
+    def list_tensors(self, *args, **kwargs):
+        return self.inner.list_tensors(*args, **kwargs)
+
+    def read_tensors(self, *args, **kwargs):
+        self.reads += 1
+        if self.reads > 1:
+            assert self.gate.wait(60), "the test never opened the gate"
+        return self.inner.read_tensors(*args, **kwargs)
+
+
+def test_an_event_not_read_yet_is_loading_then_found(job, monkeypatch):
+    """Mid-load, an existing event's id is a 503 with Retry-After; once read, the event itself."""
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)  # one run per read: the 2nd waits
+    monkeypatch.setattr(Refresher.request, "__defaults__", (0.05,))  # requests wait 50 ms
+    provider = FirstReadOnlyProvider(local_provider(job.logdir))
+    plugin = TimelinePlugin(base_plugin.TBContext(data_provider=provider))
+    event = Client(plugin.get_plugin_apps()["/event"])
+    last = job.total_events - 1
+    try:
+        event.get(f"/event?id={last}")  # asks for a read rather than wait for the next poll
+        wait_for(lambda: provider.reads > 1, what="the read to stall")
+        response = event.get(f"/event?id={last}")
+        assert response.status_code == 503, response.get_data(as_text=True)
+        assert response.headers["Retry-After"] == str(RETRY_AFTER_S)
+        assert "loading" in response.get_json()["error"]
+    finally:
+        provider.gate.set()
+    found = wait_for(
+        lambda: (r := event.get(f"/event?id={last}")).status_code == 200 and r, interval=0.05
+    )
+    assert found.get_json()["id"] == last
+
+
+def test_an_unknown_event_is_a_404_once_loading_is_done(job, monkeypatch):
+    """After the first read, an id past every event read is "not found", not "loading"."""
+    monkeypatch.setattr(Refresher.request, "__defaults__", (0.05,))
+    plugin = TimelinePlugin(base_plugin.TBContext(data_provider=local_provider(job.logdir)))
+    event = Client(plugin.get_plugin_apps()["/event"])
+    wait_for(
+        lambda: event.get("/event?id=0").status_code == 200, what="the first read", interval=0.05
+    )
+    response = event.get(f"/event?id={job.total_events}")
+    assert response.status_code == 404
+    assert str(job.total_events) in response.get_json()["error"]

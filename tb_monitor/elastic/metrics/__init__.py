@@ -2,8 +2,11 @@
 
 A metric is identified by ``(metric_group, metric_name)``; each group is routed to a
 ``MetricHandler`` with ``configure`` (``group=None`` sets the default for every group not
-configured by name; out of the box that default drops everything). Code written against
-``torch.distributed.elastic.metrics`` ports by changing the import prefix, and needs no torch::
+configured by name; out of the box that default drops everything). A handler that raises
+never reaches the code that put the metric, unlike torch's: it is logged once and counted
+(``handler_errors``); only a bad value of the caller's is raised, naming the metric. Code written
+against ``torch.distributed.elastic.metrics`` ports by changing the import prefix, and needs no
+torch::
 
     import tb_monitor.elastic.metrics as metrics
 

@@ -4,11 +4,22 @@ Same names and behaviour as ``torch.distributed.elastic.metrics.api``, without t
 surface: one ``MetricStream`` is cached per group, so ``put_metric`` builds nothing but the
 ``MetricData``; ``configure`` is thread-safe (the read path takes no lock, as dict reads are
 atomic); and a group or metric name that is not a ``str`` fails with a ``TypeError`` naming it.
+
+Where we differ from torch (on purpose), as ``tb_monitor.log_event`` does: a handler whose
+``emit`` raises never reaches the code that put the metric (torch's ``put_metric`` hands the
+error to it, and inside ``@prof`` it would even replace the function's own result or
+exception). That metric is dropped, the error logged once per handler
+(``logging.getLogger("tb_monitor")``, with its traceback) and counted (:func:`handler_errors`);
+the handler stays configured. Unless the caller's own mistake made it fail: a value that is not
+a real number or a one-element tensor, a name no store can hold (a lone surrogate). That is
+raised to the caller, naming the metric, as any bad argument is. The checks run only once a
+handler failed, so a handler that takes any value (torch's console one) still gets it.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import threading
 import time
 import warnings
@@ -30,6 +41,7 @@ __all__ = [
     "default_handler",
     "getStream",
     "get_elapsed_time_ms",
+    "handler_errors",
     "prof",
     "profile",
     "publish_metric",
@@ -37,6 +49,7 @@ __all__ = [
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+_log = logging.getLogger("tb_monitor")
 
 MetricData = namedtuple("MetricData", ["timestamp", "group_name", "name", "value"])
 # namedtuple's generated __new__ is a Python frame around this call; skipping it is the cheapest
@@ -101,9 +114,47 @@ class MetricStream:
             raise TypeError(
                 f"metric name must be a str, got {metric_name!r} ({type(metric_name).__name__})"
             )
-        self.handler.emit(
-            _tuple_new(MetricData, (time.time(), self.group_name, metric_name, metric_value))
+        try:
+            self.handler.emit(
+                _tuple_new(MetricData, (time.time(), self.group_name, metric_name, metric_value))
+            )
+        except Exception:
+            _check_metric(self.group_name, metric_name, metric_value)
+            _handler_failed(self.handler, self.group_name, metric_name)
+
+
+def _check_metric(group: str, name: str, value: object) -> None:
+    """Raise the caller's mistake, naming the metric: a value that is not a real number or a
+    one-element tensor (left unread), a name with a lone surrogate."""
+    from tb_monitor import contract  # here, not above: a Stat alone need not load it
+    from tb_monitor.sinks import checks  # and the sinks import this module
+
+    tag = contract.metric_tag(group, name)
+    checks.scalar_value(value, f"scalar {tag!r}")
+
+
+#: Per handler (by id), how many metrics its ``emit`` raised on; a handler's first is logged.
+_errors: dict[int, int] = {}
+
+
+def _handler_failed(handler: MetricHandler, group: str, name: str) -> None:
+    """Count a metric ``handler`` raised on; log the first, with the traceback being handled."""
+    with _lock:
+        count = _errors[id(handler)] = _errors.get(id(handler), 0) + 1
+    if count == 1:
+        _log.exception(
+            "tb_monitor metric handler %r raised on metric %r of group %r; the metric is "
+            "dropped, the handler stays configured and its further errors are counted "
+            "(handler_errors), not reported",
+            handler,
+            name,
+            group,
         )
+
+
+def handler_errors(handler: MetricHandler) -> int:
+    """How many metrics ``handler``'s ``emit`` raised on, and so lost (our addition)."""
+    return _errors.get(id(handler), 0)
 
 
 def _check_group(group: object) -> None:

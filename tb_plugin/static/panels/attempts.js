@@ -2,9 +2,10 @@
 // outcome and duration, its root cause (a button selecting the failure's record, whose traceback
 // the details panel shows), the ranks that went down with it, the time lost and the membership
 // change. The analysis is the server's (tb_monitor.analysis.restarts, the payload's `attempts`);
-// every value goes in as text (dom.js el), never as HTML.
+// every value goes in as text (dom.js el), never as HTML, and what an event recorded (a run id,
+// a host name, a reason) in a <bdi> of its own (dom.js userText): it cannot reorder the line.
 
-import { el } from "../dom.js";
+import { el, userText } from "../dom.js";
 import { formatDuration } from "../format.js";
 
 const ranks = (list) => (list.length === 1 ? `rank ${list[0]}` : `ranks ${list.join(", ")}`);
@@ -15,25 +16,29 @@ function outcomeColor(data, outcome) {
 }
 
 function line(tl, data, a, manyJobs) {
-  const outcome = el("span", { class: "tl-attempt-outcome", text: a.outcome });
+  const outcome = userText(a.outcome, { class: "tl-attempt-outcome" });
   const color = outcomeColor(data, a.outcome);
   if (color) outcome.style.borderColor = color;
   const head = el(
     "span",
     { class: "tl-attempt-head" },
-    `${manyJobs ? `${a.job} · ` : ""}Attempt ${a.attempt} `,
+    ...(manyJobs ? [userText(a.job), " · "] : []),
+    `Attempt ${a.attempt} `,
     outcome,
     ` ${formatDuration(a.duration_s)}`
   );
   const parts = [head];
   const cause = a.root_cause;
   if (cause) {
-    const button = el("button", {
-      type: "button",
-      class: "tl-root-cause",
-      title: "Show this failure's record and traceback",
-      text: `root cause: rank ${cause.rank}${cause.host ? ` (${cause.host})` : ""} · ${cause.reason}`,
-    });
+    const host = cause.host ? [" (", userText(cause.host), ")"] : [];
+    const button = el(
+      "button",
+      { type: "button", class: "tl-root-cause", title: "Show this failure's record and traceback" },
+      `root cause: rank ${cause.rank}`,
+      ...host,
+      " · ",
+      userText(cause.reason)
+    );
     button.dataset.event = String(cause.event);
     button.addEventListener("click", () => {
       if (cause.event !== undefined) tl.select(cause.event, true);
@@ -49,9 +54,10 @@ function line(tl, data, a, manyJobs) {
     parts.push(el("span", { class: "tl-dim", text: a.outcome === "RUNNING" ? "running" : "no failure" }));
   }
   const change = [];
-  if (a.nodes_left.length) change.push(`left: ${a.nodes_left.join(", ")}`);
-  if (a.nodes_joined.length) change.push(`joined: ${a.nodes_joined.join(", ")}`);
-  if (change.length) parts.push(el("span", { class: "tl-membership", text: `nodes ${change.join("; ")}` }));
+  const hosts = (list) => list.flatMap((host, i) => (i ? [", ", userText(host)] : [userText(host)]));
+  if (a.nodes_left.length) change.push("left: ", ...hosts(a.nodes_left));
+  if (a.nodes_joined.length) change.push(...(change.length ? ["; "] : []), "joined: ", ...hosts(a.nodes_joined));
+  if (change.length) parts.push(el("span", { class: "tl-membership" }, "nodes ", ...change));
   const item = el("li", { class: "tl-attempt" }, ...parts);
   item.dataset.outcome = a.outcome;
   return item;

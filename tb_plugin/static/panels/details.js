@@ -4,7 +4,7 @@
 // value goes in as text (dom.js el), never as HTML.
 
 import { fetchEvent } from "../api.js";
-import { el } from "../dom.js";
+import { el, userText } from "../dom.js";
 import { formatTime } from "../format.js";
 
 const FIELDS = ["name", "source", "state", "hostname", "pid", "rank", "local_id", "run_id", "message"];
@@ -43,8 +43,9 @@ function eventParts(info, attempts) {
   const parts = [el("h2", { text: f.name || "(unnamed event)" })];
   for (const a of attempts) {
     if (a.root_cause && a.root_cause.event === info.id) {
-      const text = `Root cause of attempt ${a.attempt} (${a.job}): rank ${a.root_cause.rank} · ${a.root_cause.reason}`;
-      parts.push(el("p", { class: "tl-cause-banner", text }));
+      const cause = a.root_cause;
+      const banner = [`Root cause of attempt ${a.attempt} (`, userText(a.job), `): rank ${cause.rank} · `, userText(cause.reason)];
+      parts.push(el("p", { class: "tl-cause-banner" }, ...banner));
     }
   }
   parts.push(dl);
@@ -66,15 +67,19 @@ export function createDetails(tl) {
   const node = el("aside", { class: "tl-details", hidden: "", "aria-label": "Event details" });
 
   async function show(id, focus) {
+    const note = (text) => {
+      node.replaceChildren(el("p", { text }));
+      node.hidden = false;
+    };
     let info;
     try {
-      info = await fetchEvent(id);
+      const wanted = () => tl.selected === id;
+      info = await fetchEvent(id, { wanted, onWait: () => wanted() && note("Loading the event… (the server is still reading)") });
     } catch (err) {
-      node.replaceChildren(el("p", { text: `Could not load the event: ${err.message}` }));
-      node.hidden = false;
+      note(`Could not load the event: ${err.message}`);
       return;
     }
-    if (tl.selected !== id) return;
+    if (info === null || tl.selected !== id) return;
     const close = el("button", { type: "button", class: "tl-close", "aria-label": "Close details", text: "×" });
     close.addEventListener("click", () => tl.select(null));
     const parts = [close, ...eventParts(info, (tl.data && tl.data.attempts) || [])];

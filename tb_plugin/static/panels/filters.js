@@ -3,7 +3,7 @@
 
 import { Timer } from "../api.js";
 import { el } from "../dom.js";
-import { KIND_TITLES } from "../format.js";
+import { balanced, KIND_TITLES } from "../format.js";
 
 export function createFilters(tl) {
   const runSelect = el("select", { title: "Run (directory in the logdir)" });
@@ -44,7 +44,7 @@ export function createFilters(tl) {
     const signature = values.join("\u0000");
     if (select.dataset.signature !== signature) {
       select.replaceChildren(el("option", { value: "", text: allText }));
-      for (const v of values) select.append(el("option", { value: v, text: label(v) }));
+      for (const v of values) select.append(el("option", { value: v, text: balanced(label(v)) }));
       select.dataset.signature = signature;
     }
     select.value = current;

@@ -4,7 +4,7 @@
 // shown only when there is more than one. The payload lists the jobs and names the one shown.
 
 import { el } from "../dom.js";
-import { count, formatTime } from "../format.js";
+import { balanced, count, formatTime } from "../format.js";
 
 export class JobPicker {
   // `onPick(job)`: a job was chosen.
@@ -26,7 +26,7 @@ export class JobPicker {
     if (this.node.hidden) return;
     const options = jobs.map((j) => {
       const started = j.start === null ? "" : ` · started ${formatTime(j.start)}`;
-      return el("option", { value: j.job, text: `${j.job}${started} · ${count(j.ranks, "rank")}` });
+      return el("option", { value: j.job, text: `${balanced(j.job)}${started} · ${count(j.ranks, "rank")}` });
     });
     this.select.replaceChildren(...options);
     this.select.value = d.job;

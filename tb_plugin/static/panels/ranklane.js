@@ -1,6 +1,8 @@
 // From the Ranks view to the Timeline: a rank's worker lane focused, scrolled into view and its
 // newest event selected (panels/ranks.js calls it when a rank is clicked).
 
+import { isolate } from "../format.js";
+
 // Focus rank `rank`'s lane (its run `run`, else a worker lane labelled with the rank) in the
 // Timeline `tl`, or say there is none.
 export function focusRankLane(tl, run, rank) {
@@ -8,7 +10,7 @@ export function focusRankLane(tl, run, rank) {
   let lane = lanes.findIndex((l) => l.kind === "worker" && l.run === run);
   if (lane < 0) lane = lanes.findIndex((l) => l.kind === "worker" && new RegExp(`\\brank[ -]${rank}\\b`).test(l.label));
   if (lane < 0) {
-    tl.setStatus(`No timeline lane for rank ${rank} (${run}).`);
+    tl.setStatus(`No timeline lane for rank ${rank} (${isolate(run)}).`);
     return;
   }
   for (const node of tl.labels.querySelectorAll(".tl-row-focus")) node.classList.remove("tl-row-focus");
@@ -17,7 +19,7 @@ export function focusRankLane(tl, run, rank) {
   r.node.classList.add("tl-row-focus");
   tl.focusedLane = lane;
   tl.scroll.scrollTop = Math.max(0, r.y - tl.height / 3);
-  tl.setStatus(`Rank ${rank}: lane “${r.node.textContent}” and its newest event, from the Ranks view.`);
+  tl.setStatus(`Rank ${rank}: lane “${isolate(r.node.textContent)}” and its newest event, from the Ranks view.`);
   // Its newest event in the loaded window, in the details panel.
   const d = tl.data;
   if (d.events && d.laneStart[lane + 1] > d.laneStart[lane]) {

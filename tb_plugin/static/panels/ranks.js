@@ -16,7 +16,7 @@
 import { decode, every, fetchRanks, Latest, LOADING_POLL_MS, Timer } from "../api.js";
 import { clampSpan, TimeAxis, wantsDetail } from "../axis.js";
 import { el, sizeCanvas } from "../dom.js";
-import { count, formatDuration, formatTime, loadingText } from "../format.js";
+import { count, formatDuration, formatTime, isolate, loadingText } from "../format.js";
 import { Frames } from "../frames.js";
 import { HeatColors } from "./heatmap.js";
 import { JobPicker } from "./jobpicker.js";
@@ -188,7 +188,7 @@ class RanksView {
       return b;
     };
     const stalls = d.stalls.map((s) => {
-      const seen = s.agent && s.agent.seen ? ` · its agent sees it ${s.agent.seen}` : s.silent ? " · silent" : "";
+      const seen = s.agent && s.agent.seen ? ` · its agent sees it ${isolate(s.agent.seen)}` : s.silent ? " · silent" : "";
       const what = s.waited_for
         ? `rank ${s.rank} · the job waits for it${seen} · no step for ${formatDuration(s.since_step_s)}`
         : `rank ${s.rank} · stalled ${formatDuration(s.since_step_s)}${s.in_collective ? " in a collective" : ""}`;
