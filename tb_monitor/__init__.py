@@ -28,6 +28,7 @@ __all__ = [
     "Event",
     "EventHandlerHandle",
     "Stat",
+    "SummaryWriter",
     "TensorboardEventHandler",
     "data_value_t",
     "init",
@@ -54,6 +55,7 @@ _LAZY = {
     "unregister_event_handler": "tb_monitor._event",
     "TensorboardEventHandler": "tb_monitor.sinks",
     "Sink": "tb_monitor.sinks.base",
+    "SummaryWriter": "tb_monitor.summary",
     "STAT_EVENT": "tb_monitor.contract",
     "step": "tb_monitor.integrations.rank_health",
     "_WaitCounter": "tb_monitor._wait_counter",
@@ -80,6 +82,7 @@ if TYPE_CHECKING:
     from tb_monitor.monitor import init
     from tb_monitor.sinks import TensorboardEventHandler
     from tb_monitor.sinks.base import Sink
+    from tb_monitor.summary import SummaryWriter
 
 
 #: torch.monitor exports the aggregations at module level too.

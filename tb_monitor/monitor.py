@@ -44,7 +44,7 @@ from tb_monitor.sinks.prometheus import PROMETHEUS_ENV
 from tb_monitor.sinks.tensorboard import TensorboardSink
 from tb_monitor.sinks.writer import AsyncWriter
 
-__all__ = ["DESTINATIONS", "Monitor", "init", "init_automatic"]
+__all__ = ["DESTINATIONS", "Monitor", "active", "init", "init_automatic"]
 
 #: torchelastic events destinations ``init`` sends to TensorBoard.
 DESTINATIONS = ("tensorboard", "dynamic_rendezvous")
@@ -392,6 +392,12 @@ def _open(request: _Request) -> Monitor:
         monitor.close()
         raise
     return monitor
+
+
+def active() -> Monitor | None:
+    """The monitor open in this process (the one ``init`` returned last), if any: an adapter
+    uses it rather than opening a second, which would close ``tb-monitor run``'s."""
+    return _active
 
 
 def init_automatic() -> Monitor:

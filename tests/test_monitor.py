@@ -241,3 +241,13 @@ def test_adopting_the_automatic_monitor_adds_the_scripts_sinks(logdir):
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
     assert done.stdout.split() == ["True", "[5]", "1"]
     assert [(p.tag, p.value) for p in readers.iter_scalars(logdir)] == [("g/x", 5.0)]
+
+
+def test_active_is_the_open_monitor_until_it_closes(tmp_path):
+    """``monitor.active()`` names the monitor ``init`` opened, and None once it is closed."""
+    from tb_monitor import monitor
+
+    opened = tb_monitor.init(tmp_path)
+    assert monitor.active() is opened
+    opened.close()
+    assert monitor.active() is None
