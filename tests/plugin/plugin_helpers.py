@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -93,6 +94,28 @@ def refreshed_store(logdir) -> Any:
 def column(payload: dict, table: str, name: str, dtype: str) -> np.ndarray:
     """Decode one base64 typed-array column of a timeline payload."""
     return np.frombuffer(base64.b64decode(payload[table][name]), dtype=dtype)
+
+
+class GatedProvider:
+    """A real data provider whose reads after the first wait for a gate: a long first decode."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.gate = threading.Event()
+        self.reads = 0
+        self.fail_next_listing = False
+
+    def list_tensors(self, *args, **kwargs):
+        if self.fail_next_listing:
+            self.fail_next_listing = False
+            raise RuntimeError("data server not up yet")
+        return self.inner.list_tensors(*args, **kwargs)
+
+    def read_tensors(self, *args, **kwargs):
+        self.reads += 1
+        if self.reads > 1:
+            assert self.gate.wait(60), "the test never opened the gate"
+        return self.inner.read_tensors(*args, **kwargs)
 
 
 def free_port() -> int:

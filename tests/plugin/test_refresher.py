@@ -6,7 +6,7 @@ import json
 import threading
 
 import pytest
-from plugin_helpers import local_provider, small_job, wait_for
+from plugin_helpers import GatedProvider, local_provider, small_job, wait_for
 from tensorboard import context as tb_context
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
@@ -17,28 +17,6 @@ from tb_plugin.query import timeline_payload
 from tb_plugin.refresher import Refresher, Refreshers
 from tb_plugin.requests import Query
 from tb_plugin.store import TimelineStore
-
-
-class GatedProvider:
-    """A real data provider whose reads after the first wait for a gate: a long first decode."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.gate = threading.Event()
-        self.reads = 0
-        self.fail_next_listing = False
-
-    def list_tensors(self, *args, **kwargs):
-        if self.fail_next_listing:
-            self.fail_next_listing = False
-            raise RuntimeError("data server not up yet")
-        return self.inner.list_tensors(*args, **kwargs)
-
-    def read_tensors(self, *args, **kwargs):
-        self.reads += 1
-        if self.reads > 1:
-            assert self.gate.wait(60), "the test never opened the gate"
-        return self.inner.read_tensors(*args, **kwargs)
 
 
 @pytest.fixture(scope="module")

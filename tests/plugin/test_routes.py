@@ -10,7 +10,14 @@ import threading
 
 import numpy as np
 import pytest
-from plugin_helpers import column, expected_lanes, local_provider, small_job, wait_for
+from plugin_helpers import (
+    GatedProvider,
+    column,
+    expected_lanes,
+    local_provider,
+    small_job,
+    wait_for,
+)
 from tensorboard import program
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_ingester
@@ -342,29 +349,11 @@ def test_stray_experiment_ids_do_not_pile_up_background_threads(app):
     wait_for(lambda: threading.active_count() - before <= 8, timeout=30, what="threads to stop")
 
 
-class FirstReadOnlyProvider:
-    """A real data provider whose reads after the first wait for ``gate``: a store mid-load."""
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.gate = threading.Event()
-        self.reads = 0
-
-    def list_tensors(self, *args, **kwargs):
-        return self.inner.list_tensors(*args, **kwargs)
-
-    def read_tensors(self, *args, **kwargs):
-        self.reads += 1
-        if self.reads > 1:
-            assert self.gate.wait(60), "the test never opened the gate"
-        return self.inner.read_tensors(*args, **kwargs)
-
-
 def test_an_event_not_read_yet_is_loading_then_found(job, monkeypatch):
     """Mid-load, an existing event's id is a 503 with Retry-After; once read, the event itself."""
     monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)  # one run per read: the 2nd waits
     monkeypatch.setattr(Refresher.request, "__defaults__", (0.05,))  # requests wait 50 ms
-    provider = FirstReadOnlyProvider(local_provider(job.logdir))
+    provider = GatedProvider(local_provider(job.logdir))
     plugin = TimelinePlugin(base_plugin.TBContext(data_provider=provider))
     event = Client(plugin.get_plugin_apps()["/event"])
     last = job.total_events - 1
