@@ -21,6 +21,11 @@ main thread ``MAIN_FIRST_S`` to handle it as usual, and otherwise runs the ``on_
 exit hooks itself and ends the process by the signal, as ``SIG_DFL`` would. A wakeup fd already
 set (asyncio's) is left alone, and so is a SIGTERM handler installed after ours (the watcher
 then only flushes): in those cases the main thread's handler is all there is, as before.
+
+A child that ``multiprocessing`` forks (a DataLoader worker with the fork start method) ends by
+``os._exit``, which runs no ``atexit`` hook: its records would be lost. Such a child runs the exit
+hooks as a ``multiprocessing`` finalizer instead, when its target returns, as it would at a
+normal exit. A bare ``os.fork`` child that calls ``os._exit`` asked for no cleanup and gets none.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import atexit
 import logging
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
@@ -75,6 +81,30 @@ _setsig: Any = None  # PyOS_setsig, once the watcher runs
 def _check_phase(phase: int) -> None:
     if phase not in (PRODUCERS, SINKS):
         raise ValueError(f"unknown exit phase {phase!r}; expected PRODUCERS or SINKS")
+
+
+class _ForkedChildren:
+    """Arms ``multiprocessing``'s forked children to run the exit hooks when they end."""
+
+    armed = False
+
+    def before_fork(self) -> None:
+        """Before each fork: once ``multiprocessing`` is in use, have its children run the exit
+        hooks (its fork start method clears the finalizers a child inherits, then calls these)."""
+        if self.armed or "multiprocessing.util" not in sys.modules:
+            return
+        sys.modules["multiprocessing.util"].register_after_fork(self, _ForkedChildren._in_child)
+        self.armed = True
+
+    @staticmethod
+    def _in_child(_: object) -> None:
+        from multiprocessing import util
+
+        util.Finalize(None, run_exit_hooks, exitpriority=0)
+
+
+_forked_children = _ForkedChildren()
+os.register_at_fork(before=_forked_children.before_fork)
 
 
 def at_exit(hook: Hook, phase: int) -> None:

@@ -6,12 +6,19 @@ installs one thing and returns a callable that puts back exactly what was there 
 (``tb_monitor.sinks.fanout``), which is what ``tb-monitor run`` (inside the agent) and
 ``tb_monitor.init(logdir, torch=True)`` install.
 
+In a forked child (a DataLoader worker with the fork start method) the first window each
+``torch.monitor.Stat`` logs is dropped: torch's C++ Stat cannot be reset, and once it has had a
+sample its open window is never empty, so that window holds the parent's samples, which the
+parent logs too. The child's own samples are logged from its next window on (the price: a Stat
+made in the child loses its first window as well).
+
 Imported only when asked: it imports torch.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -21,7 +28,7 @@ from torch.distributed.elastic import events as torch_events
 from torch.distributed.elastic.events import handlers as torch_event_handlers
 from torch.distributed.elastic.metrics import api as torch_metrics
 
-from tb_monitor import _shutdown
+from tb_monitor import _shutdown, contract
 from tb_monitor._event import Event
 
 __all__ = [
@@ -114,6 +121,36 @@ def configure_metrics(handler: Any, group: str | None = None) -> Undo:
     return undo
 
 
+class _InheritedWindows:
+    """Which ``torch.monitor.Stat`` windows a forked child drops: each Stat's first (see the
+    module docstring). A Stat is known by its event's keys (``<name>.<aggregation>``)."""
+
+    def __init__(self) -> None:
+        self._seen: set[frozenset[str]] | None = None  # None: not a forked child
+        self._lock = threading.Lock()
+
+    def after_fork_in_child(self) -> None:
+        self._seen = set()
+        self._lock = threading.Lock()
+
+    def inherited(self, name: str, data: dict[str, Any]) -> bool:
+        """Whether the event is a Stat window the child's copy of torch's Stat inherited."""
+        seen = self._seen
+        if seen is None or name != contract.STAT_EVENT:
+            return False
+        keys = frozenset(data)
+        with self._lock:
+            if keys in seen:
+                return False
+            seen.add(keys)
+        _log.debug("tb_monitor: dropped the first window of %s in a forked child", sorted(keys))
+        return True
+
+
+_inherited = _InheritedWindows()
+os.register_at_fork(after_in_child=_inherited.after_fork_in_child)
+
+
 def register_monitor_handler(handler: Callable[[Event], Any]) -> Undo:
     """Register ``handler`` with ``torch.monitor``, handing it our ``Event`` for each torch event.
 
@@ -126,7 +163,10 @@ def register_monitor_handler(handler: Callable[[Event], Any]) -> Undo:
 
     def on_torch_event(event: torch.monitor.Event) -> None:
         try:
-            handler(Event(event.name, event.timestamp, event.data))
+            data = event.data
+            if _inherited.inherited(event.name, data):
+                return
+            handler(Event(event.name, event.timestamp, data))
         except Exception:
             if not reported.is_set():
                 reported.set()

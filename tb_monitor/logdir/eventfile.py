@@ -10,7 +10,7 @@ nothing of where the bytes go; ``fs.new_event_file`` picks the implementation fo
 
 Event file names are unique per process and file (``unique_name``), and zero-padded so that name
 order is creation order: TensorBoard reads a run's files in name order, and a later file must come
-after the steps it continues.
+after the steps it continues. A ``filename_suffix`` (torch's) goes last, as torch puts it.
 """
 
 from __future__ import annotations
@@ -36,10 +36,14 @@ _counter = itertools.count()
 _inherited: list[ObjectStream] = []
 
 
-def unique_name(wall_time: float) -> str:
-    """A new event file name of this process, after every name it made before."""
+def unique_name(wall_time: float, suffix: str = "") -> str:
+    """A new event file name of this process, after every name it made before, ending with
+    ``suffix`` (torch's ``filename_suffix``); a suffix that is not a plain name is ValueError."""
+    if not isinstance(suffix, str) or "/" in suffix or "\0" in suffix:
+        raise ValueError(f"filename_suffix must be a str without '/' or NUL, got {suffix!r}")
     host = socket.gethostname().replace("/", "_") or "localhost"
-    return f"events.out.tfevents.{int(wall_time)}.{host}.{os.getpid():07d}.{next(_counter):06d}.tbm"
+    number = f"{os.getpid():07d}.{next(_counter):06d}"
+    return f"events.out.tfevents.{int(wall_time)}.{host}.{number}.tbm{suffix}"
 
 
 class EventFile(Protocol):

@@ -303,12 +303,13 @@ def replace_file(path: str, data: bytes) -> None:
         raise
 
 
-def new_event_file(run_dir: str, header: bytes) -> EventFile:
+def new_event_file(run_dir: str, header: bytes, suffix: str = "") -> EventFile:
     """A new event file of this process in ``run_dir`` (created first, if it was deleted),
-    starting with ``header``: a local file, or on an object store a stream of objects."""
+    starting with ``header``, its name ending with ``suffix``: a local file, or on an object
+    store a stream of objects."""
     makedirs(run_dir)
     while True:
-        path = join(run_dir, eventfile.unique_name(time.time()))
+        path = join(run_dir, eventfile.unique_name(time.time(), suffix))
         try:
             return _create_event_file(path, header)
         except FileExistsError:

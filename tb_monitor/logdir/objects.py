@@ -19,9 +19,9 @@ Why deltas are hidden from TensorBoard: its Python loader (the one that reads ``
 a run's newest file and fails for good on that run when the file disappears, and it would read a
 delta's records a second time in the segment that replaces it. So TensorBoard lists segments
 only (their names hold ``tfevents``; a delta's does not), which never change or disappear, and
-sees new data once a minute. Our readers (``read_scalars``, exports, the writer's step recovery)
-read segments and deltas in write order and skip deltas whose segment exists
-(``live_objects``): a listing taken while a segment replaces its deltas reads each record once.
+sees new data once a minute. Our readers (``read_scalars``, exports, and a restart's read of
+what no steps file covers, ``logdir.resume``) read segments and deltas in write order and skip
+deltas whose segment exists (``live_objects``): a listing taken while a segment replaces its deltas reads each record once.
 
 All network I/O happens on one uploader thread per stream: ``write`` only appends to memory. A
 failing store is retried with backoff; what cannot be uploaded stays buffered up to

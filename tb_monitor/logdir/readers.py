@@ -109,7 +109,8 @@ def iter_run_events(
 
 def next_steps(run_dir: str | os.PathLike[str]) -> dict[str, int]:
     """For each tag the run directory already holds, one above its largest step (where a
-    restarted writer continues its curves: ``docs/DESIGN.md``, "Steps")."""
+    restarted writer continues its curves: ``docs/DESIGN.md``, "Steps"). It reads every record;
+    the writer reads the run's steps files instead (``tb_monitor.logdir.resume``)."""
     steps: dict[str, int] = {}
     for event in iter_run_events(run_dir):
         step = event.step + 1

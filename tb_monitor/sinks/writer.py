@@ -7,17 +7,19 @@ the records (``encoding.RecordEncoder``) and hands each batch to the writer's ev
 (``tb_monitor.logdir.eventfile``: local or an object store, one interface) in one write. So a
 process killed outright loses at most the last flush interval; ``flush()`` and ``close()`` sync.
 
-Faults never reach the caller (docs/DESIGN.md, "Faults"): a failed write (a full disk, a
-read-only or deleted directory) drops and counts that batch, logs one warning per outage naming
-the file and the error, and the next batch starts a new file, so writing resumes by itself and
-the count lands as ``tb_monitor/dropped_records``; a deleted event file is noticed before the
-next write and replaced. A stalled store makes a caller wait at most ``STALL_S`` for room, then
-drops are counted until the writer catches up; ``flush()`` and ``close()`` wait at most
-``CLOSE_TIMEOUT_S`` for a writer stuck in storage, so a process never hangs at exit.
+Faults never reach the caller (docs/DESIGN.md, "Faults"). Storage's are ``filekeeper``'s: a
+failed write drops and counts its batch, warns once per outage, and writing resumes by itself.
+A stalled store makes a caller wait at most ``STALL_S`` for room, then drops are counted until
+the writer catches up; ``flush()`` and ``close()`` wait at most ``CLOSE_TIMEOUT_S`` for storage,
+so a process never hangs at exit. Every drop, the caller's own too (``count_dropped``), lands as
+``tb_monitor/dropped_records``.
 
 Steps are allocated per tag, starting one above the largest step the run directory already
 holds, so a restarted process continues its curves instead of being dropped by TensorBoard's
-loaders (see ``docs/DESIGN.md``, "Steps").
+loaders (see ``docs/DESIGN.md``, "Steps"). Where that is is found off the caller's thread
+(``logdir.resume``: the run's steps files, read in one small request), so constructing a writer
+costs the same on any run; records wait in the queue until it is known, and each drain keeps
+this writer's own steps file up to date for the next process.
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from tb_monitor import _shutdown, contract
-from tb_monitor.logdir import fs, readers
+from tb_monitor.logdir import fs
 from tb_monitor.logdir.eventfile import EventFile
-from tb_monitor.sinks import checks, encoding
+from tb_monitor.sinks import checks
 from tb_monitor.sinks.encoding import (
     BUILT,
     SCALAR,
@@ -43,12 +45,12 @@ from tb_monitor.sinks.encoding import (
     TIMELINE,
     RecordEncoder,
 )
+from tb_monitor.sinks.filekeeper import DROPPED_TAG, FileKeeper, with_path
 from tb_monitor.sinks.service import service as _service
+from tb_monitor.sinks.steps import StepsKeeper
 
 __all__ = ["CLOSE_TIMEOUT_S", "DROPPED_TAG", "STALL_S", "AsyncWriter", "WriterClosedError"]
 
-#: Scalar tag under which a writer with ``when_full="drop"`` records how many records it dropped.
-DROPPED_TAG = "tb_monitor/dropped_records"
 #: Longest a caller waits for room in the queue before records are dropped (a stalled store).
 STALL_S = 1.0
 #: Longest ``flush()``/``close()`` wait for a writer thread stuck in storage (an object store
@@ -58,20 +60,16 @@ CLOSE_TIMEOUT_S = 10.0
 _log = logging.getLogger(__name__)
 
 _BATCH = 4096  # records per write() call
-_MIN_BACKOFF_S, _MAX_BACKOFF_S = 0.5, 30.0  # between write attempts while storage fails
 _INT_LIMIT = 2**1023  # ints at or beyond it may not fit a float
 _time = time.time
 
 
+def _wake_the_writer_thread() -> None:
+    _service.wake.set()  # looked up at each call: a forked child's service has a new event
+
+
 class WriterClosedError(ValueError):
     """A record was added to a writer after ``close()``."""
-
-
-def _with_path(exc: OSError, message: str) -> OSError:
-    """The same kind of OSError, with a message that names what we were doing and where."""
-    if exc.errno is None:
-        return OSError(f"{message}: {exc}")
-    return type(exc)(exc.errno, f"{message}: {exc.strerror or exc}")
 
 
 class AsyncWriter:
@@ -86,6 +84,7 @@ class AsyncWriter:
     count of dropped records is written as the scalar ``tb_monitor/dropped_records``. A write
     error (a full disk) is logged once per outage and counted; writing resumes by itself, and
     ``error`` tells the last one. Memory is bounded by ``max_queue`` records (~150 bytes each).
+    ``filename_suffix`` ends the event files' names, as torch's ``SummaryWriter`` has it.
     """
 
     def __init__(
@@ -95,6 +94,7 @@ class AsyncWriter:
         flush_secs: float = 2.0,
         max_queue: int = 65536,
         when_full: Literal["block", "drop"] = "block",
+        filename_suffix: str = "",
     ) -> None:
         checks.options(flush_secs, max_queue, when_full)
         self._run_dir = os.fspath(run_dir)
@@ -110,21 +110,17 @@ class AsyncWriter:
         self._closing_done = threading.Event()
         self._dropped = 0
         self._dropped_written = 0
-        self._error: OSError | None = None  # the failure in progress, None when writing works
-        self._retry_at = 0.0
-        self._backoff = _MIN_BACKOFF_S
         self._stalled = False
         self._tensors_queued = False
         self._init_locks()
-        self._file: EventFile | None = None
-        self._path: str | None = None
+        self._encoder: RecordEncoder | None = None  # once the run's steps are known
+        self._steps = StepsKeeper(self._run_dir, self.flush_secs, _wake_the_writer_thread)
         try:
             fs.check_logdir(self._run_dir)
-            self._encoder = RecordEncoder(readers.next_steps(self._run_dir), self._run_dir)
-            self._wait_s = self._open_file().wait_s  # what storage may take besides
+            self._storage = FileKeeper(self._run_dir, self._steps, filename_suffix)
         except OSError as exc:
             message = f"cannot write TensorBoard event files to {self._run_dir}"
-            raise _with_path(exc, message) from exc
+            raise with_path(exc, message) from exc
 
         _service.add(self)
         _shutdown.at_exit(self.close, _shutdown.SINKS)
@@ -148,25 +144,27 @@ class AsyncWriter:
     @property
     def path(self) -> str | None:
         """The event file currently written, or None before a forked child writes its first."""
-        return self._path
+        return self._storage.path
 
     @property
     def file(self) -> EventFile | None:
         """The ``EventFile`` currently written (storage's side of this writer), or None."""
-        return self._file
+        return self._storage.file
 
     @property
     def dropped(self) -> int:
-        """How many records were dropped: queue full with ``when_full="drop"``, a write error, or
-        an object store unreachable for longer than the upload buffer holds."""
-        file = self._file
-        return self._dropped + self._encoder.failed + (0 if file is None else file.dropped)
+        """How many records were dropped: queue full with ``when_full="drop"``, a write error,
+        an object store unreachable for longer than the upload buffer holds, or the caller's
+        own (``count_dropped``)."""
+        encoder = self._encoder
+        failed = 0 if encoder is None else encoder.failed
+        return self._dropped + failed + self._storage.dropped
 
     @property
     def error(self) -> OSError | None:
         """The storage error in progress, or None while writing works; writing resumes by
         itself once storage does, with no call needed."""
-        return self._error
+        return self._storage.error
 
     @property
     def closed(self) -> bool:
@@ -246,10 +244,18 @@ class AsyncWriter:
             raise TypeError(f"build must be callable, got {build!r}")
         self._put((BUILT, build, None, checks.wall_time(wall_time)))
 
+    def count_dropped(self, records: int) -> None:
+        """Count ``records`` the caller dropped before adding them (a bound of its own, as
+        ``SummaryWriter``'s on snapshot bytes): they land in ``tb_monitor/dropped_records``."""
+        if type(records) is not int or records < 0:
+            raise ValueError(f"records must be a non-negative int, got {records!r}")
+        with self._room:
+            self._dropped += records
+
     def flush(self) -> None:
         """Write everything accepted so far and sync it; never raises for storage faults, and
         returns within ``CLOSE_TIMEOUT_S`` even if storage hangs."""
-        self._bounded("flush", self._drain_sealed, self._sync)
+        self._bounded("flush", self._drain_sealed, self._storage.sync)
 
     def close(self) -> None:
         """Flush, close the file and stop accepting records. Idempotent; bounded in time.
@@ -266,7 +272,7 @@ class AsyncWriter:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
             # The file's close syncs (an object store's uploads and seals what is left).
-            self._bounded("close", self._drain_sealed, self._close_file, done=self._closing_done)
+            self._bounded("close", self._drain_sealed, self._storage.close, done=self._closing_done)
         finally:
             _service.remove(self)
             # Only now: a SIGTERM during the close runs the exit hooks, whose close waits.
@@ -296,13 +302,13 @@ class AsyncWriter:
         except RuntimeError:  # Python 3.12+ starts no thread during interpreter shutdown
             run()
             return
-        timeout = CLOSE_TIMEOUT_S + self._wait_s
+        timeout = CLOSE_TIMEOUT_S + self._storage.wait_s
         if not done.wait(timeout):
             _log.warning(
                 "tb_monitor: %s of %s gave up after %.0f s: the writer is stuck in storage; "
                 "%d records still queued",
                 what,
-                self._path or self._run_dir,
+                self._storage.path or self._run_dir,
                 timeout,
                 len(self._queue),
             )
@@ -334,7 +340,7 @@ class AsyncWriter:
         """Wait until the queue has room (``"block"``, at most ``STALL_S``); False when the
         record must be dropped."""
         blocking = self._when_full == "block" and not self._stalled
-        if blocking and self._error is None and not _service.is_current():
+        if blocking and self._storage.error is None and not _service.is_current():
             deadline = time.monotonic() + STALL_S
             with self._room:
                 self._waiting += 1
@@ -373,21 +379,35 @@ class AsyncWriter:
 
     def _drain(self, seal: bool = False) -> None:
         """Encode and write every queued record, then the timeline batches that are ready
-        (every open run of keep-alives too when ``seal``). Runs with ``_drain_lock`` held."""
+        (every open run of keep-alives too when ``seal``), then update the steps file. Runs with
+        ``_drain_lock`` held; until the run's steps are known, only ``seal`` (a flush or a close)
+        waits for them, and the writer thread leaves the records queued."""
+        if self._encoder is None and not self._resumed(wait=seal):
+            return
         queue = self._queue
         while queue:
             count = min(len(queue), _BATCH)
-            self._write(self._encode(count), count)
+            self._storage.write(self._encode(count), count)
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
-        self._write(*self._encoder.encode_timeline(seal))
+        self._storage.write(*self._encoder.encode_timeline(seal))
         self._stalled = False  # caught up: callers may wait for room again
         dropped = self.dropped
-        if dropped != self._dropped_written and self._error is None:
+        if dropped != self._dropped_written and self._storage.error is None:
             self._dropped_written = dropped
             record = (SCALAR, DROPPED_TAG, float(dropped), _time(), None)
-            self._write(self._encoder.encode([record]), 1)
+            self._storage.write(self._encoder.encode([record]), 1)
+        self._steps.record(self._encoder.next_steps, now=seal)
+
+    def _resumed(self, wait: bool) -> bool:
+        """Whether the run's steps are known (waiting for them when ``wait``); builds the
+        encoder on them."""
+        steps = self._steps.known(wait)
+        if steps is None:
+            return False
+        self._encoder = RecordEncoder(steps, self._run_dir)
+        return True
 
     def _encode(self, count: int) -> bytearray:
         """Take ``count`` queued records off the queue and encode them, in order."""
@@ -396,75 +416,17 @@ class AsyncWriter:
         tensors = self._tensors_queued
         if tensors and not self._queue:
             self._tensors_queued = False  # a tensor enqueued from now on sets it again
-        return self._encoder.encode(items, tensors)
-
-    def _write(self, data: bytearray, count: int) -> None:
-        """Write the encoded ``data`` of ``count`` queued records (counted as dropped on error)."""
-        if not data:
-            return
-        if self._error is not None and time.monotonic() < self._retry_at:
-            self._dropped += count  # still failing: retried with backoff, not every batch
-            return
-        try:
-            self._writable_file().write(data, count)
-        except OSError as exc:
-            self._dropped += count
-            self._failed(_with_path(exc, f"writing {self._path or self._run_dir} failed"))
-            return
-        if self._error is not None:
-            _log.warning("tb_monitor: writing %s works again", self._path)
-            self._error = None
-            self._backoff = _MIN_BACKOFF_S
-
-    def _writable_file(self) -> EventFile:
-        """The file to write: a new one when there is none, or it was deleted or broken."""
-        file = self._file
-        if file is not None and not file.closed and file.deleted():
-            _log.warning("tb_monitor: %s was deleted; writing to a new file", self._path)
-            self._close_file()
-        if file is None or file.closed:
-            file = self._open_file()
-        return file
-
-    def _failed(self, error: OSError) -> None:
-        """Warn once per outage and retry with backoff (the file already dropped what failed)."""
-        if self._error is None:
-            _log.warning(
-                "tb_monitor: %s; dropping records (counted in %s) until writing works again",
-                error,
-                DROPPED_TAG,
-            )
-        self._error = error
-        self._retry_at = time.monotonic() + self._backoff
-        self._backoff = min(self._backoff * 2, _MAX_BACKOFF_S)
-
-    def _sync(self) -> None:
-        if self._file is None or self._error is not None:
-            return
-        try:
-            self._file.sync()
-        except OSError as exc:
-            self._failed(_with_path(exc, f"flushing {self._path} failed"))
-
-    def _open_file(self) -> EventFile:
-        """Create this writer's own event file (never an existing one) and mark its version."""
-        self._file = file = fs.new_event_file(self._run_dir, encoding.version_record(_time()))
-        self._path = file.name
-        return file
-
-    def _close_file(self) -> None:
-        file, self._file = self._file, None
-        if file is not None:
-            try:
-                file.close()
-            except OSError as exc:
-                self._failed(_with_path(exc, f"closing {self._path} failed"))
+        return self._encoder.encode(items, tensors)  # type: ignore[union-attr]  # drained: known
 
     def after_fork_in_child(self) -> None:
-        """Forget the parent's pending records and file; the child writes a file of its own."""
+        """Forget the parent's pending records and file; the child writes a file of its own.
+
+        The child goes on from the steps its parent had allocated (or finds them itself, when
+        the parent had not yet), and its steps file covers what the parent's covered.
+        """
         self._init_locks()
         self._queue.clear()
-        self._encoder.clear()
-        file, self._file, self._path = self._file, None, None
-        if file is not None:
-            file.abandon()
+        if self._encoder is not None:
+            self._encoder.clear()
+        self._steps.after_fork_in_child()
+        self._storage.abandon()

@@ -13,7 +13,7 @@ import sys
 import textwrap
 import time
 
-from tb_monitor.logdir import readers
+from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import DROPPED_TAG
 
 
@@ -291,7 +291,7 @@ def test_two_processes_sharing_a_run_directory_clobber_nothing(tmp_path):
         subprocess.Popen([sys.executable, "-c", textwrap.dedent(script), run]) for _ in range(2)
     ]
     assert [p.wait(60) for p in procs] == [0, 0]
-    assert len(os.listdir(run)) == 2
+    assert len(fs.event_files(run)) == 2
     assert sorted(_points(tmp_path)["x"]) == sorted([float(i) for i in range(5000)] * 2)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -401,3 +402,37 @@ def test_a_build_that_raises_is_counted_as_dropped_and_never_raised(logdir, capl
     tags = {v.tag for e in readers.iter_run_events(logdir) for v in e.summary.value}
     assert {"before", "after"} <= tags
     assert "no summary today" in caplog.text
+
+
+def test_records_the_caller_dropped_are_written_as_dropped_records(logdir):
+    """``count_dropped`` adds the caller's own drops to ``dropped`` and to dropped_records."""
+    with AsyncWriter(logdir) as writer:
+        writer.add_scalar("x", 1.0)
+        writer.count_dropped(2)
+        writer.count_dropped(3)
+        assert writer.dropped == 5
+    assert _scalars(logdir)[DROPPED_TAG] == [(0, 5.0)]
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "2", True])
+def test_count_dropped_rejects_what_is_not_a_count(logdir, bad):
+    """A negative or non-int count is a ValueError naming it."""
+    with AsyncWriter(logdir) as writer, pytest.raises(ValueError, match=re.escape(repr(bad))):
+        writer.count_dropped(bad)
+
+
+def test_a_filename_suffix_ends_the_file_name_and_tensorboard_reads_it(logdir):
+    """``filename_suffix`` goes last in the event file's name, and TensorBoard loads the file."""
+    with AsyncWriter(logdir, filename_suffix=".rank0") as writer:
+        writer.add_scalar("loss", 0.5)
+        path = writer.path
+    assert path.endswith(".tbm.rank0")
+    assert [(e.step, e.value) for e in _accumulator(logdir).Scalars("loss")] == [(0, 0.5)]
+
+
+@pytest.mark.parametrize("bad", ["a/b", "x\0", 3])
+def test_a_filename_suffix_that_is_no_plain_name_is_rejected(logdir, bad):
+    """A suffix with '/' or NUL (or not a str) is a ValueError naming it; no file is made."""
+    with pytest.raises(ValueError, match=re.escape(repr(bad))):
+        AsyncWriter(logdir, filename_suffix=bad)
+    assert fs.event_files(str(logdir)) == []
