@@ -34,7 +34,9 @@ class FileWriter:
         self._log_dir = str(log_dir)
         self.max_queue = max_queue
         self.filename_suffix = filename_suffix
-        self.writer = AsyncWriter(self._log_dir, flush_secs=flush_secs)
+        self.writer = AsyncWriter(
+            self._log_dir, flush_secs=flush_secs, filename_suffix=filename_suffix
+        )
 
     def get_logdir(self) -> str:
         """The directory this writer's event file is in."""

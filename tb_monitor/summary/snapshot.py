@@ -103,9 +103,10 @@ class Budget:
 
     Past ``wake_bytes`` the writer's thread is woken early, so device memory is not held for a
     whole flush interval. A snapshot that would pass ``max_bytes`` waits up to ``stall_s`` for
-    the writer to catch up, then is dropped and counted (``dropped``), with one warning per
-    outage: a writer that cannot keep up (or storage that is gone) costs the caller at most
-    ``stall_s`` once, never unbounded memory. One snapshot larger than ``max_bytes`` alone is
+    the writer to catch up, then is dropped and counted (``dropped``; the caller counts it in
+    its run's ``tb_monitor/dropped_records`` too), with one warning per outage: a writer that
+    cannot keep up (or storage that is gone) costs the caller at most ``stall_s`` once, never
+    unbounded memory. One snapshot larger than ``max_bytes`` alone is
     accepted when nothing else is held, or it could never be written.
     """
 

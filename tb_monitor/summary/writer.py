@@ -31,7 +31,8 @@ __all__ = ["MAX_PENDING_BYTES", "SummaryWriter"]
 
 #: Most bytes that captured tensors and arrays may hold while they wait for the writer's thread
 #: (a queued histogram holds its copy, on its device); past it a call waits up to ``STALL_S``
-#: for the writer, then drops its summary, counted in ``SummaryWriter.dropped``.
+#: for the writer, then drops its summary, counted in ``SummaryWriter.dropped`` and in its run's
+#: ``tb_monitor/dropped_records``.
 MAX_PENDING_BYTES = 256 << 20
 
 
@@ -104,7 +105,7 @@ class SummaryWriter:
         """Summaries dropped so far: snapshots past ``MAX_PENDING_BYTES``, and every writer's
         drops (a full queue, storage gone, a summary its builder refused)."""
         writers = (self.all_writers or {}).values()
-        return self._budget.dropped + self._closed_dropped + sum(w.writer.dropped for w in writers)
+        return self._closed_dropped + sum(w.writer.dropped for w in writers)
 
     # -- what the caller's thread does -------------------------------------------------------------
 
@@ -121,9 +122,10 @@ class SummaryWriter:
         if global_step is not None and type(global_step) is not int:
             global_step = snapshot.step(global_step)
         captured = snapshot.capture(global_step, args, kwargs or {})
-        if not self._budget.reserve(captured.nbytes):
-            return
         writer = writer or self.file_writer or self._get_file_writer()
+        if not self._budget.reserve(captured.nbytes):
+            writer.writer.count_dropped(1)  # so that it lands in tb_monitor/dropped_records
+            return
         writer.add_built(PendingSummary(make, captured, self._budget), walltime)
 
     def _add_scalar_to(

@@ -15,6 +15,7 @@ from summary_events import raw_events_by_run
 
 from tb_monitor import SummaryWriter
 from tb_monitor.logdir import readers
+from tb_monitor.sinks.writer import DROPPED_TAG
 from tb_monitor.summary import builders
 from tb_monitor.summary.builders import PendingSummary
 from tb_monitor.summary.snapshot import Budget, capture
@@ -124,5 +125,20 @@ def test_the_budget_counts_in_the_writers_drops(tmp_path, monkeypatch):
         writer.add_histogram("h", torch.ones(800), 2)  # 6,400 would be held: dropped
         assert writer.dropped == 1
         Slow.go.set()
-    steps = [e.step for _, e in readers.iter_events(tmp_path) if e.summary.value]
+    steps = [
+        e.step for _, e in readers.iter_events(tmp_path) for v in e.summary.value if v.tag == "h"
+    ]
     assert steps == [1]
+
+
+def test_a_snapshot_dropped_past_the_budget_lands_in_dropped_records(tmp_path, monkeypatch):
+    """A summary dropped past MAX_PENDING_BYTES is written in its run's dropped_records."""
+    monkeypatch.setattr("tb_monitor.summary.writer.MAX_PENDING_BYTES", 4096)
+    monkeypatch.setattr("tb_monitor.summary.writer.STALL_S", 0.0)
+    Slow.go.clear()
+    with SummaryWriter(tmp_path) as writer:
+        writer.add_histogram("h", torch.ones(800).as_subclass(Slow), 1)  # 3,200 bytes held
+        writer.add_histogram("h", torch.ones(800), 2)  # 6,400 would be held: dropped
+        Slow.go.set()
+    dropped = [p.value for p in readers.iter_scalars(tmp_path) if p.tag == DROPPED_TAG]
+    assert dropped == [1.0]

@@ -201,3 +201,15 @@ def test_wrong_input_raises_what_torch_raises(name, tmp_path):
     with TorchWriter(tmp_path / "torch") as theirs, SummaryWriter(tmp_path / "ours") as ours:
         assert _error(call, ours) == _error(call, theirs)
         assert ours.dropped == 0
+
+
+def test_filename_suffix_ends_every_event_file_name_as_torchs_does(tmp_path):
+    """Every run's event file ends with ``filename_suffix`` and TensorBoard reads what torch's
+    writer leaves with it."""
+    for kind, cls in (("torch", TorchWriter), ("ours", SummaryWriter)):
+        with cls(tmp_path / kind, filename_suffix=".v2") as writer:
+            writer.add_scalar("x", 1.0, 1)
+            writer.add_scalars("lr", {"a": 1.0}, 1)
+    names = [p.name for p in (tmp_path / "ours").rglob("*tfevents*")]
+    assert len(names) == 2 and all(name.endswith(".tbm.v2") for name in names)
+    assert events_by_run(tmp_path / "ours") == events_by_run(tmp_path / "torch")
