@@ -19,7 +19,16 @@ import numpy as np
 
 from tb_monitor import timeline
 
-__all__ = ["FIELDS", "Columns", "Interner", "Records", "Snapshot", "column", "lane_time_order"]
+__all__ = [
+    "FIELDS",
+    "Columns",
+    "Interner",
+    "Records",
+    "Snapshot",
+    "Texts",
+    "column",
+    "lane_time_order",
+]
 
 #: What a record holds as an interned id, in the order :meth:`Records.add` takes them; each is
 #: the ``rec_<name>`` column of :class:`Columns`.
@@ -41,6 +50,15 @@ class Interner:
             self.values.append(value)
         return found
 
+    def many(self, values: list[Any]) -> np.ndarray:
+        """The ids of ``values``, new ones interned: C calls, no Python per value (a million
+        distinct messages)."""
+        ids = self.ids
+        fresh = [v for v in dict.fromkeys(values) if v not in ids]
+        ids.update(zip(fresh, range(len(self.values), len(self.values) + len(fresh)), strict=True))
+        self.values.extend(fresh)
+        return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
+
 
 class Records:
     """Each distinct record (a run's payload of one kind), decoded once: the per-event columns
@@ -51,7 +69,10 @@ class Records:
         self.ids: dict[tuple[str, str, str], int] = {}  # (run, kind, payload) -> record id
         #: Per field of :data:`FIELDS`, each record's interned id.
         self.columns = {name: array.array("q") for name in FIELDS}
-        self.raw: list[str] = []
+        #: Its payload's JSON; None for a version-4 record, whose JSON the store rebuilds
+        #: from its group (``group``; -1 for the others).
+        self.raw: list[str | None] = []
+        self.group = array.array("i")
         self.row: list[dict[str, Any] | None] = []  # when it may open or close an interval
         #: (record id, field, value) -> its twin with that field changed (``twin``)
         self.twins: dict[tuple[int, str, int], int] = {}
@@ -59,13 +80,30 @@ class Records:
     def __len__(self) -> int:
         return len(self.raw)
 
-    def add(self, fields: tuple[int, ...], raw: str, row: dict[str, Any] | None) -> int:
+    def add(
+        self, fields: tuple[int, ...], raw: str | None, row: dict[str, Any] | None, group: int = -1
+    ) -> int:
         """Append a record (``fields`` in the order of :data:`FIELDS`); return its id."""
         for values, value in zip(self.columns.values(), fields, strict=True):
             values.append(value)
         self.raw.append(raw)
         self.row.append(row)
+        self.group.append(group)
         return len(self.raw) - 1
+
+    def extend(
+        self, fields: np.ndarray, rows: list[dict[str, Any] | None], groups: np.ndarray
+    ) -> int:
+        """Append version-4 records (``fields``: one row of ids per record, in the order of
+        :data:`FIELDS`; ``groups``: each one's group, whose payload the store keeps); return
+        the first one's id. Whole columns at a time."""
+        first = len(self.raw)
+        for values, ids in zip(self.columns.values(), fields.T, strict=True):
+            values.frombytes(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
+        self.raw.extend([None] * len(rows))
+        self.row.extend(rows)
+        self.group.frombytes(np.ascontiguousarray(groups, dtype=np.intc).tobytes())
+        return first
 
     def twin(self, rec: int, name: str, value: int) -> int:
         """The record drawn like ``rec`` but with field ``name``'s id ``value`` (made once): a
@@ -75,7 +113,9 @@ class Records:
         if found is None:
             fields = dict(zip(self.columns, self.fields(rec), strict=True))
             fields[name] = value
-            found = self.twins[key] = self.add(tuple(fields.values()), self.raw[rec], None)
+            found = self.twins[key] = self.add(
+                tuple(fields.values()), self.raw[rec], None, self.group[rec]
+            )
         return found
 
     def fields(self, rec: int) -> tuple[int, ...]:
@@ -84,6 +124,43 @@ class Records:
     def get(self, name: str, rec: int) -> int:
         """Record ``rec``'s id of field ``name``."""
         return self.columns[name][rec]
+
+
+class Texts(Sequence[str]):
+    """Each record's search text, lower case: its message between two parts (its name before;
+    its state, host, error and run after), joined only when read: a million distinct
+    rendezvous messages cost three integers each here, not a second, longer copy of each."""
+
+    def __init__(self, msgs: Sequence[str]) -> None:
+        self._msgs = msgs
+        self._parts = Interner()
+        self._ids = {name: array.array("i") for name in ("pre", "msg", "post")}
+
+    def part(self, text: str) -> int:
+        """The id of a lower-case part."""
+        return self._parts(text)
+
+    def extend(self, pre: np.ndarray, msg: np.ndarray, post: np.ndarray) -> int:
+        """Texts ``parts[pre] + msgs[msg].lower() + parts[post]``; the first one's id."""
+        first = len(self)
+        for name, ids in (("pre", pre), ("msg", msg), ("post", post)):
+            self._ids[name].frombytes(np.ascontiguousarray(ids, dtype=np.intc).tobytes())
+        return first
+
+    def __len__(self) -> int:
+        return len(self._ids["post"])
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        pre, msg, post = (self._ids[name][i] for name in ("pre", "msg", "post"))
+        parts = self._parts.values
+        return parts[pre] + self._msgs[msg].lower() + parts[post]
+
+    def __iter__(self) -> Any:
+        parts, msgs, n = self._parts.values, self._msgs, len(self)
+        ids = (self._ids[name][:n] for name in ("pre", "msg", "post"))
+        return (parts[p] + msgs[m].lower() + parts[q] for p, m, q in zip(*ids, strict=True))
 
 
 def _per_event(name: str) -> property:

@@ -185,6 +185,11 @@ class ProviderStore:
         answer from the store at once while the next refresh runs behind it."""
         return self._read_all
 
+    def nbytes(self) -> int:
+        """About how many bytes of memory the store holds (what ``Refreshers`` bounds); a
+        subclass that holds much says so (by default, 0)."""
+        return 0
+
     def loading(self) -> dict[str, int] | None:
         """How far a refresh that is reading is, or None when none is."""
         progress = self._progress

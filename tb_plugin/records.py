@@ -27,7 +27,7 @@ MAX_STEPS = 2**31 - 1
 class Series(NamedTuple):
     """One (run, tag)'s records, in the provider's order: each record's step, and what
     :func:`tb_monitor.contract.decode_records` takes: its strings, its wall time, and whether
-    its tensor has a dimension (content versions 2 and 3)."""
+    its tensor has a dimension (content versions 2 to 4)."""
 
     steps: list[int]
     records: list[tuple[Sequence[str | bytes], float, bool]]

@@ -20,7 +20,14 @@ from tensorboard import context as tb_context
 
 from tb_plugin.provider_store import REFRESH_INTERVAL_S, ProviderStore
 
-__all__ = ["ANSWER_WAIT_S", "MAX_EXPERIMENTS", "POLL_S", "Refresher", "Refreshers"]
+__all__ = [
+    "ANSWER_WAIT_S",
+    "MAX_EXPERIMENTS",
+    "MAX_STORE_BYTES",
+    "POLL_S",
+    "Refresher",
+    "Refreshers",
+]
 
 #: A request waits at most this long (seconds) for the refresh it asked for.
 ANSWER_WAIT_S = 1.0
@@ -28,6 +35,9 @@ ANSWER_WAIT_S = 1.0
 POLL_S = 2.0
 #: Experiments whose stores are kept, per view (one background thread each).
 MAX_EXPERIMENTS = 8
+#: Bytes the stores of one view may hold together (``ProviderStore.nbytes``) before the least
+#: recently used ones are dropped; the one in use is always kept, whatever its size.
+MAX_STORE_BYTES = 512 * 2**20
 
 _log = logging.getLogger(__name__)
 
@@ -125,25 +135,44 @@ class Refreshers(Generic[StoreT]):
     """One store per experiment, each with its :class:`Refresher`, made the same way for every
     view: the Timeline's and the Ranks view's are two instances of this.
 
-    Any experiment id in a URL reaches here (the local provider ignores it), so only the newest
-    ``most`` are kept: stray ids cannot pile up threads and copies of the data.
+    Any experiment id in a URL reaches here (the local provider ignores it), so stores are kept
+    least recently used first and dropped from there: past ``most`` of them (threads), and
+    while they hold more than ``max_bytes`` together (a big job's store holds hundreds of MB;
+    counting stores instead would let a few distinct ids keep several copies of it alive).
     """
 
-    def __init__(self, make_store: Callable[[str], StoreT], most: int = MAX_EXPERIMENTS):
+    def __init__(
+        self,
+        make_store: Callable[[str], StoreT],
+        most: int = MAX_EXPERIMENTS,
+        max_bytes: int = MAX_STORE_BYTES,
+    ):
         self._make_store = make_store
         self._most = most
-        self._refreshers: dict[str, Refresher[StoreT]] = {}
+        self._max_bytes = max_bytes
+        self._refreshers: dict[str, Refresher[StoreT]] = {}  # least recently used first
         self._lock = threading.Lock()
 
     def get(self, eid: str) -> Refresher[StoreT]:
         """The experiment's refresher, started (its store warming up) on first use."""
         with self._lock:
-            refresher = self._refreshers.get(eid)
+            refresher = self._refreshers.pop(eid, None)
             if refresher is None:
-                if len(self._refreshers) >= self._most:
-                    self._refreshers.pop(next(iter(self._refreshers))).stop(timeout=0)
-                refresher = self._refreshers[eid] = Refresher(self._make_store(eid)).start()
+                refresher = Refresher(self._make_store(eid)).start()
+            self._refreshers[eid] = refresher  # now the most recently used
+            self._drop_over_limits()
             return refresher
+
+    def _drop_over_limits(self) -> None:
+        """Stop and forget the least recently used stores while over either limit."""
+        sizes = {eid: r.store.nbytes() for eid, r in self._refreshers.items()}
+        total = sum(sizes.values())
+        while len(self._refreshers) > 1 and (
+            len(self._refreshers) > self._most or total > self._max_bytes
+        ):
+            eid = next(iter(self._refreshers))
+            self._refreshers.pop(eid).stop(timeout=0)
+            total -= sizes[eid]
 
     def store(self, eid: str, ctx: Any, *, behind: bool = False) -> StoreT:
         """The experiment's store, refreshed for a request with context ``ctx``: after a short

@@ -6,9 +6,11 @@ each record once, identical payloads (keep-alive heartbeats) only once in all, r
 a refresh finds new (the refresh itself is :class:`~tb_plugin.provider_store.ProviderStore`'s),
 in chunks so a query during a long first decode answers with what is there, and hands
 :mod:`tb_plugin.query` a :class:`~tb_plugin.columns.Snapshot` of sorted numpy columns. A record
-may hold several events (content versions 2 and 3, ``tb_monitor.contract.decode_records``);
+may hold several events (content versions 2 to 4, ``tb_monitor.contract.decode_records``);
 each is an event here. An event costs its time and its record's id (12 bytes), so a
-1,024-node day fits.
+1,024-node day fits. A version-4 record's events come as numpy columns
+(:mod:`tb_plugin.batch_events`): one decode per group of alike events, a rendezvous message
+apart, so a million distinct events cost no Python object each but their messages.
 
 A record under a timeline tag whose payload cannot be decoded (not JSON, not an object, not
 text) is skipped, never fatal: it is logged with its run, tag and step (the provider knows no
@@ -25,6 +27,7 @@ from __future__ import annotations
 import array
 import bisect
 import functools
+import json
 import logging
 import threading
 import time
@@ -41,10 +44,11 @@ from tb_monitor.analysis.attempts import Attempt, attempt_dict
 from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
-from tb_plugin.columns import Columns, Interner, Records, Snapshot, column, lane_time_order
+from tb_plugin.columns import Columns, Interner, Records, Snapshot, Texts, column, lane_time_order
+from tb_plugin.ingest import Ingest, Pending
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.provider_store import ProviderStore, Want
-from tb_plugin.records import Series, read_series
+from tb_plugin.records import read_series
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -60,6 +64,9 @@ RESORT_GROWTH = 2.0
 RESORT_BEFORE = 0.25
 #: About this many records are read from the provider at a time, so a first decode shows progress.
 CHUNK_RECORDS = 50_000
+#: What ``nbytes`` counts per sorted event (time, record, id, severity), per record (its
+#: fields, search text, raw and row slots), per interned string and per interval row or group.
+_SORTED_BYTES, _RECORD_BYTES, _STRING_BYTES, _ROW_BYTES = 17, 84, 120, 1200
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
 _log = logging.getLogger(__name__)
@@ -69,7 +76,7 @@ class UnknownEventError(LookupError):
     """An event id that the store does not hold."""
 
 
-class TimelineStore(ProviderStore):
+class TimelineStore(Ingest, ProviderStore):
     """Every timeline record of one experiment, decoded once and extended as files grow.
 
     :meth:`refresh` may run on a background thread (:class:`tb_plugin.refresher.Refresher`) while
@@ -93,6 +100,9 @@ class TimelineStore(ProviderStore):
         # 70 MB, a record per run of keep-alives costs nothing).
         self._record_first = array.array("q")
         self._record_step = array.array("I")
+        # Version-4 events' groups (``batch_events``): each one's keys and values but the
+        # message apart, which a record's ``raw`` names, to rebuild an event's JSON.
+        self._groups: list[tuple[tuple[str, ...], dict[str, Any]]] = []
         self._records = Records()
         self._lanes = Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
@@ -100,7 +110,7 @@ class TimelineStore(ProviderStore):
         self._states = Interner()
         self._names = Interner()
         self._msgs = Interner()
-        self._texts = Interner()
+        self._texts = Texts(self._msgs.values)
         self._labels = Interner()
         for state in timeline.STATES:  # first, so a known state's id is its severity
             self._states(state.name)
@@ -137,7 +147,7 @@ class TimelineStore(ProviderStore):
 
     def _decode_runs(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
         data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
-        added = 0
+        added, later = 0, Pending()
         for run in runs:
             # A run at a time: decoding a chunk takes seconds, and a request waiting for the
             # lock meanwhile would not even see how far the read is.
@@ -145,74 +155,14 @@ class TimelineStore(ProviderStore):
                 for tag in tags:
                     series = data.get(run, {}).get(tag)
                     if series is not None:
-                        added += self._ingest(run, tag, series)
+                        added += self._ingest(run, tag, series, later)
+        if later.records:
+            with self._lock:
+                added += self._append_pending(later)
         if added:
             with self._lock:
                 self.generation += 1
                 self._columns = None
-
-    def _ingest(self, run: str, tag: str, series: Series) -> int:
-        kind = contract.kind_of_tag(tag)
-        last = self._last_step.get((run, tag), -1)
-        if kind is None or not series.steps:
-            return 0
-        self._last_step[(run, tag)] = max(last, series.steps[-1])
-        fresh = [i for i, step in enumerate(series.steps) if step > last]
-        if not fresh:
-            return 0
-        records = series.records
-        if len(fresh) < len(records):
-            records = [records[i] for i in fresh]
-        decoded = contract.decode_records(records)
-        for position, why in decoded.errors:
-            self._skip(run, tag, series.steps[fresh[position]], f"ValueError: {why}")
-        steps = np.minimum(np.asarray(series.steps, dtype=np.int64)[fresh], 2**32 - 1)
-        return self._append(run, kind, steps.astype(np.uintc), decoded)
-
-    def _append(
-        self, run: str, kind: str, steps: np.ndarray, decoded: contract.DecodedRecords
-    ) -> int:
-        """Append the events of one series' new records (``steps``: each record's TensorBoard
-        step); return how many were decodable. Whole columns at a time: a day holds millions."""
-        known, rows = self._records.ids, self._records.row
-        recs: list[int] = []  # per payload its record, -1 when undecodable
-        for position, raw in enumerate(decoded.payloads):
-            rec = known.get((run, kind, raw))
-            if rec is None:
-                try:
-                    row = contract.decode_record(kind, raw)
-                except (ValueError, TypeError, AttributeError) as exc:
-                    # A foreign or corrupt record under our tag: skip it rather than fail the view.
-                    users = np.flatnonzero(decoded.payload == position)[:1]
-                    step = int(steps[decoded.record[users]][0]) if len(users) else -1
-                    self._skip(run, contract.timeline_tag(kind), step, exc)
-                    recs.append(-1)
-                    continue
-                row.update(run=run, kind=kind, wall_time=0.0)
-                rec = known[(run, kind, raw)] = self._decode(row, raw)
-            recs.append(rec)
-        payload_rec = np.asarray(recs, dtype=np.intc)
-        payload, times, record = decoded.payload, decoded.times, decoded.record
-        if -1 in recs:  # drop the undecodable events
-            kept = payload_rec[payload] >= 0
-            payload, times, record = payload[kept], times[kept], record[kept]
-        event_recs = payload_rec[payload]
-        starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
-        self._record_first.frombytes((starts + len(self._t)).astype(np.int64).tobytes())
-        self._record_step.frombytes(steps[record[starts]].tobytes())
-        bounding = [r >= 0 and rows[r] is not None for r in recs]  # keep-alives bound none
-        if any(bounding):
-            first = len(self._t)
-            where = np.flatnonzero(np.asarray(bounding)[payload])
-            self._span_rows.extend(
-                {**rows[r], "wall_time": t, "_id": first + k}
-                for k, r, t in zip(
-                    where.tolist(), event_recs[where].tolist(), times[where].tolist(), strict=True
-                )
-            )
-        self._t.frombytes(times.tobytes())
-        self._rec.frombytes(event_recs.tobytes())
-        return len(times)
 
     def _skip(self, run: str, tag: str, step: int, exc: Exception) -> None:
         self._skipped_count += 1
@@ -227,31 +177,6 @@ class TimelineStore(ProviderStore):
         """Records skipped as undecodable: ``count``, and the first ones' run, tag, step, error."""
         with self._lock:
             return {"count": self._skipped_count, "records": list(self._skipped)}
-
-    def _decode(self, row: dict[str, Any], raw: str) -> int:
-        """Intern a decoded record's fields; keep it when it may open or close an interval."""
-        kind, run = row["kind"], row["run"]
-        state = str(row["state"] or "")
-        name = str(row["name"] or "")
-        message = row["message"]
-        if kind == contract.MONITOR and not message:
-            message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
-        message = str(message or "")
-        lane_id = self._lane(timeline.lane_of(row), run)
-        spans = kind in (contract.WORKER, contract.AGENT) or (
-            kind == contract.RENDEZVOUS and not contract.is_heartbeat(row)
-        )
-        parts = (name, message, state, row["hostname"] or "", row["error_trace"] or "", run)
-        fields = (
-            lane_id,
-            self._states(state),
-            contract.KINDS.index(kind),
-            self._runs(run),
-            self._names(name),
-            self._msgs(message),
-            self._texts(" ".join(str(p) for p in parts).lower()),
-        )
-        return self._records.add(fields, raw, row if spans else None)
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -270,7 +195,7 @@ class TimelineStore(ProviderStore):
                 # Append-only, and far longer: the ids in the columns stay valid without a copy.
                 names=self._names.values,
                 msgs=self._msgs.values,
-                texts=self._texts.values,
+                texts=self._texts,
                 labels=list(self._labels.values),
                 attempts=self._attempts,
             )
@@ -402,6 +327,22 @@ class TimelineStore(ProviderStore):
 
     # -- lookups ---------------------------------------------------------------------------
 
+    def nbytes(self) -> int:
+        """About the memory the store holds: its columns and the sorted ones, and per record,
+        interned string and interval row what such objects cost in CPython."""
+        with self._lock:
+            appended = (self._t, self._rec, self._record_first, self._record_step)
+            arrays = sum(a.itemsize * len(a) for a in appended)
+            strings = len(self._msgs.values) + len(self._names.values)
+            rows = len(self._span_rows) + len(self._groups)
+            return (
+                arrays
+                + _SORTED_BYTES * len(self._t)
+                + _RECORD_BYTES * len(self._records)
+                + _STRING_BYTES * strings
+                + _ROW_BYTES * rows
+            )
+
     def runs(self) -> list[str]:
         """Runs that hold timeline records."""
         with self._lock:
@@ -417,6 +358,10 @@ class TimelineStore(ProviderStore):
             rec = self._rec[event_id]
             kind = contract.KINDS[records.get("kind", rec)]
             raw = records.raw[rec]
+            if raw is None:  # a version-4 record's: its JSON rebuilt from its group
+                shape, values = self._groups[records.group[rec]]
+                message = self._msgs.values[records.get("msg", rec)]
+                raw = json.dumps({key: values.get(key, message) for key in shape})
             return {
                 "id": event_id,
                 "run": self._runs.values[records.get("run", rec)],

@@ -9,12 +9,20 @@ contract``; ``contract.stat_tag(...)``); its modules split it by job:
 - ``runs``: run names, one run directory per process role and rank;
 - ``ranks``: the rank-health tags;
 - ``records``: a timeline record decoded into one flat dict;
-- ``batches``: content versions 2 and 3, several events per record.
+- ``batches``: content versions 2 to 4, several events per record;
+- ``columnar``: content version 4, a record's events as columns.
 
 See ``docs/DESIGN.md`` for the reasoning behind each rule.
 """
 
 from tb_monitor.contract.batches import DecodedRecords, decode_records, encode_batch, record_events
+from tb_monitor.contract.columnar import (
+    ColumnarBatch,
+    ColumnarEvents,
+    ParsedRecord,
+    encode_columnar,
+    merge_columnar,
+)
 from tb_monitor.contract.ranks import (
     RANK_BEATS,
     RANK_COLLECTIVE,
@@ -27,7 +35,7 @@ from tb_monitor.contract.ranks import (
     STACKS_SIGNAL_ENV,
     beat_tag,
 )
-from tb_monitor.contract.records import FIELDS, decode_record, is_heartbeat
+from tb_monitor.contract.records import FIELDS, decode_record, is_heartbeat, read_keys
 from tb_monitor.contract.runs import agent_run_name, rank_of, run_name_from_env
 from tb_monitor.contract.tags import (
     AGENT,
@@ -72,17 +80,23 @@ __all__ = [
     "STAT_EVENT",
     "TIMELINE_PREFIX",
     "WORKER",
+    "ColumnarBatch",
+    "ColumnarEvents",
     "DecodedRecords",
+    "ParsedRecord",
     "agent_run_name",
     "beat_tag",
     "decode_record",
     "decode_records",
     "encode_batch",
+    "encode_columnar",
     "is_heartbeat",
     "kind_of_tag",
+    "merge_columnar",
     "metric_tag",
     "plugin_content",
     "rank_of",
+    "read_keys",
     "record_events",
     "run_name_from_env",
     "stat_tag",

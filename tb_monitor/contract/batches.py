@@ -1,4 +1,4 @@
-"""Content versions 2 and 3: several events per timeline record, encoded and decoded.
+"""Content versions 2 to 4: several events per timeline record, encoded and decoded.
 
 The record's tensor is a rank-1 string tensor ``[index, payload_0, ..., payload_m-1]``: each
 payload is one event's JSON exactly as torch serialized it, stored once however often it
@@ -7,7 +7,8 @@ occurs, and ``index`` is a JSON object with ``t0``, the first event's wall time,
   ``p_le32``, each event's payload position as little-endian uint32 (absent: all 0), both in
   base64: a reader decodes a run of keep-alives with a few C calls instead of parsing numbers;
 - version 2: ``dt`` and ``p``, the same as JSON lists of integers.
-A version-1 record is a scalar tensor.
+A version-1 record is a scalar tensor. Version 4 (``columnar``) holds the events as columns;
+``decode_records`` reads every version.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ import array
 import base64
 import binascii
 import json
-import sys
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from tb_monitor.contract._binary import base64_le, bytes_le, from_le, time_offsets
+from tb_monitor.contract.columnar import ColumnarBatch, ParsedRecord, is_columnar, parse_columnar
 
 if TYPE_CHECKING:
     import numpy as np
@@ -33,18 +36,10 @@ def encode_batch(times: Sequence[float], payload_ids: Sequence[int]) -> str:
         raise ValueError(
             f"a batch needs one payload per time, got {len(times)} and {len(payload_ids)}"
         )
-    t0 = times[0]
-    index: dict[str, Any] = {
-        "t0": t0,
-        "dt_le64": _base64_le(array.array("q", [round((t - t0) * 1e6) for t in times])),
-    }
+    index: dict[str, Any] = time_offsets(times)
     if any(payload_ids):
-        index["p_le32"] = _base64_le(array.array("I", payload_ids))
+        index["p_le32"] = base64_le(array.array("I", payload_ids))
     return json.dumps(index, separators=(",", ":"))
-
-
-def _base64_le(values: array.array) -> str:
-    return base64.b64encode(_bytes_le(values)).decode("ascii")
 
 
 @dataclass
@@ -56,16 +51,22 @@ class DecodedRecords:
     payload: np.ndarray  # int64: the position of its payload in ``payloads``
     payloads: list[str]  # every record's distinct payloads, record after record
     errors: list[tuple[int, str]]  # (position, why) of each record left out
+    #: With ``columnar``: (position, record) of each version-4 record, not in the columns
+    #: above (``contract.merge_columnar`` makes columns of many series' records at once).
+    columnar: list[tuple[int, ParsedRecord]] = field(default_factory=list)
 
 
-def decode_records(records: Iterable[tuple[Sequence[str | bytes], float, bool]]) -> DecodedRecords:
+def decode_records(
+    records: Iterable[tuple[Sequence[str | bytes], float, bool]], columnar: bool = False
+) -> DecodedRecords:
     """The events of many timeline records of any version, as whole columns.
 
     Each record is ``(values, wall_time, batched)``: its tensor's strings, its own wall time (a
-    version-1 event's time) and whether the tensor has a dimension (versions 2 and 3). A long
+    version-1 event's time) and whether the tensor has a dimension (versions 2 to 4). A long
     job's store decodes millions of events, so a record costs a few C calls and the events'
     times and positions are computed for all records at once. A record whose index does not
-    describe its payloads is left out and named in ``errors``.
+    describe its payloads is left out and named in ``errors``. A version-4 record's events are
+    its distinct payloads' JSON, rebuilt; with ``columnar`` it is handed back whole instead.
     """
     import numpy as np  # tensorboard's dependency; imported here to keep writers' imports light
 
@@ -77,12 +78,21 @@ def decode_records(records: Iterable[tuple[Sequence[str | bytes], float, bool]])
     positions: list[bytes] = []  # per record: its events' uint32 payload positions
     payloads: list[str] = []
     errors: list[tuple[int, str]] = []
+    found: list[tuple[int, ParsedRecord]] = []
+    memo: dict[str, Any] = {}  # version 4's values, parsed, by their text
     for where, (values, wall_time, batched) in enumerate(records):
         strings = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
         try:
             if batched:
-                t0, dt, ids = _batch_index(strings)
-                strings = strings[1:]
+                t0, dt, ids = _batch_index(strings, memo)
+                if isinstance(dt, ParsedRecord):
+                    if columnar:
+                        found.append((where, dt))
+                        continue
+                    strings, which = ColumnarBatch(dt).distinct()
+                    dt, ids = dt.dt, which.astype("<u4").tobytes()
+                else:
+                    strings = strings[1:]
             elif strings:
                 t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, strings[:1]
             else:
@@ -105,16 +115,17 @@ def decode_records(records: Iterable[tuple[Sequence[str | bytes], float, bool]])
     payload = np.frombuffer(b"".join(positions), dtype="<u4").astype(np.int64)
     payload += np.repeat(np.array(bases, dtype=np.int64), n)
     record = np.repeat(np.array(used, dtype=np.int64), n)
-    return DecodedRecords(times, record, payload, payloads, errors)
+    return DecodedRecords(times, record, payload, payloads, errors, found)
 
 
 _ONE_OFFSET = bytes(8)  # a version-1 record: one event at the record's time
 _ONE_POSITION = bytes(4)
 
 
-def _batch_index(values: list[str]) -> tuple[float, bytes, bytes]:
+def _batch_index(values: list[str], memo: dict[str, Any] | None = None) -> tuple[float, Any, bytes]:
     """A version-2 or -3 record's ``t0`` and its events' offsets (int64 µs) and positions
-    (uint32) as little-endian bytes, checked to describe its payloads (``values[1:]``)."""
+    (uint32) as little-endian bytes, checked to describe its payloads (``values[1:]``); a
+    version-4 record's ``(t0, ParsedRecord, b"")``."""
     if len(values) < 2:
         raise ValueError(
             f"a batched timeline record needs an index and a payload, got {len(values)} values"
@@ -126,6 +137,11 @@ def _batch_index(values: list[str]) -> tuple[float, bytes, bytes]:
         raise ValueError(f"batch index is not JSON ({exc}): {raw!r:.200}") from None
     if not isinstance(index, dict):
         raise ValueError(f"batch index is not a JSON object: {raw!r:.200}")
+    if is_columnar(index):
+        if len(values) != 2:
+            raise ValueError(f"a columnar record holds an index and its values, got {len(values)}")
+        record = parse_columnar(index, values[1], memo)
+        return record.t0, record, b""
     payloads = len(values) - 1
     t0 = index.get("t0")
     try:
@@ -153,7 +169,7 @@ def _binary_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
     ids = base64.b64decode(index["p_le32"], validate=True)
     if len(ids) != 4 * events:
         raise ValueError("p_le32 does not hold one uint32 position per offset")
-    if max(_from_le(array.array("I"), ids)) >= payloads:
+    if max(from_le(array.array("I"), ids)) >= payloads:
         raise ValueError("positions out of range")
     return dt, ids
 
@@ -167,20 +183,7 @@ def _list_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
         raise ValueError("offsets or positions are not integers")
     if min(ids) < 0 or max(ids) >= payloads:
         raise ValueError("positions out of range")
-    return _bytes_le(array.array("q", dt)), _bytes_le(array.array("I", ids))
-
-
-def _from_le(values: array.array, data: bytes) -> array.array:
-    values.frombytes(data)
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values
-
-
-def _bytes_le(values: array.array) -> bytes:
-    if sys.byteorder == "big":
-        values.byteswap()
-    return values.tobytes()
+    return bytes_le(array.array("q", dt)), bytes_le(array.array("I", ids))
 
 
 def record_events(

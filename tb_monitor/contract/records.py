@@ -8,7 +8,7 @@ from typing import Any
 
 from tb_monitor.contract.tags import MONITOR, RENDEZVOUS
 
-__all__ = ["FIELDS", "decode_record", "is_heartbeat"]
+__all__ = ["FIELDS", "decode_record", "is_heartbeat", "read_keys"]
 
 FIELDS = (
     "name",
@@ -58,6 +58,31 @@ def _mapping_field(kind: str, data: Mapping[str, Any], field: str) -> Mapping[st
             f"got {value!r:.200}"
         )
     return value
+
+
+#: The payload keys ``decode_record`` reads, per kind (any other: ``_OTHER_KEYS``).
+_READ_KEYS = {
+    RENDEZVOUS: (
+        "name",
+        "run_id",
+        "message",
+        "hostname",
+        "pid",
+        "node_state",
+        "master_endpoint",
+        "rank",
+        "local_id",
+        "error_trace",
+    ),
+    MONITOR: ("name", "data"),
+}
+_OTHER_KEYS = ("name", "source", "metadata")
+
+
+def read_keys(kind: str) -> tuple[str, ...]:
+    """The top-level keys of a ``kind`` payload that ``decode_record`` reads: two payloads alike
+    in these decode alike (a worker event's ``timestamp`` is not one of them)."""
+    return _READ_KEYS.get(kind, _OTHER_KEYS)
 
 
 def decode_record(kind: str, payload: str | bytes | Mapping[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,13 @@
-"""Timeline events gathered into batched records (content version 3) on the writer's thread.
+"""Timeline events gathered into batched records (content version 4) on the writer's thread.
 
 A 1,024-node job's rendezvous records a keep-alive per node every 5 s: 17 million a day, each
 the same JSON but for the time it was written. One record per event costs TensorBoard's loaders
 ~10 µs and hundreds of bytes each, so the writer gathers events instead
-(``contract.encode_batch``): the events a drain finds for a tag become one record, and a node's
-keep-alives become *runs*, one record per ``RUN_S`` of them, each payload stored once. Every
-event stays individually readable: its own time and its own (shared) JSON.
+(``contract.encode_columnar``): the events a drain finds for a tag become one record, and a
+node's keep-alives become *runs*, one record per ``RUN_S`` of them, each distinct value stored
+once. Keep-alives that differ (a message with a counter) still share a run: it is keyed by
+tag, not by payload, so a million distinct keep-alives are a few hundred records, not a
+million. Every event stays individually readable: its own time and its own JSON.
 
 A run is written when it spans ``RUN_S`` of event time, when it has been open ``RUN_S`` by the
 writer's clock (so a live job's keep-alives show within ``RUN_S``), and at every ``flush()`` and
@@ -64,7 +66,7 @@ class TimelineBatcher:
         self.run_s = run_s
         self._clock = clock
         self._pending: dict[str, Batch] = {}
-        self._runs: dict[tuple[str, str | bytes], _Run] = {}
+        self._runs: dict[str, _Run] = {}  # by tag
         self._sealed: list[Batch] = []
         self._heartbeat: dict[str | bytes, bool] = {}
 
@@ -81,13 +83,12 @@ class TimelineBatcher:
                 batch = self._pending[tag] = Batch(tag)
             batch.add(payload, wall_time)
             return
-        key = (tag, payload)
-        run = self._runs.get(key)
+        run = self._runs.get(tag)
         if run is not None and abs(wall_time - run.batch.times[0]) >= self.run_s:
             self._sealed.append(run.batch)
             run = None
         if run is None:
-            run = self._runs[key] = _Run(Batch(tag), self._clock())
+            run = self._runs[tag] = _Run(Batch(tag), self._clock())
         run.batch.add(payload, wall_time)
 
     def take(self, seal: bool = False) -> list[Batch]:

@@ -17,13 +17,14 @@ import math
 import struct
 from typing import Any
 
-from tb_monitor import _tensors, contract
+from tb_monitor import _env, _tensors, contract
 from tb_monitor.logdir import tfrecord
 from tb_monitor.sinks import summaries
 from tb_monitor.sinks.batching import TimelineBatcher
 
 __all__ = [
     "BUILT",
+    "COLUMNAR",
     "FILE_VERSION",
     "SCALAR",
     "SCALARS",
@@ -47,6 +48,10 @@ FILE_VERSION = "brain.Event:2"
 SCALAR, SCALARS, TEXT, TIMELINE, SUMMARY, BUILT = range(6)
 
 _log = logging.getLogger(__name__)
+
+#: Whether timeline records are written in content version 4 (columns); ``0`` writes version 3,
+#: for readers older than version 4 (and benchmarks comparing the two).
+COLUMNAR = _env.flag("TB_MONITOR_COLUMNAR", True)
 
 try:  # the C twin of append_scalars; byte-identical (see _encoding.c)
     from tb_monitor.sinks._encoding import encode_scalars
@@ -156,7 +161,7 @@ class RecordEncoder:
     """A writer's records as framed Events, in order, with each tag's steps allocated.
 
     ``next_steps`` holds each tag's next step (one above what the run directory already holds:
-    ``readers.next_steps``). Timeline records wait in a ``TimelineBatcher`` and come out of
+    ``logdir.resume``). Timeline records wait in a ``TimelineBatcher`` and come out of
     ``encode_timeline`` as batches. A record that cannot be encoded (a bug: the caller checked
     its arguments) is logged, naming ``run_dir``, and counted in ``failed``.
     """
@@ -204,12 +209,18 @@ class RecordEncoder:
 
     def encode_timeline(self, seal: bool = False) -> tuple[bytearray, int]:
         """One record per timeline batch that is ready (every open run too when ``seal``), and
-        how many queued records they hold (content version 3, ``contract.encode_batch``)."""
+        how many queued records they hold: content version 4 (``contract.encode_columnar``),
+        or 3 (``contract.encode_batch``) for a batch with a payload that is no JSON object
+        ``json.dumps`` gives back as it came."""
         out, records = bytearray(), 0
         for batch in self._batcher.take(seal):
             kind = contract.kind_of_tag(batch.tag)
-            index = contract.encode_batch(batch.times, batch.payload_ids)
-            summary = summaries.timeline_batch_summary(kind, index, batch.payloads)
+            strings = None
+            if COLUMNAR:
+                strings = contract.encode_columnar(batch.times, batch.payloads, batch.payload_ids)
+            if strings is None:
+                strings = [contract.encode_batch(batch.times, batch.payload_ids), *batch.payloads]
+            summary = summaries.timeline_batch_summary(kind, strings[0], strings[1:])
             step = self.next_steps.get(batch.tag, 0)
             self.next_steps[batch.tag] = step + 1
             out += summary_record(batch.times[0], step, summary)

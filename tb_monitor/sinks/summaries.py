@@ -66,8 +66,9 @@ def timeline_summary(kind: str, payload: str | bytes) -> summary_pb2.Summary:
 def timeline_batch_summary(
     kind: str, index: str, payloads: list[str] | list[str | bytes]
 ) -> summary_pb2.Summary:
-    """Several timeline events in one record (content version 3, ``contract.encode_batch``):
-    a rank-1 string tensor ``[index, payload_0, ...]``."""
+    """Several timeline events in one record: a rank-1 string tensor ``[index, *values]``
+    (content version 3: the payloads, ``contract.encode_batch``; version 4: the columns'
+    values, ``contract.encode_columnar``)."""
     return _timeline(kind, _string_tensor(index, *payloads, vector=True))
 
 

@@ -21,7 +21,7 @@ Both are deterministic for a seed. ``tb_monitor.testing`` re-exports them.
 from __future__ import annotations
 
 from tb_monitor.synthetic._plan import DEFAULT_START
-from tb_monitor.synthetic.jobs import SyntheticJob, generate_job
+from tb_monitor.synthetic.jobs import SyntheticJob, generate_job, job_records
 from tb_monitor.synthetic.ranks import (
     generate_rank_windows,
     rank_heartbeat_scalars,
@@ -33,6 +33,7 @@ __all__ = [
     "SyntheticJob",
     "generate_job",
     "generate_rank_windows",
+    "job_records",
     "rank_heartbeat_scalars",
     "rank_window_scalars",
 ]

@@ -29,6 +29,7 @@ class Job:
     workers_per_node: int
     epochs: int
     seed: int
+    distinct_beats: bool = False  # each keep-alive's message carries its own count
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

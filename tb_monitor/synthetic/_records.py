@@ -227,19 +227,28 @@ def _keep_alives(agent: _Agent, rng: random.Random) -> None:
     plan, node, rid = agent.plan, agent.node, agent.job.run_id
     n_beats = plan.beats[node.index]
     period = (plan.stop - plan.train0) / max(1, n_beats)
-    # Every heartbeat of a node is the same event, only its time differs.
+    # Every heartbeat of a node is the same event, only its time differs; unless each is to be
+    # distinct: then its message counts the node's heartbeats (digits: JSON as torch's).
+    count = f" (attempt {plan.index}, heartbeat {_COUNT})" if agent.job.distinct_beats else ""
     beat = _rdzv(
         f"{_HANDLER}._keep_alive",
         rid,
-        f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'.",
+        f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'{count}.",
         node,
         "RUNNING",
     )
     jitter, uniform = period * 0.1, rng.random
     agent.out.by_run[agent.run].extend(
-        Record(contract.RENDEZVOUS, beat, plan.train0 + i * period + uniform() * jitter)
+        Record(
+            contract.RENDEZVOUS,
+            beat.replace(_COUNT, str(i)) if count else beat,
+            plan.train0 + i * period + uniform() * jitter,
+        )
         for i in range(n_beats)
     )
+
+
+_COUNT = "#COUNT#"  # where a distinct heartbeat's count goes
 
 
 def _end_workers(agent: _Agent) -> None:

@@ -13,7 +13,7 @@ from tb_monitor.synthetic._plan import DEFAULT_START, SLOWDOWN, Attempt, Job, Sc
 from tb_monitor.synthetic._records import Records, node_records, worker_records
 from tb_monitor.synthetic.ranks import rank_window_scalars
 
-__all__ = ["SyntheticJob", "generate_job"]
+__all__ = ["SyntheticJob", "generate_job", "job_records"]
 
 _WINDOW_S, _STEP_S = 10.0, 0.1  # a synthetic rank's step windows and its step's compute
 
@@ -57,6 +57,7 @@ def generate_job(
     rank_stats: bool = False,
     fail_last: bool = False,
     processes: int = 1,
+    distinct_beats: bool = False,
 ) -> SyntheticJob:
     """Write a synthetic elastic job into ``logdir`` and describe what was written.
 
@@ -70,9 +71,13 @@ def generate_job(
     ``rank_stats`` every rank's 10-s step windows as ``rank_health`` writes them.
     ``fail_last`` makes the final attempt fail as well: the job ends FAILED. Deterministic from
     ``seed``; ``processes`` > 1 writes the nodes in that many processes, with the project's own
-    writer (each event file then holds what one node wrote).
+    writer (each event file then holds what one node wrote). ``distinct_beats``: every
+    keep-alive's message counts the node's heartbeats, so no two events are alike (what
+    rendezvous events are, but for the keep-alives).
     """
-    job = Job(run_id, nodes, workers_per_node, epochs=epochs, seed=seed)
+    job = Job(
+        run_id, nodes, workers_per_node, epochs=epochs, seed=seed, distinct_beats=distinct_beats
+    )
     schedule = Schedule(
         start, heartbeat_s, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
@@ -87,6 +92,34 @@ def generate_job(
         result.end = max(result.end, part.end)
         result.rank_windows += part.rank_windows
     return result
+
+
+def job_records(
+    *,
+    nodes: int = 8,
+    workers_per_node: int = 2,
+    events: int = 0,
+    hours: float | None = None,
+    restarts: int = 1,
+    seed: int = 0,
+    distinct_beats: bool = False,
+) -> dict[str, list[tuple[str, str, float]]]:
+    """The timeline records ``generate_job`` writes with the same options, run by run, each
+    run's in time order as ``(kind, payload, wall time)``: for writing one job with other
+    writers (``benchmarks/bench_scale.py`` compares two versions of ours)."""
+    job = Job("job", nodes, workers_per_node, epochs=3, seed=seed, distinct_beats=distinct_beats)
+    schedule = Schedule(
+        DEFAULT_START, 5.0, restarts=restarts, fail_last=False, events=events, hours=hours
+    )
+    plans = plan(job, schedule)
+    out: dict[str, list[tuple[str, str, float]]] = {}
+    parts = [node_records(job, node, plans) for node in job.node_list()]
+    parts += [worker_records(job, rank, plans) for rank in range(job.world_size)]
+    for records in parts:
+        for run, found in records.by_run.items():
+            found.sort(key=lambda r: r.wall_time)
+            out[run] = [(r.kind, r.payload, r.wall_time) for r in found]
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,247 @@
+"""Scale: distinct timeline events written, stored and loaded, today's code against this tree's.
+
+For each size (``--sizes``, default 10k, 100k and 1M events; ``--day`` adds the 1,024-node,
+17.8M-event day), one job's records (``tb_monitor.synthetic.job_records``: 256 nodes, one
+worker each, every keep-alive distinct, ``distinct_beats``) are written through the public API
+(``AsyncWriter.add_timeline``) by 8 writer processes, once with *today's* code (a checkout of
+``--baseline``, by default the last commit writing content version 3) and once with this tree's
+(version 4). For each: the write time, the size on disk, a cold TensorBoard (a fresh
+``tensorboard --logdir`` process) until the Timeline shows every event, the warm whole-job and
+zoomed-in (1% window) queries, and TensorBoard's resident memory with its data server. Then how
+each figure grows with size (exponent of a power law between sizes; 1.0 is linear).
+
+    python benchmarks/bench_scale.py [--sizes 10k,100k,1M] [--day] [--baseline REV]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_timeline import ROUTE, TensorBoard, _poll_until, _rss_bytes  # noqa: E402
+
+from tb_monitor.synthetic import job_records  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The last commit that wrote content version 3 (and read it with one object per event).
+BASELINE = "9a66934"
+WRITERS, NODES = 8, 256
+TARGET_COLD_S, TARGET_DAY_COLD_S, TARGET_WARM_S, TARGET_ZOOM_S, TARGET_RSS_GB = 8, 10, 1, 0.1, 1
+_WRITE = """
+import json, sys
+from tb_monitor.sinks.writer import AsyncWriter
+logdir, share = sys.argv[1], sys.argv[2]
+with open(share) as f:
+    runs = json.load(f)
+for run, records in runs.items():
+    with AsyncWriter(logdir + "/" + run) as writer:
+        for kind, payload, wall_time in records:
+            writer.add_timeline(kind, payload, wall_time)
+"""
+
+
+@dataclass
+class Figures:
+    """One size's figures for one version."""
+
+    events: int
+    write_s: float
+    bytes: int
+    cold_s: float
+    warm_s: float
+    zoom_s: float
+    rss: int
+
+
+def _size(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 10**3, "m": 10**6}.get(text[-1], 1)
+    return round(float(text.rstrip("km")) * scale)
+
+
+def _shares(size: int, folder: str) -> tuple[list[str], int]:
+    """The job's records dealt out run by run into one JSON file per writer; the event count."""
+    runs = job_records(nodes=NODES, workers_per_node=1, events=size, distinct_beats=True)
+    shares: list[dict] = [{} for _ in range(WRITERS)]
+    for i, run in enumerate(sorted(runs)):
+        shares[i % WRITERS][run] = runs[run]
+    paths = []
+    for i, share in enumerate(shares):
+        paths.append(os.path.join(folder, f"share-{i}.json"))
+        with open(paths[-1], "w") as f:
+            json.dump(share, f)
+    return paths, sum(len(r) for r in runs.values())
+
+
+@contextlib.contextmanager
+def _source(src: str) -> Iterator[None]:
+    """Child processes import ``tb_monitor`` and ``tb_plugin`` from ``src`` (and start in it:
+    ``python -c``/``-m`` put their working directory first on the path)."""
+    before, cwd = os.environ.get("PYTHONPATH"), os.getcwd()
+    os.environ["PYTHONPATH"] = src
+    os.chdir(src)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        if before is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = before
+
+
+def _write(src: str, shares: list[str], logdir: str) -> float:
+    """Seconds for ``WRITERS`` processes to write their shares with the code in ``src``."""
+    start = time.perf_counter()
+    with _source(src):
+        procs = [
+            subprocess.Popen([sys.executable, "-c", _WRITE, logdir, share]) for share in shares
+        ]
+    if any(p.wait() for p in procs):
+        raise RuntimeError(f"a writer of {src} failed")
+    return time.perf_counter() - start
+
+
+def _write_day(src: str, logdir: str) -> tuple[float, int]:
+    """Seconds to generate and write the day with ``src``'s own generator (8 processes; its
+    keep-alives are alike, so no list of 17.8M records is handed around), and its events."""
+    code = (
+        "import sys; from tb_monitor.synthetic import generate_job\n"
+        "if __name__ == '__main__':\n"
+        "    job = generate_job(sys.argv[1], nodes=1024, workers_per_node=4, hours=24,"
+        " restarts=3, processes=8)\n"
+        "    print(job.total_events)\n"
+    )
+    start = time.perf_counter()
+    with _source(src):
+        out = subprocess.run([sys.executable, "-c", code, logdir], check=True, capture_output=True)
+    return time.perf_counter() - start, int(out.stdout.split()[-1])
+
+
+def _median_get(tb: TensorBoard, query: str, n: int = 5) -> float:
+    return statistics.median(tb.get(ROUTE + query)[0] for _ in range(n))
+
+
+def _load(src: str, logdir: str, events: int) -> tuple[float, float, float, int]:
+    """A cold TensorBoard on ``logdir`` with the plugin of ``src``: seconds from its start until
+    the Timeline shows every event, the warm whole-job and zoomed-in queries, and its RSS."""
+    with _source(src), TensorBoard(logdir) as tb:
+        polled = _poll_until(
+            tb,
+            ROUTE + "?width=1000",
+            lambda d: d["total"] == events and not d["loading"],
+            1800,
+            interval_s=0.25,
+        )
+        cold = polled.done_at - tb.started
+        warm = _median_get(tb, "?width=1000")
+        lo, hi = polled.data["extent"]
+        mid = lo + (hi - lo) * 0.37
+        zoom = _median_get(tb, f"?start={mid}&end={mid + (hi - lo) * 0.01}&width=2000")
+        time.sleep(2.0)
+        return cold, warm, zoom, _rss_bytes(tb.process.pid)
+
+
+def _baseline_source(rev: str, folder: str) -> str:
+    """Today's code: ``git archive`` of ``rev`` (read-only on the repository)."""
+    out = os.path.join(folder, "baseline")
+    os.makedirs(out)
+    archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", out], input=archive.stdout, check=True)
+    return out
+
+
+def measure(src: str, shares: list[str] | None, events: int, folder: str) -> Figures:
+    """One version's figures (``shares`` None: the day)."""
+    logdir = tempfile.mkdtemp(dir=folder)
+    if shares is None:
+        write_s, events = _write_day(src, logdir)
+    else:
+        write_s = _write(src, shares, logdir)
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(logdir) for f in fs)
+    cold, warm, zoom, rss = _load(src, logdir, events)
+    return Figures(events, write_s, size, cold, warm, zoom, rss)
+
+
+def _row(what: str, today: float, ours: float, unit: str, target: float | None = None) -> None:
+    ratio = ours / today if today else math.nan
+    goal = (
+        ""
+        if target is None
+        else f"  target {target:g} {unit}: {'ok' if ours <= target else 'MISSED'}"
+    )
+    print(
+        f"  {what:<24} today {today:10.3f} {unit:<3} ours {ours:10.3f} {unit:<3} x{ratio:6.3f}{goal}"
+    )
+
+
+def report(today: Figures, ours: Figures, day: bool) -> None:
+    events = ours.events
+    print(f"\n{events:,} events ({'the 1,024-node day' if day else f'{NODES} nodes, distinct'})")
+    _row(
+        "generate+write (8 proc)" if day else "write (8 processes)",
+        today.write_s,
+        ours.write_s,
+        "s",
+    )
+    _row("on disk", today.bytes / 2**20, ours.bytes / 2**20, "MiB")
+    _row("on disk per event", today.bytes / events, ours.bytes / events, "B")
+    _row(
+        "cold, all shown",
+        today.cold_s,
+        ours.cold_s,
+        "s",
+        TARGET_DAY_COLD_S if day else TARGET_COLD_S,
+    )
+    _row("warm query, whole job", today.warm_s, ours.warm_s, "s", TARGET_WARM_S)
+    _row("warm query, 1% window", today.zoom_s, ours.zoom_s, "s", TARGET_ZOOM_S)
+    _row("RSS (TB + data server)", today.rss / 2**30, ours.rss / 2**30, "GiB", TARGET_RSS_GB)
+
+
+def growth(results: list[tuple[int, Figures, Figures]]) -> None:
+    """How each figure grows between consecutive sizes: the exponent k of figure ~ size**k."""
+    print("\ngrowth between sizes (exponent k of figure ~ events**k; 1 is linear)")
+    for (n0, t0, o0), (n1, t1, o1) in zip(results, results[1:], strict=False):
+        print(f"  {n0:,} -> {n1:,}")
+        for field in ("write_s", "bytes", "cold_s", "warm_s", "zoom_s", "rss"):
+            k = [
+                math.log(getattr(b, field) / getattr(a, field)) / math.log(n1 / n0)
+                for a, b in ((t0, t1), (o0, o1))
+            ]
+            print(f"    {field:<8} today k={k[0]:5.2f}  ours k={k[1]:5.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="10k,100k,1M", help="events per job, comma-separated")
+    parser.add_argument("--day", action="store_true", help="also the 17.8M-event day (slow)")
+    parser.add_argument("--baseline", default=BASELINE, help="the git revision of 'today'")
+    args = parser.parse_args()
+    results = []
+    with tempfile.TemporaryDirectory() as folder:
+        today_src = _baseline_source(args.baseline, folder)
+        sizes = [(_size(s), False) for s in args.sizes.split(",") if s.strip()]
+        for size, day in sizes + ([(17_800_000, True)] if args.day else []):
+            shares, events = (None, size) if day else _shares(size, folder)
+            today = measure(today_src, shares, events, folder)
+            ours = measure(ROOT, shares, events, folder)
+            report(today, ours, day)
+            if not day:
+                results.append((events, today, ours))
+    if len(results) > 1:
+        growth(results)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,352 @@
+"""Content version 4: a timeline record's events as columns, a struct of arrays.
+
+A rank-1 string tensor ``[index, values]``. Each event is a JSON object (as torch serializes
+it); each top-level key is a *column*. ``values`` is a JSON object: ``shapes``, the key lists
+the events have, in their own order, and ``columns``, per column the list of its distinct
+values, first seen first; strings that share a long start and end (messages that differ in a
+count) as ``{"affix": [start, end], "middles": [...]}``, each value ``start + middle + end``.
+A node's keep-alive runs have the same ``values`` text record after record: a reader parses it
+once. ``index`` is a JSON object:
+
+- ``t0``, ``dt_le64``: the first event's wall time and each event's microseconds after it, as in
+  version 3 (little-endian int64, base64);
+- ``shape_ix``: each event's shape (absent: all the first);
+- ``ix``: per column whose value varies, each event's value position, ``len(values[column])``
+  where the event lacks the key, as little-endian unsigned integers of 1, 2 or 4 bytes (as few
+  as hold the positions), base64. A column left out of ``ix`` has one value, every event's.
+
+An event's JSON is ``json.dumps`` of its object, so a reader gives back the text torch wrote,
+byte for byte; the writer uses this version only when that holds for every event of a record
+(else version 3). A reader parses two JSON documents a record, whatever its events: a node's
+keep-alives share every value, its distinct rendezvous events all but their message.
+"""
+
+from __future__ import annotations
+
+import array
+import base64
+import binascii
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from tb_monitor.contract._binary import base64_le, time_offsets
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = [
+    "ColumnarBatch",
+    "ColumnarEvents",
+    "encode_columnar",
+    "is_columnar",
+    "merge_columnar",
+    "parse_columnar",
+    "ParsedRecord",
+]
+
+_WIDTHS = ((0x100, "B"), (0x10000, "H"), (0x100000000, "I"))
+_MEMO = 4096  # parsed values remembered by ``parse_columnar``
+_AFFIX_WORTH = 8  # characters a column's strings must share to be stored around an affix
+
+
+def encode_columnar(
+    times: Sequence[float], payloads: Sequence[str | bytes], payload_ids: Sequence[int]
+) -> list[str] | None:
+    """A version-4 record's strings for events ``times`` with payloads ``payloads[payload_ids]``,
+    or None when a payload is not a JSON object that ``json.dumps`` writes back as it came."""
+    if not times or len(times) != len(payload_ids):
+        raise ValueError(
+            f"a batch needs one payload per time, got {len(times)} and {len(payload_ids)}"
+        )
+    objects = [_object(payload) for payload in payloads]
+    if any(obj is None for obj in objects):
+        return None
+    shapes: dict[tuple[str, ...], int] = {}
+    shape_of = [shapes.setdefault(tuple(obj), len(shapes)) for obj in objects]  # type: ignore[arg-type]
+    values: dict[str, list[Any]] = {}
+    seen: dict[str, dict[Any, int]] = {}  # per column: each value's position
+    at: dict[str, list[int]] = {}  # per column, per payload its value's position (-1: absent)
+    for position, obj in enumerate(objects):
+        for key, value in obj.items():  # type: ignore[union-attr]
+            if key not in values:
+                values[key], seen[key], at[key] = [], {}, [-1] * len(objects)
+            found = seen[key].setdefault(_identity(value), len(values[key]))
+            if found == len(values[key]):
+                values[key].append(value)
+            at[key][position] = found
+    index: dict[str, Any] = time_offsets(times)
+    if len(shapes) > 1:
+        index["shape_ix"] = _positions([shape_of[p] for p in payload_ids], len(shapes))
+    index["ix"] = {}
+    for key, found in values.items():
+        events = [len(found) if p < 0 else p for p in (at[key][i] for i in payload_ids)]
+        if len(found) > 1 or any(events):
+            index["ix"][key] = _positions(events, len(found) + 1)
+    stored = {
+        "shapes": [list(shape) for shape in shapes],
+        "columns": {key: _affixed(found) for key, found in values.items()},
+    }
+    return [json.dumps(index, separators=(",", ":")), json.dumps(stored, separators=(",", ":"))]
+
+
+def _affixed(values: list[Any]) -> list[Any] | dict[str, list[str]]:
+    """A column's values as stored: strings that share a long start and end (a node's messages
+    that differ in a count) as ``{"affix": [start, end], "middles": [...]}``."""
+    if len(values) < 2 or not all(type(v) is str for v in values):
+        return values
+    start = os.path.commonprefix(values)
+    rests = [v[len(start) :] for v in values]
+    end = os.path.commonprefix([r[::-1] for r in rests])[::-1]
+    if len(start) + len(end) < _AFFIX_WORTH:
+        return values
+    return {"affix": [start, end], "middles": [r[: len(r) - len(end)] for r in rests]}
+
+
+def _expanded(stored: Any) -> list[Any]:
+    """A column's values from what ``_affixed`` stored; a ValueError when it is neither form."""
+    if type(stored) is list and stored:
+        return stored
+    if type(stored) is dict and stored.keys() == {"affix", "middles"}:
+        affix, middles = stored["affix"], stored["middles"]
+        parts = [*affix, *middles] if type(affix) is list and type(middles) is list else [0]
+        if len(affix) == 2 and middles and all(type(p) is str for p in parts):
+            start, end = affix
+            return [start + middle + end for middle in middles]
+    raise ValueError(f"a column's values are neither a non-empty list nor affixed: {stored!r:.100}")
+
+
+def _object(payload: str | bytes) -> dict[str, Any] | None:
+    """The JSON object ``payload`` holds when ``json.dumps`` gives it back exactly, else None."""
+    try:
+        text = payload.decode("utf-8") if isinstance(payload, bytes) else payload
+        obj = json.loads(text)
+    except ValueError:  # UnicodeDecodeError and json's errors
+        return None
+    if type(obj) is not dict or json.dumps(obj) != text:
+        return None
+    return obj
+
+
+def _identity(value: Any) -> Any:
+    """What tells two JSON values apart: type and value (``1``, ``True`` and ``1.0`` differ),
+    and for floats and containers their JSON (``0.0`` and ``-0.0`` differ)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return (kind, value)
+    return json.dumps(value)
+
+
+def _positions(values: list[int], count: int) -> str:
+    """Positions below ``count`` in as few bytes each as hold them, base64."""
+    code = next(code for limit, code in _WIDTHS if count <= limit)
+    return base64_le(array.array(code, values))
+
+
+def is_columnar(index: dict[str, Any]) -> bool:
+    """Whether a batch index (versions 2 to 4) is version 4's."""
+    return "ix" in index
+
+
+@dataclass(frozen=True)
+class ParsedRecord:
+    """One version-4 record, checked: its columns' values and the varying ones' positions."""
+
+    t0: float
+    dt: bytes  # int64 microseconds after t0, little-endian, per event
+    shapes: list[tuple[str, ...]]
+    shape_ix: np.ndarray | None  # per event its shape (None: all the first)
+    values: dict[str, list[Any]]
+    ix: dict[str, np.ndarray]  # the varying columns' positions (len(values): absent)
+
+    def __len__(self) -> int:
+        return len(self.dt) // 8
+
+
+def parse_columnar(
+    index: dict[str, Any], raw_values: str, memo: dict[str, Any] | None = None
+) -> ParsedRecord:
+    """A version-4 record (``index`` parsed from its first string, ``raw_values`` its second),
+    checked: a ValueError says what does not fit. Two JSON parses and a few numpy calls; with
+    ``memo`` (values already parsed, by their text) one, for a run of a node's keep-alives,
+    whose records' values are the same text."""
+    try:
+        t0 = index["t0"]
+        if type(t0) not in (int, float) or not abs(t0) < 2**62:  # NaN and inf fail too
+            raise ValueError("t0 is not a number of seconds")
+        dt = base64.b64decode(index["dt_le64"], validate=True)
+        events = len(dt) // 8
+        if not events or len(dt) % 8:
+            raise ValueError("dt_le64 is not a whole number of int64 offsets")
+        found = None if memo is None else memo.get(raw_values)
+        if found is None:
+            found = _Values(raw_values)
+            if memo is not None:
+                if len(memo) >= _MEMO:
+                    memo.clear()
+                memo[raw_values] = found
+        shapes, values = found.shapes, found.values
+        ix = {
+            key: _index_column(raw, events, len(values[key]) + 1)
+            for key, raw in index["ix"].items()
+        }
+        raw_shape = index.get("shape_ix")
+        shape_ix = None if raw_shape is None else _index_column(raw_shape, events, len(shapes))
+        record = ParsedRecord(t0, dt, shapes, shape_ix, values, ix)
+        if ix or shape_ix is not None or not found.checked:  # else: as another record's
+            _check_shapes(record)
+            found.checked = not ix and shape_ix is None
+    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+        raise ValueError(f"columnar index does not describe its events ({exc})") from None
+    return record
+
+
+class _Values:
+    """A record's values string, parsed: its shapes and its columns' values."""
+
+    def __init__(self, raw: str) -> None:
+        doc = json.loads(raw)
+        if type(doc) is not dict or doc.keys() != {"shapes", "columns"}:
+            raise ValueError(f"values is not an object of shapes and columns: {raw!r:.100}")
+        if type(doc["columns"]) is not dict or type(doc["shapes"]) is not list:
+            raise ValueError(f"shapes is not a list or columns not an object: {raw!r:.100}")
+        self.shapes = [tuple(shape) for shape in doc["shapes"]]
+        self.values = {key: _expanded(stored) for key, stored in doc["columns"].items()}
+        self.checked = False  # a record of one shape and no varying column fits them
+
+
+def _index_column(raw: str, events: int, count: int) -> np.ndarray:
+    """Per event a position below ``count``."""
+    import numpy as np
+
+    data = base64.b64decode(raw, validate=True)
+    width = len(data) // events
+    if width not in (1, 2, 4) or width * events != len(data):
+        raise ValueError(f"{len(data)} bytes are not one position per event of {events}")
+    positions = np.frombuffer(data, dtype=f"<u{width}")
+    if int(positions.max()) >= count:
+        raise ValueError("positions out of range")
+    return positions
+
+
+def _check_shapes(record: ParsedRecord) -> None:
+    """Each event has a value in exactly its shape's columns."""
+    import numpy as np
+
+    shapes, values = record.shapes, record.values
+    if not shapes or any(len(set(s)) != len(s) or not set(s) <= values.keys() for s in shapes):
+        raise ValueError(f"shapes {shapes!r:.200} name a key twice or no column")
+    if len(shapes) == 1:  # one shape: every column, and no event without a value
+        if set(shapes[0]) != values.keys() or any(
+            int(ix.max()) >= len(values[key]) for key, ix in record.ix.items()
+        ):
+            raise ValueError(f"columns {list(values)!r:.200} do not match the events' shape")
+        return
+    shape_ix = record.shape_ix if record.shape_ix is not None else np.zeros(len(record), np.uint8)
+    for number, shape in enumerate(shapes):
+        events = shape_ix == number
+        for key, found in values.items():
+            ix = record.ix.get(key)
+            present = np.ones(int(events.sum()), bool) if ix is None else ix[events] < len(found)
+            if not (np.all(present) if key in shape else not np.any(present)):
+                raise ValueError(f"column {key!r:.100} does not match the events' shapes")
+
+
+@dataclass(frozen=True)
+class ColumnarBatch:
+    """One version-4 record, as readers want it: each event's JSON."""
+
+    record: ParsedRecord
+
+    def __len__(self) -> int:
+        return len(self.record)
+
+    def distinct(self) -> tuple[list[str], np.ndarray]:
+        """The distinct payloads' JSON, and each event's position among them."""
+        import numpy as np
+
+        record = self.record
+        keys = list(record.ix)
+        shape_ix = (
+            record.shape_ix if record.shape_ix is not None else np.zeros(len(record), np.uint8)
+        )
+        rows = np.stack([shape_ix, *(record.ix[k] for k in keys)], axis=1).astype(np.int64)
+        unique, inverse = np.unique(rows, axis=0, return_inverse=True)
+        return [self._json(row.tolist(), keys) for row in unique], inverse.reshape(-1)
+
+    def _json(self, row: list[int], varying: list[str]) -> str:
+        """The JSON of an event of shape ``row[0]`` whose ``varying`` columns are at ``row[1:]``."""
+        at = dict(zip(varying, row[1:], strict=True))
+        values = self.record.values
+        return json.dumps({key: values[key][at.get(key, 0)] for key in self.record.shapes[row[0]]})
+
+
+@dataclass(frozen=True)
+class ColumnarEvents:
+    """The events of many version-4 records as numpy columns, in *segments*: a record whose
+    events are all alike (a node's keep-alive run) is one segment, each event of another record
+    one; so a day of keep-alives costs numpy work per record, not per event."""
+
+    times: np.ndarray  # float64, per event
+    record: np.ndarray  # int64, per event: its record's index in the list merged
+    length: np.ndarray  # int64, per segment: its events
+    segment_record: np.ndarray  # int64, per segment: its record's index
+    shapes: list[tuple[str, ...]]
+    shape: np.ndarray  # int32, per segment: its shape
+    values: dict[str, list[Any]]  # per column: every record's distinct values, one after another
+    position: dict[str, np.ndarray]  # int32, per column, per segment: its value's (-1: none)
+
+    def __len__(self) -> int:
+        return len(self.times)
+
+    def payload(self, event: int) -> str:
+        """Event ``event``'s JSON, byte for byte as it was written."""
+        import numpy as np
+
+        segment = int(np.searchsorted(np.cumsum(self.length), event, side="right"))
+        values, position = self.values, self.position
+        shape = self.shapes[int(self.shape[segment])]
+        return json.dumps({key: values[key][int(position[key][segment])] for key in shape})
+
+
+def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
+    """Records as one set of columns: numpy calls per column, Python per record only where a
+    column varies within it (records sharing one parsed values, a memo's, share them here)."""
+    import numpy as np
+
+    counts = np.array([len(r) for r in records], dtype=np.int64)
+    times = np.repeat(np.array([r.t0 for r in records], dtype=np.float64), counts)
+    times += np.frombuffer(b"".join(r.dt for r in records), dtype="<i8") * 1e-6
+    mixed = np.array([bool(r.ix) or r.shape_ix is not None for r in records], dtype=bool)
+    segments = np.where(mixed, counts, 1)
+    first = np.concatenate([[0], np.cumsum(segments)]).tolist()  # each record's first segment
+    segment_record = np.repeat(np.arange(len(records)), segments)
+    length = np.where(mixed[segment_record], 1, counts[segment_record])
+    shape_ids: dict[tuple[str, ...], int] = {}
+    first_shape = [shape_ids.setdefault(r.shapes[0], len(shape_ids)) for r in records]
+    shape = np.array(first_shape, dtype=np.int32)[segment_record]
+    values: dict[str, list[Any]] = {}
+    bases: dict[str, list[int]] = {}
+    first_with: dict[int, int] = {}
+    for n, r in enumerate(records):
+        if r.shape_ix is not None:
+            local = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in r.shapes])
+            shape[first[n] : first[n + 1]] = local[r.shape_ix]
+        same = first_with.setdefault(id(r.values), n)
+        for key, found in r.values.items():
+            if key not in values:
+                values[key], bases[key] = [], [-1] * len(records)
+            bases[key][n] = bases[key][same] if same != n else len(values[key])
+            if same == n:
+                values[key].extend(found)
+    position = {key: np.array(bases[key], dtype=np.int32)[segment_record] for key in values}
+    for n, r in enumerate(records):
+        for key, ix in r.ix.items():
+            moved = ix.astype(np.int32) + bases[key][n]
+            position[key][first[n] : first[n + 1]] = np.where(ix == len(r.values[key]), -1, moved)
+    record = np.repeat(np.arange(len(records), dtype=np.int64), counts)
+    return ColumnarEvents(
+        times, record, length, segment_record, list(shape_ids), shape, values, position
+    )

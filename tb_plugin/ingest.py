@@ -1,0 +1,213 @@
+"""How the timeline store turns a series' records into events: its ingestion, one job.
+
+:class:`Ingest` is a part of :class:`~tb_plugin.store.TimelineStore` (its base): it decodes a
+series' new records (``contract.decode_records``) and appends their events to the store's
+append-only columns, interning each distinct record's fields once. Versions 1 to 3 come as
+distinct payloads, each decoded once (``contract.decode_record``); version 4 as numpy columns
+(:mod:`tb_plugin.batch_events`), one decode per group of alike events. The store owns the
+state it works on (see ``TimelineStore.__init__``) and the lock it runs under.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from tb_monitor import contract, timeline
+from tb_plugin.batch_events import Described, add_records, group_events
+from tb_plugin.columns import Interner, Records, Texts
+from tb_plugin.records import Series
+
+__all__ = ["Ingest", "Pending"]
+
+
+class Pending:
+    """Version-4 records of many series, waiting to be appended together."""
+
+    def __init__(self) -> None:
+        self.records: list[contract.ParsedRecord] = []
+        self.record_series: list[int] = []  # per record: its series
+        self.record_steps: list[int] = []  # per record: its TensorBoard step
+        self.runs: list[str] = []  # per series
+        self.kinds: list[str] = []  # per series
+
+    def add(self, run: str, kind: str, steps: list[int], found: list[tuple[int, Any]]) -> None:
+        """A series' records (``found``: position among ``steps``, record)."""
+        if not found:
+            return
+        series = len(self.runs)
+        self.runs.append(run)
+        self.kinds.append(kind)
+        for position, record in found:
+            self.records.append(record)
+            self.record_series.append(series)
+            self.record_steps.append(steps[position])
+
+
+class Ingest:
+    """Decoding records into the store's columns (a mixin of ``TimelineStore``)."""
+
+    _t: array.array
+    _rec: array.array
+    _record_first: array.array
+    _record_step: array.array
+    _records: Records
+    _groups: list[tuple[tuple[str, ...], dict[str, Any]]]
+    _span_rows: list[dict[str, Any]]
+    _last_step: dict[tuple[str, str], int]
+    _states: Interner
+    _runs: Interner
+    _names: Interner
+    _msgs: Interner
+    _texts: Texts
+    _skip: Callable[[str, str, int, Exception], None]  # count and log an undecodable record
+    _lane: Callable[[timeline.Lane, str], int]  # a lane's id, interned with its first run
+
+    def _ingest(self, run: str, tag: str, series: Series, later: Pending) -> int:
+        """Append a series' new version 1-3 events; leave its version-4 records in ``later``
+        (``_append_pending`` takes many series' at once); return how many were appended."""
+        kind = contract.kind_of_tag(tag)
+        last = self._last_step.get((run, tag), -1)
+        if kind is None or not series.steps:
+            return 0
+        self._last_step[(run, tag)] = max(last, series.steps[-1])
+        fresh = [i for i, step in enumerate(series.steps) if step > last]
+        if not fresh:
+            return 0
+        records = series.records
+        if len(fresh) < len(records):
+            records = [records[i] for i in fresh]
+        decoded = contract.decode_records(records, columnar=True)
+        for position, why in decoded.errors:
+            self._skip(run, tag, series.steps[fresh[position]], f"ValueError: {why}")
+        steps = np.minimum(np.asarray(series.steps, dtype=np.int64)[fresh], 2**32 - 1)
+        later.add(run, kind, steps.tolist(), decoded.columnar)
+        if not len(decoded.times):
+            return 0
+        return self._append(run, kind, steps.astype(np.uintc), decoded)
+
+    def _append(
+        self, run: str, kind: str, steps: np.ndarray, decoded: contract.DecodedRecords
+    ) -> int:
+        """Append the events of one series' new records (``steps``: each record's TensorBoard
+        step); return how many were decodable. Whole columns at a time: a day holds millions."""
+        known, rows = self._records.ids, self._records.row
+        recs: list[int] = []  # per payload its record, -1 when undecodable
+        for position, raw in enumerate(decoded.payloads):
+            rec = known.get((run, kind, raw))
+            if rec is None:
+                try:
+                    row = contract.decode_record(kind, raw)
+                except (ValueError, TypeError, AttributeError) as exc:
+                    # A foreign or corrupt record under our tag: skip it rather than fail the view.
+                    users = np.flatnonzero(decoded.payload == position)[:1]
+                    step = int(steps[decoded.record[users]][0]) if len(users) else -1
+                    self._skip(run, contract.timeline_tag(kind), step, exc)
+                    recs.append(-1)
+                    continue
+                row.update(run=run, kind=kind, wall_time=0.0)
+                rec = known[(run, kind, raw)] = self._decode(row, raw)
+            recs.append(rec)
+        payload_rec = np.asarray(recs, dtype=np.intc)
+        payload, times, record = decoded.payload, decoded.times, decoded.record
+        if -1 in recs:  # drop the undecodable events
+            kept = payload_rec[payload] >= 0
+            payload, times, record = payload[kept], times[kept], record[kept]
+        bounding = np.asarray([r >= 0 and rows[r] is not None for r in recs], dtype=bool)
+        return self._append_events(times, record, steps, payload_rec[payload], bounding[payload])
+
+    def _append_pending(self, pending: Pending) -> int:
+        """Append many series' version-4 events at once: one decode per group of alike
+        events, then a record per (group, message), in numpy (a day's 7,000 series cost a few
+        numpy calls, not each its own); return how many were decodable."""
+        events = contract.merge_columnar(pending.records)
+        record_series = np.asarray(pending.record_series, dtype=np.int64)
+        groups = group_events(events, record_series, pending.kinds)
+        described: list[Described] = []
+        for series, payload in zip(groups.series, groups.payloads, strict=True):
+            run, kind = pending.runs[series], pending.kinds[series]
+            try:
+                row = contract.decode_record(kind, payload)
+            except (ValueError, TypeError, AttributeError) as exc:
+                segment = int(np.argmax(groups.group == len(described)))
+                step = pending.record_steps[int(events.segment_record[segment])]
+                self._skip(run, contract.timeline_tag(kind), step, exc)
+                described.append(None)
+                continue
+            row.update(run=run, kind=kind, wall_time=0.0)
+            described.append(self._describe(row))
+        new = add_records(
+            groups, described, len(self._groups), self._msgs, self._texts, self._records
+        )
+        self._groups.extend(zip(groups.shapes, groups.payloads, strict=True))
+        rec, bounding = np.repeat(new.rec, events.length), np.repeat(new.bounding, events.length)
+        times, record = events.times, events.record
+        if not new.keep.all():
+            keep = np.repeat(new.keep, events.length)
+            times, record, rec, bounding = times[keep], record[keep], rec[keep], bounding[keep]
+        steps = np.asarray(pending.record_steps, dtype=np.uintc)
+        return self._append_events(times, record, steps, rec, bounding)
+
+    def _append_events(
+        self,
+        times: np.ndarray,
+        record: np.ndarray,
+        steps: np.ndarray,
+        rec: np.ndarray,
+        bounding: np.ndarray,
+    ) -> int:
+        """Append events (their times, the input position of the TensorBoard record each came
+        in, whose step is ``steps[position]``, their records, and whether each may open or
+        close an interval); return how many."""
+        first = len(self._t)
+        starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
+        self._record_first.frombytes((starts + first).astype(np.int64).tobytes())
+        self._record_step.frombytes(steps[record[starts]].tobytes())
+        rows, where = self._records.row, np.flatnonzero(bounding)
+        self._span_rows.extend(
+            {**rows[r], "wall_time": t, "_id": first + k}
+            for k, r, t in zip(
+                where.tolist(), rec[where].tolist(), times[where].tolist(), strict=True
+            )
+        )
+        self._t.frombytes(times.tobytes())
+        self._rec.frombytes(rec.astype(np.intc).tobytes())
+        return len(times)
+
+    def _decode(self, row: dict[str, Any], raw: str) -> int:
+        """Intern a decoded record's fields; keep it when it may open or close an interval."""
+        ids, message, (pre, post), spans = self._describe(row)
+        msg = self._msgs(message)
+        text = self._texts.extend(np.asarray([pre]), np.asarray([msg]), np.asarray([post]))
+        return self._records.add((*ids, msg, text), raw, spans)
+
+    def _describe(self, row: dict[str, Any]) -> Described:
+        """A decoded record's lane, state, kind, run and name ids, its message, its search
+        text's parts around the message (lower case) and the row when it may open or close
+        an interval (else None)."""
+        kind, run = row["kind"], row["run"]
+        state = str(row["state"] or "")
+        name = str(row["name"] or "")
+        message = row["message"]
+        if kind == contract.MONITOR and not message:
+            message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
+        message = str(message or "")
+        spans = kind in (contract.WORKER, contract.AGENT) or (
+            kind == contract.RENDEZVOUS and not contract.is_heartbeat(row)
+        )
+        after = (state, row["hostname"] or "", row["error_trace"] or "", run)
+        ids = (
+            self._lane(timeline.lane_of(row), run),
+            self._states(state),
+            contract.KINDS.index(kind),
+            self._runs(run),
+            self._names(name),
+        )
+        parts = (
+            self._texts.part(f"{name} ".lower()),
+            self._texts.part("".join(f" {p}" for p in after).lower()),
+        )
+        return ids, message, parts, row if spans else None
