@@ -16,11 +16,8 @@ Knobs of the object-store writer (environment, so torchrun's workers inherit the
 ``TB_MONITOR_SEGMENT_DELTAS`` (12: uploads per segment object, one object a minute),
 ``TB_MONITOR_UPLOAD_BUFFER_MB`` (64: unsent bytes kept while the store is unreachable).
 
-Every request to a store has one deadline, ``TB_MONITOR_REMOTE_TIMEOUT_S`` (10 s) to connect and
-again to answer, two attempts; an operation of one request (an object, a probe) fails after three
-times that whatever the client library retries. A read that fails raises ``StoreError`` naming
-the URL, the endpoint and the cause: a command exits with one line, not a traceback.
-TensorBoard's own S3 reader gets the same deadline through ``bound_boto3_requests``.
+Every request to a store has one deadline, and a failed read is one line naming the URL, the
+endpoint and the cause (``StoreError``): ``logdir.stores``.
 """
 
 from __future__ import annotations
@@ -32,12 +29,12 @@ import os
 import posixpath
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import IO, Any
 
-from tb_monitor import _env
-from tb_monitor.logdir import eventfile, objects
+from tb_monitor.logdir import eventfile, objects, stores
 from tb_monitor.logdir.eventfile import EventFile
+from tb_monitor.logdir.stores import LogdirError, StoreError, bound_boto3_requests
 
 __all__ = [
     "EVENT_FILE_MARK",
@@ -64,16 +61,6 @@ __all__ = [
 
 #: What TensorBoard looks for in a file name to treat it as an event file.
 EVENT_FILE_MARK = "tfevents"
-
-
-class LogdirError(ValueError):
-    """A logdir that cannot be used: the message names it and says what to do."""
-
-
-class StoreError(OSError):
-    """An object store that could not be read: the message names the URL, the endpoint and why
-    (credentials refused, no answer within the deadline, cannot connect)."""
-
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 #: Object-store schemes: a path starting with one of these and a colon must be a whole URL.
@@ -139,7 +126,7 @@ def _remote(scheme: str) -> Any:
         raise LogdirError(
             f"{scheme}:// logdirs need a client library ({exc}): pip install 'tb-monitor[remote]'"
         ) from None
-    filesystem = cls(**_options(scheme))
+    filesystem = cls(**stores.options(scheme))
     if scheme in ("s3", "s3a"):  # botocore retries once (_botocore_config): s3fs's own retries
         filesystem.retries = 1  # (5 by default) would multiply the time a dead store takes
     return filesystem
@@ -148,113 +135,6 @@ def _remote(scheme: str) -> Any:
 # A forked child must not use its parent's object-store client (fsspec's async filesystems
 # refuse: "This class is not fork-safe", and the child's uploads are lost): it makes its own.
 os.register_at_fork(after_in_child=_remote.cache_clear)
-
-
-#: Attempts of one request (the first and one retry): a dead store fails in bounded time.
-_ATTEMPTS = 2
-
-
-def _options(scheme: str) -> dict[str, Any]:
-    """Storage options beyond fsspec's own configuration: TensorBoard's S3 settings, timeouts."""
-    options: dict[str, Any] = {"skip_instance_cache": True}
-    timeout = _env.remote_timeout_s()
-    if scheme in ("s3", "s3a"):
-        endpoint, _ = _s3_endpoint()
-        if endpoint:
-            options["endpoint_url"] = endpoint
-        options["config_kwargs"] = _botocore_config(timeout)
-    elif scheme in ("gs", "gcs"):
-        options["requests_timeout"] = timeout
-    return options
-
-
-def _s3_endpoint() -> tuple[str, str] | tuple[None, None]:
-    """The S3 endpoint the environment names and the variable naming it: AWS's variables, else
-    TensorBoard's S3_ENDPOINT."""
-    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "S3_ENDPOINT"):
-        endpoint = os.environ.get(variable)
-        if endpoint:
-            if "://" not in endpoint:
-                https = _env.flag("S3_USE_HTTPS", True)
-                endpoint = f"{'https' if https else 'http'}://{endpoint}"
-            return endpoint, variable
-    return None, None
-
-
-def _botocore_config(timeout: float) -> dict[str, Any]:
-    """botocore's ``Config`` arguments for the deadline: connect and read timeouts, two attempts."""
-    return {
-        "connect_timeout": timeout,
-        "read_timeout": timeout,
-        "retries": {"total_max_attempts": _ATTEMPTS, "mode": "standard"},
-    }
-
-
-def bound_boto3_requests() -> None:
-    """Give boto3's default session (TensorBoard's S3 reader makes its clients there) the
-    deadline of our own requests; a tensorboard process reading ``s3://`` calls it once."""
-    import boto3
-    from botocore.config import Config
-
-    if boto3.DEFAULT_SESSION is None:
-        boto3.setup_default_session()
-    config = Config(**_botocore_config(_env.remote_timeout_s()))
-    boto3.DEFAULT_SESSION._session.set_default_client_config(config)  # its botocore session
-
-
-def _endpoint(url: str) -> str:
-    """The endpoint a URL's requests go to and the setting that chose it, for messages."""
-    scheme = url.partition("://")[0].lower()
-    if scheme in ("s3", "s3a"):
-        endpoint, variable = _s3_endpoint()
-        return f"{endpoint} ({variable})" if endpoint else "AWS's (no AWS_ENDPOINT_URL set)"
-    if scheme in ("gs", "gcs"):
-        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-        return f"{emulator} (STORAGE_EMULATOR_HOST)" if emulator else "Google's"
-    return f"{scheme}://"
-
-
-def _deadline_s() -> float:
-    """How long one operation (a listing, an object) may take, all its attempts included."""
-    return (_ATTEMPTS + 1) * _env.remote_timeout_s()
-
-
-def _cause(url: str, exc: BaseException) -> str:
-    """Why a request for ``url`` failed, in one line naming the endpoint."""
-    endpoint = _endpoint(url)
-    detail = " ".join(f"{type(exc).__name__}: {exc}".split())
-    if isinstance(exc, PermissionError):
-        return f"the store at {endpoint} refused these credentials ({detail})"
-    if type(exc).__name__ == "FSTimeoutError":  # fsspec's deadline of the whole operation
-        return f"the store at {endpoint} did not answer within {_deadline_s():g} s"
-    if isinstance(exc, TimeoutError) or "Timeout" in type(exc).__name__:  # botocore's, aiohttp's
-        timeout = _env.remote_timeout_s()
-        return f"the store at {endpoint} did not answer within {timeout:g} s ({detail})"
-    return f"cannot reach the store at {endpoint} ({detail})"
-
-
-@contextlib.contextmanager
-def _reading(url: str) -> Iterator[None]:
-    """Failures of the store while reading ``url`` as ``StoreError``; a missing object stays
-    ``FileNotFoundError``."""
-    try:
-        yield
-    except (FileNotFoundError, LogdirError):
-        raise
-    except Exception as exc:
-        raise StoreError(f"cannot read {url}: {_cause(url, exc)}") from exc
-
-
-def _call(filesystem: Any, operation: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """``operation(*args)`` of an fsspec filesystem, failing after the operation's deadline
-    whatever its client retries (fsspec's own timeout; synchronous filesystems have none).
-
-    For operations of one request (or one object of at most a segment's 16 MiB); listings,
-    which page through as many requests as the logdir is long, rely on each request's timeouts.
-    """
-    if getattr(filesystem, "async_impl", False):
-        kwargs["timeout"] = _deadline_s()
-    return operation(*args, **kwargs)
 
 
 def _split(url: str) -> tuple[Any, str]:
@@ -281,8 +161,8 @@ def read_bytes(path: str, start: int = 0) -> bytes:
             file.seek(start)
             return file.read()
     filesystem, key = _split(path)
-    with _reading(path):
-        return _call(filesystem, filesystem.cat_file, key, start=start or None)
+    with stores.reading(path):
+        return stores.call(filesystem, filesystem.cat_file, key, start=start or None)
 
 
 def replace_file(path: str, data: bytes) -> None:
@@ -290,7 +170,7 @@ def replace_file(path: str, data: bytes) -> None:
     failed local write (a full disk) leaves no partial file."""
     if is_remote(path):
         filesystem, key = _split(path)
-        _call(filesystem, filesystem.pipe_file, key, data)
+        stores.call(filesystem, filesystem.pipe_file, key, data)
         return
     temporary = f"{path}.tmp"
     try:
@@ -322,10 +202,10 @@ def _create_event_file(path: str, header: bytes) -> EventFile:
     filesystem, key = _split(path)
 
     def put(name: str, data: bytes) -> None:
-        _call(filesystem, filesystem.pipe_file, name, data)
+        stores.call(filesystem, filesystem.pipe_file, name, data)
 
     def delete(names: list[str]) -> None:
-        _call(filesystem, filesystem.rm, names)
+        stores.call(filesystem, filesystem.rm, names)
 
     stream = objects.ObjectStream(
         key,
@@ -359,14 +239,14 @@ def check_logdir(path: str) -> None:
     filesystem, key = _split(path)
     bucket = key.split("/", 1)[0]  # never empty: is_remote refused "s3://"
     try:
-        _call(filesystem, filesystem.info, bucket)
+        stores.call(filesystem, filesystem.info, bucket)
     except FileNotFoundError:
         raise LogdirError(
-            f"logdir {path!r}: bucket {bucket!r} does not exist at {_endpoint(path)}; "
+            f"logdir {path!r}: bucket {bucket!r} does not exist at {stores.endpoint_of(path)}; "
             "create it first"
         ) from None
     except Exception as exc:
-        raise LogdirError(f"logdir {path!r}: {_cause(path, exc)}") from None
+        raise LogdirError(f"logdir {path!r}: {stores.cause(path, exc)}") from None
 
 
 def isdir(path: str) -> bool:
@@ -374,8 +254,8 @@ def isdir(path: str) -> bool:
     if is_remote(path):
         filesystem, key = _split(path)
         filesystem.invalidate_cache()
-        with _reading(path):
-            return bool(_call(filesystem, filesystem.isdir, key))
+        with stores.reading(path):
+            return bool(stores.call(filesystem, filesystem.isdir, key))
     return os.path.isdir(path)
 
 
@@ -391,7 +271,7 @@ def listing(run_dir: str) -> dict[str, int]:
     filesystem, key = _split(run_dir)
     filesystem.invalidate_cache()
     try:
-        with _reading(run_dir):
+        with stores.reading(run_dir):
             entries = filesystem.ls(key, detail=True)
     except FileNotFoundError:
         return {}
@@ -423,8 +303,10 @@ def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
         scheme = logdir.partition("://")[0]
         filesystem, key = _split(logdir)
         filesystem.invalidate_cache()
-        with _reading(logdir):  # one request under the deadline first: a dead store fails here
-            found_dir = _call(filesystem, filesystem.isdir, key)
+        with stores.reading(
+            logdir
+        ):  # one request under the deadline first: a dead store fails here
+            found_dir = stores.call(filesystem, filesystem.isdir, key)
             files = filesystem.find(key) if found_dir else []  # pages: each request bounded
         if not found_dir:
             raise FileNotFoundError(f"logdir {logdir!r} does not exist or holds no objects")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from conftest import need
 
-from tb_monitor.logdir import fs
+from tb_monitor.logdir import fs, stores
 
 
 @pytest.mark.parametrize(
@@ -39,7 +39,7 @@ def test_tensorboards_s3_endpoint_serves_the_writer_too(monkeypatch):
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.setenv("S3_ENDPOINT", "127.0.0.1:9000")
     monkeypatch.setenv("S3_USE_HTTPS", "0")
-    assert fs._options("s3")["endpoint_url"] == "http://127.0.0.1:9000"
+    assert stores.options("s3")["endpoint_url"] == "http://127.0.0.1:9000"
 
 
 def test_an_unknown_scheme_names_the_url():
@@ -95,10 +95,10 @@ def test_a_malformed_url_fails_at_init(tmp_path, monkeypatch):
 def test_every_remote_request_has_the_one_deadline(monkeypatch):
     """TB_MONITOR_REMOTE_TIMEOUT_S sets the S3 client's connect and read timeouts and GCS's."""
     monkeypatch.setenv("TB_MONITOR_REMOTE_TIMEOUT_S", "3")
-    config = fs._options("s3")["config_kwargs"]
+    config = stores.options("s3")["config_kwargs"]
     assert (config["connect_timeout"], config["read_timeout"]) == (3.0, 3.0)
     assert config["retries"]["total_max_attempts"] == 2
-    assert fs._options("gs")["requests_timeout"] == 3.0
+    assert stores.options("gs")["requests_timeout"] == 3.0
 
 
 def test_replace_file_swaps_the_contents_whole(tmp_path):
