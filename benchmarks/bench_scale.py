@@ -62,6 +62,7 @@ class Figures:
     warm_s: float
     zoom_s: float
     rss: int
+    rss_tb: int  # TensorBoard's own process, without its data server
 
 
 def _size(text: str) -> int:
@@ -133,9 +134,10 @@ def _median_get(tb: TensorBoard, query: str, n: int = 5) -> float:
     return statistics.median(tb.get(ROUTE + query)[0] for _ in range(n))
 
 
-def _load(src: str, logdir: str, events: int) -> tuple[float, float, float, int]:
+def _load(src: str, logdir: str, events: int) -> tuple[float, float, float, int, int]:
     """A cold TensorBoard on ``logdir`` with the plugin of ``src``: seconds from its start until
-    the Timeline shows every event, the warm whole-job and zoomed-in queries, and its RSS."""
+    the Timeline shows every event, the warm whole-job and zoomed-in queries, and its RSS with
+    its data server's and without."""
     with _source(src), TensorBoard(logdir) as tb:
         polled = _poll_until(
             tb,
@@ -150,7 +152,9 @@ def _load(src: str, logdir: str, events: int) -> tuple[float, float, float, int]
         mid = lo + (hi - lo) * 0.37
         zoom = _median_get(tb, f"?start={mid}&end={mid + (hi - lo) * 0.01}&width=2000")
         time.sleep(2.0)
-        return cold, warm, zoom, _rss_bytes(tb.process.pid)
+        with open(f"/proc/{tb.process.pid}/status") as f:
+            own = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
+        return cold, warm, zoom, _rss_bytes(tb.process.pid), own
 
 
 def _baseline_source(rev: str, folder: str) -> str:
@@ -170,8 +174,7 @@ def measure(src: str, shares: list[str] | None, events: int, folder: str) -> Fig
     else:
         write_s = _write(src, shares, logdir)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(logdir) for f in fs)
-    cold, warm, zoom, rss = _load(src, logdir, events)
-    return Figures(events, write_s, size, cold, warm, zoom, rss)
+    return Figures(events, write_s, size, *_load(src, logdir, events))
 
 
 def _row(what: str, today: float, ours: float, unit: str, target: float | None = None) -> None:
@@ -207,6 +210,7 @@ def report(today: Figures, ours: Figures, day: bool) -> None:
     _row("warm query, whole job", today.warm_s, ours.warm_s, "s", TARGET_WARM_S)
     _row("warm query, 1% window", today.zoom_s, ours.zoom_s, "s", TARGET_ZOOM_S)
     _row("RSS (TB + data server)", today.rss / 2**30, ours.rss / 2**30, "GiB", TARGET_RSS_GB)
+    _row("RSS of TB alone", today.rss_tb / 2**30, ours.rss_tb / 2**30, "GiB")
 
 
 def growth(results: list[tuple[int, Figures, Figures]]) -> None:

@@ -25,6 +25,7 @@ __all__ = [
     "Interner",
     "Records",
     "Snapshot",
+    "SortedEvents",
     "Texts",
     "column",
     "lane_time_order",
@@ -236,6 +237,53 @@ class Snapshot:
     #: Per attempt, ``tb_monitor.analysis.attempts.attempt_dict`` (no traceback); a root cause
     #: also names its event id (``event``) and its lane id (``lane``).
     attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SortedEvents:
+    """Events sorted as the columns show them, kept once: their times, the records drawn
+    (``rec``), their ids, and for the events drawn on a record not their own (a collateral
+    rank's end drawn as stopped, an event moved to its job's lane) their positions
+    (``redrawn``, ascending) and own records (``own``), which a new sort starts from."""
+
+    t: np.ndarray
+    rec: np.ndarray
+    ids: np.ndarray
+    redrawn: np.ndarray
+    own: np.ndarray
+
+    @classmethod
+    def empty(cls) -> SortedEvents:
+        """No events: a store's before its first sort."""
+        none = np.zeros(0, np.int32)
+        return cls(np.zeros(0), none, none, np.zeros(0, np.int64), none)
+
+    @classmethod
+    def of(cls, t: np.ndarray, drawn: np.ndarray, ids: np.ndarray, own: np.ndarray) -> SortedEvents:
+        """Sorted events drawn on ``drawn``, whose own records are ``own``."""
+        redrawn = np.flatnonzero(drawn != own)
+        return cls(t, drawn, ids, redrawn, own[redrawn])
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+    def with_appended(
+        self, t: np.ndarray, rec: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """New arrays of these events, each on its own record, then ``t`` and ``rec``
+        appended (their ids following on): times, records, ids."""
+        own = np.concatenate([self.rec, rec])
+        own[self.redrawn] = self.own
+        ids = np.arange(len(self), len(self) + len(t), dtype=np.int32)
+        return np.concatenate([self.t, t]), own, np.concatenate([self.ids, ids])
+
+    def find(self, event_id: int) -> tuple[float, int]:
+        """An event's time and own record, by id (a pass over the ids: a details request's)."""
+        position = int(np.flatnonzero(self.ids == event_id)[0])
+        at = int(np.searchsorted(self.redrawn, position))
+        if at < len(self.redrawn) and self.redrawn[at] == position:
+            return float(self.t[position]), int(self.own[at])
+        return float(self.t[position]), int(self.rec[position])
 
 
 def column(values: array.array, dtype: type) -> np.ndarray:

@@ -50,6 +50,7 @@ class Pending:
 class Ingest:
     """Decoding records into the store's columns (a mixin of ``TimelineStore``)."""
 
+    _folded: int  # events already in the store's sorted columns; the others are appended
     _t: array.array
     _rec: array.array
     _record_first: array.array
@@ -162,7 +163,7 @@ class Ingest:
         """Append events (their times, the input position of the TensorBoard record each came
         in, whose step is ``steps[position]``, their records, and whether each may open or
         close an interval); return how many."""
-        first = len(self._t)
+        first = self._folded + len(self._t)  # the first new event's id
         starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
         self._record_first.frombytes((starts + first).astype(np.int64).tobytes())
         self._record_step.frombytes(steps[record[starts]].tobytes())

@@ -7,8 +7,9 @@ a refresh finds new (the refresh itself is :class:`~tb_plugin.provider_store.Pro
 in chunks so a query during a long first decode answers with what is there, and hands
 :mod:`tb_plugin.query` a :class:`~tb_plugin.columns.Snapshot` of sorted numpy columns. A record
 may hold several events (content versions 2 to 4, ``tb_monitor.contract.decode_records``);
-each is an event here. An event costs its time and its record's id (12 bytes), so a
-1,024-node day fits. A version-4 record's events come as numpy columns
+each is an event here. An event costs its time, its record's id, its own id and its
+severity, kept once, sorted (17 bytes; those read since the last sort are appended until the
+next), so a 1,024-node day fits. A version-4 record's events come as numpy columns
 (:mod:`tb_plugin.batch_events`): one decode per group of alike events, a rendezvous message
 apart, so a million distinct events cost no Python object each but their messages.
 
@@ -44,7 +45,16 @@ from tb_monitor.analysis.attempts import Attempt, attempt_dict
 from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
-from tb_plugin.columns import Columns, Interner, Records, Snapshot, Texts, column, lane_time_order
+from tb_plugin.columns import (
+    Columns,
+    Interner,
+    Records,
+    Snapshot,
+    SortedEvents,
+    Texts,
+    column,
+    lane_time_order,
+)
 from tb_plugin.ingest import Ingest, Pending
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.provider_store import ProviderStore, Want
@@ -62,8 +72,10 @@ __all__ = [
 #: and only while less than this share of the read is done.
 RESORT_GROWTH = 2.0
 RESORT_BEFORE = 0.25
-#: About this many records are read from the provider at a time, so a first decode shows progress.
-CHUNK_RECORDS = 50_000
+#: About this many records are read from the provider at a time, so a first decode shows
+#: progress, and a read in several chunks gives its freed memory back (a day's ~47k records in
+#: one reply kept ~0.3 GiB more of TensorBoard's memory).
+CHUNK_RECORDS = 10_000
 #: What ``nbytes`` counts per sorted event (time, record, id, severity), per record (its
 #: fields, search text, raw and row slots), per interned string and per interval row or group.
 _SORTED_BYTES, _RECORD_BYTES, _STRING_BYTES, _ROW_BYTES = 17, 84, 120, 1200
@@ -92,7 +104,13 @@ class TimelineStore(Ingest, ProviderStore):
     ) -> None:
         super().__init__(data_provider, experiment_id, clock)
         self._lock = threading.RLock()  # the columns, interners and snapshot
-        # Append-only columns, one entry per event; an event's id is its position here.
+        # Events are kept once, sorted (``_base``: the columns last made at rest, their drawn
+        # records and the original records of those drawn otherwise), and the ones appended
+        # since, each event's id its position in the order they came: ``_folded`` of them are
+        # in the base, the others in these append-only columns (a day's 18M events twice cost
+        # ~0.2 GiB more).
+        self._base = SortedEvents.empty()
+        self._folded = 0
         self._t = array.array("d")
         self._rec = array.array("i")  # its record in self._records (a C int: np.intc)
         # The TensorBoard records the events came in, as appended: each one's first event id
@@ -216,57 +234,79 @@ class TimelineStore(Ingest, ProviderStore):
         the columns index only grow, so older columns stay valid)."""
         shown, progress = self._shown, self._progress
         if progress is not None and self._columns is None and shown is not None:
-            doubled = len(self._t) >= RESORT_GROWTH * len(shown[0].t)
+            doubled = self._folded + len(self._t) >= RESORT_GROWTH * len(shown[0].t)
             if not doubled or progress[0] >= RESORT_BEFORE * progress[1]:
                 return shown
         self._shown = (self._sorted_columns(), self.generation)
         return self._shown
 
     def _sorted_columns(self) -> Columns:
-        if self._columns is not None:
+        """The columns of every event, sorted. Made at rest (no read going on), they become
+        the store's one sorted copy of its events (``_fold``); while a read goes on, its
+        events stay appended as well, as the read goes on appending."""
+        at_rest = self._progress is None
+        if self._columns is not None and not (at_rest and len(self._t)):
             return self._columns
         records = self._records
-        t = np.frombuffer(self._t, dtype=np.float64)
-        rec = np.frombuffer(self._rec, dtype=np.int32)
+        t, rec, ids = self._base.with_appended(
+            np.frombuffer(self._t, dtype=np.float64), np.frombuffer(self._rec, dtype=np.int32)
+        )
         found, intervals = self._analysis(float(t.max()) if len(t) else 0.0)
+        drawn = rec  # each event's record as drawn: a shared run id's events on their job's lanes
         if self._shared:
-            rec = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
+            drawn = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
         lanes = self._lanes.values
         lane_rank = np.empty(len(lanes), dtype=np.int64)
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
             len(lanes)
         )
-        rec_lane = column(records.columns["lane"], np.int64)
-        event_rank = lane_rank[rec_lane[rec]]
-        order = lane_time_order(t, event_rank).astype(np.int32)
-        sorted_rec = rec[order]
+        event_rank = lane_rank[column(records.columns["lane"], np.int64)[drawn]]
+        order = lane_time_order(t, event_rank)
+        moved = drawn is not rec
+        t, ids, rec = t[order], ids[order], rec[order]
+        drawn = drawn[order] if moved else rec
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(np.bincount(event_rank, minlength=len(lanes)), out=rank_start[1:])
-
-        # Collateral ranks' ending events are drawn as stopped by the restart (or when the job
-        # ended), not as failures: each takes its record's twin in that state.
-        stopped = [(row["_id"], a.collateral_state) for a in found for row in a.collateral_records]
-        if stopped:
-            position = np.empty(len(order), dtype=np.int64)
-            position[order] = np.arange(len(order))
-            where = position[np.asarray([event for event, _ in stopped], dtype=np.int64)]
-            sorted_rec[where] = [
-                records.twin(int(r), "state", self._states(state))
-                for r, (_, state) in zip(sorted_rec[where], stopped, strict=True)
-            ]
+        where, own = self._draw_collateral_stopped(found, ids, drawn)
         self._attempts = [self._attempt_payload(a) for a in found]
 
         self._columns = Columns(
-            t=t[order],
-            rec=sorted_rec,
-            ids=order,
+            t=t,
+            rec=drawn,
+            ids=ids,
             lane_rank=lane_rank,
             rank_start=rank_start,
             intervals=intervals,
             **{f"rec_{name}": column(values, np.int64) for name, values in records.columns.items()},
-            rec_count=np.bincount(sorted_rec, minlength=len(records)),
+            rec_count=np.bincount(drawn, minlength=len(records)),
         )
+        if at_rest and moved:  # events drawn on a record not their own: found by comparing
+            self._fold(SortedEvents.of(t, drawn, ids, rec))
+        elif at_rest:  # only the stopped ones
+            self._fold(SortedEvents(t, drawn, ids, where, own))
         return self._columns
+
+    def _draw_collateral_stopped(
+        self, found: list[Attempt], ids: np.ndarray, drawn: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Draw collateral ranks' ending events as stopped by the restart (or when the job
+        ended), not as failures: each takes its record's twin in that state, in ``drawn``
+        itself (a copy would cost 4 bytes an event). Their positions and former records."""
+        stopped = {row["_id"]: a.collateral_state for a in found for row in a.collateral_records}
+        wanted = np.zeros(len(ids), dtype=bool)  # event ids are 0 .. len(ids) - 1
+        wanted[np.fromiter(stopped, dtype=np.int64, count=len(stopped))] = True
+        where = np.flatnonzero(wanted[ids])
+        before = drawn[where]
+        drawn[where] = [
+            self._records.twin(int(r), "state", self._states(stopped[int(event)]))
+            for r, event in zip(before, ids[where], strict=True)
+        ]
+        return where, before
+
+    def _fold(self, events: SortedEvents) -> None:
+        """Keep ``events`` (every event) as the one sorted copy: the appended ones are in it."""
+        self._base, self._folded = events, len(events)
+        self._t, self._rec = array.array("d"), array.array("i")
 
     def _analysis(self, last_time: float) -> tuple[list[Attempt], dict[str, np.ndarray]]:
         """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.health``:
@@ -328,7 +368,7 @@ class TimelineStore(Ingest, ProviderStore):
     # -- lookups ---------------------------------------------------------------------------
 
     def nbytes(self) -> int:
-        """About the memory the store holds: its columns and the sorted ones, and per record,
+        """About the memory the store holds: its sorted and appended columns, and per record,
         interned string and interval row what such objects cost in CPython."""
         with self._lock:
             appended = (self._t, self._rec, self._record_first, self._record_step)
@@ -337,7 +377,7 @@ class TimelineStore(Ingest, ProviderStore):
             rows = len(self._span_rows) + len(self._groups)
             return (
                 arrays
-                + _SORTED_BYTES * len(self._t)
+                + _SORTED_BYTES * (self._folded + len(self._t))
                 + _RECORD_BYTES * len(self._records)
                 + _STRING_BYTES * strings
                 + _ROW_BYTES * rows
@@ -352,10 +392,16 @@ class TimelineStore(Ingest, ProviderStore):
         """Every field of one event, for the details panel: from the store alone, which keeps
         each distinct record's payload (``ctx`` is the request's, unused)."""
         with self._lock:
-            if not 0 <= event_id < len(self._t):
+            if not 0 <= event_id < self._folded + len(self._t):
                 raise UnknownEventError(f"unknown event id {event_id!r}")
+            if event_id < self._folded:
+                wall_time, rec = self._base.find(event_id)
+            else:
+                wall_time, rec = (
+                    self._t[event_id - self._folded],
+                    self._rec[event_id - self._folded],
+                )
             records = self._records
-            rec = self._rec[event_id]
             kind = contract.KINDS[records.get("kind", rec)]
             raw = records.raw[rec]
             if raw is None:  # a version-4 record's: its JSON rebuilt from its group
@@ -367,7 +413,7 @@ class TimelineStore(Ingest, ProviderStore):
                 "run": self._runs.values[records.get("run", rec)],
                 "kind": kind,
                 "step": self._record_step[bisect.bisect_right(self._record_first, event_id) - 1],
-                "wall_time": self._t[event_id],
+                "wall_time": wall_time,
                 "lane": self._lanes.values[records.get("lane", rec)].label,
                 "fields": contract.decode_record(kind, raw),
                 "raw": raw,

@@ -4,15 +4,22 @@ A 1,024-node job's rendezvous records a keep-alive per node every 5 s: 17 millio
 the same JSON but for the time it was written. One record per event costs TensorBoard's loaders
 ~10 µs and hundreds of bytes each, so the writer gathers events instead
 (``contract.encode_columnar``): the events a drain finds for a tag become one record, and a
-node's keep-alives become *runs*, one record per ``RUN_S`` of them, each distinct value stored
-once. Keep-alives that differ (a message with a counter) still share a run: it is keyed by
-tag, not by payload, so a million distinct keep-alives are a few hundred records, not a
-million. Every event stays individually readable: its own time and its own JSON.
+node's keep-alives become *runs*, each distinct value stored once. Keep-alives that differ (a
+message with a counter) still share a run: it is keyed by tag, not by payload, so a million
+distinct keep-alives are a few hundred records, not a million. Every event stays individually
+readable: its own time and its own JSON.
 
-A run is written when it spans ``RUN_S`` of event time, when it has been open ``RUN_S`` by the
-writer's clock (so a live job's keep-alives show within ``RUN_S``), and at every ``flush()`` and
-``close()`` (so an exit or a SIGTERM loses none). A process killed outright loses the open run:
-at most ``RUN_S`` of keep-alives, where the other records lose at most one drain interval.
+A tag's first run lasts ``RUN_S``; while nothing but keep-alives comes on the tag, each next
+run lasts twice the last, up to ``LONGEST_RUN_S`` (``$TB_MONITOR_HEARTBEAT_LONGEST_RUN_S``; by
+default ``RUN_S``, no growth): at 3600 a quiet day is a record per node per hour, not per five
+minutes (the plugin's cost of a day is per record). Any other event of the tag (a
+rendezvous round: a start, a restart, a node lost) writes the open run with it and starts
+over at ``RUN_S``, so around whatever happens the keep-alives are as current as the events.
+A run is written when it spans its length of event time, when it has been open that long by the
+writer's clock (so a live job's keep-alives show within ``RUN_S`` of a round, within
+``LONGEST_RUN_S`` in a long quiet stretch), and at every ``flush()`` and ``close()`` (so an exit
+or a SIGTERM loses none). A process killed outright loses its open run: at most
+``LONGEST_RUN_S`` of keep-alives, where the other records lose at most one drain interval.
 """
 
 from __future__ import annotations
@@ -24,10 +31,16 @@ from dataclasses import dataclass, field
 
 from tb_monitor import _env, contract
 
-__all__ = ["RUN_S", "Batch", "TimelineBatcher"]
+__all__ = ["LONGEST_RUN_S", "RUN_S", "Batch", "TimelineBatcher"]
 
-#: Longest run of keep-alives in one record, in seconds (of event time and of the writer's clock).
+#: A tag's first run of keep-alives in one record, in seconds (of event time and of the
+#: writer's clock), and its first after any other event of the tag.
 RUN_S = _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0)
+#: The longest run: runs double up to it while a tag records nothing but keep-alives. By default
+#: ``RUN_S`` (runs do not grow): a longer one (3600 for a 1,024-node job) makes a day load
+#: faster, but a live node's keep-alives show up to that late in a quiet stretch, and a node
+#: killed outright loses up to that much of them, so its lane ends early.
+LONGEST_RUN_S = max(RUN_S, _env.seconds("TB_MONITOR_HEARTBEAT_LONGEST_RUN_S", RUN_S))
 #: Payloads remembered as heartbeat or not; past it the memory starts over.
 _MEMO_LIMIT = 4096
 
@@ -55,18 +68,30 @@ class Batch:
 class _Run:
     batch: Batch
     opened: float  # the writer's clock when the run's first keep-alive came
+    length: float  # seconds it may last
 
 
 class TimelineBatcher:
     """Timeline events in, :class:`Batch` es out: one per tag and drain, keep-alives in runs."""
 
-    def __init__(self, run_s: float = RUN_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        run_s: float = RUN_S,
+        clock: Callable[[], float] = time.monotonic,
+        longest_run_s: float | None = None,
+    ) -> None:
+        longest_run_s = max(run_s, LONGEST_RUN_S) if longest_run_s is None else longest_run_s
         if not 0 < run_s < math.inf:
             raise ValueError(f"run_s must be a positive number of seconds, got {run_s!r}")
-        self.run_s = run_s
+        if not run_s <= longest_run_s < math.inf:
+            raise ValueError(
+                f"longest_run_s must be seconds at least run_s ({run_s!r}), got {longest_run_s!r}"
+            )
+        self.run_s, self.longest_run_s = run_s, longest_run_s
         self._clock = clock
         self._pending: dict[str, Batch] = {}
         self._runs: dict[str, _Run] = {}  # by tag
+        self._next_length: dict[str, float] = {}  # by tag, once a run of it was written
         self._sealed: list[Batch] = []
         self._heartbeat: dict[str | bytes, bool] = {}
 
@@ -78,36 +103,49 @@ class TimelineBatcher:
     def add(self, tag: str, payload: str | bytes, wall_time: float) -> None:
         """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`."""
         if not self._is_heartbeat(tag, payload):
+            self._next_length.pop(tag, None)  # something happened: runs start short again
+            run = self._runs.pop(tag, None)
+            if run is not None:
+                self._sealed.append(run.batch)
             batch = self._pending.get(tag)
             if batch is None:
                 batch = self._pending[tag] = Batch(tag)
             batch.add(payload, wall_time)
             return
         run = self._runs.get(tag)
-        if run is not None and abs(wall_time - run.batch.times[0]) >= self.run_s:
+        if run is not None and abs(wall_time - run.batch.times[0]) >= run.length:
+            self._written(tag, run)
             self._sealed.append(run.batch)
             run = None
         if run is None:
-            run = self._runs[tag] = _Run(Batch(tag), self._clock())
+            length = self._next_length.get(tag, self.run_s)
+            run = self._runs[tag] = _Run(Batch(tag), self._clock(), length)
         run.batch.add(payload, wall_time)
 
     def take(self, seal: bool = False) -> list[Batch]:
         """The batches ready to write: every event that is not a keep-alive, and the runs that
-        are full, or open ``run_s`` by the clock, or all of them when ``seal``."""
+        are full, or open their length by the clock, or all of them when ``seal``."""
         out, self._sealed = self._sealed, []
         out.extend(self._pending.values())
         self._pending.clear()
         now = self._clock()
-        for key, run in list(self._runs.items()):
-            if seal or now - run.opened >= self.run_s:
+        for tag, run in list(self._runs.items()):
+            if seal or now - run.opened >= run.length:
                 out.append(run.batch)
-                del self._runs[key]
+                self._written(tag, run)
         return out
+
+    def _written(self, tag: str, run: _Run) -> None:
+        """``run`` (of ``tag``) is done: the tag's next run lasts twice as long, at most the
+        longest."""
+        self._runs.pop(tag, None)
+        self._next_length[tag] = min(2 * run.length, self.longest_run_s)
 
     def clear(self) -> None:
         """Forget every event held (a forked child does not write its parent's)."""
         self._pending.clear()
         self._runs.clear()
+        self._next_length.clear()
         self._sealed.clear()
 
     def _is_heartbeat(self, tag: str, payload: str | bytes) -> bool:

@@ -13,7 +13,9 @@ import pytest
 from plugin_helpers import column, expected_lanes, refreshed_store
 
 from tb_monitor import contract, export
+from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.logdir import readers
+from tb_monitor.sinks.batching import TimelineBatcher
 from tb_monitor.testing import generate_job
 from tb_plugin import query as query_module
 from tb_plugin.query import timeline_payload
@@ -44,7 +46,7 @@ def test_the_job_is_a_day_in_miniature(job):
 
 
 def test_keep_alives_are_stored_as_runs(job):
-    """Keep-alives take a record per minute of them, not one each: far fewer records than events."""
+    """Keep-alives take a record per run of them, not one each: far fewer records than events."""
     records = sum(1 for _ in readers.iter_run_events(f"{job.logdir}/{job.runs[0]}"))
     events = sum(n for (run, _), n in job.counts.items() if run == job.runs[0])
     assert events > 100 and records < events / 5
@@ -132,3 +134,54 @@ def test_each_lane_s_buckets_count_that_lane_s_events(job, store, monkeypatch):
     assert {labels[i]: int(n) for i, n in enumerate(per_lane)} == dict(events)
     failed = snap.states.index("FAILED")
     assert failed in column(payload, "buckets", "state", "<u2").tolist()
+
+
+RDZV = contract.timeline_tag(contract.RENDEZVOUS)
+BEAT = RdzvEvent("H._keep_alive", "job", "", "node-0", 4000, "RUNNING", local_id=0).serialize()
+JOIN = RdzvEvent("H.next_rendezvous", "job", "", "node-0", 4000, "RUNNING", local_id=0).serialize()
+
+
+def _run_lengths(batcher: TimelineBatcher, events: list[tuple[str, float]]) -> list[int]:
+    """How many events each batch written holds, given (payload, time) events in order."""
+    out = []
+    for payload, t in events:
+        batcher.add(RDZV, payload, t)
+        out += [len(b.times) for b in batcher.take()]
+    return out + [len(b.times) for b in batcher.take(seal=True)]
+
+
+def test_a_quiet_tag_s_keep_alive_runs_double_up_to_the_longest():
+    """Keep-alives alone, every 5 s: runs of 60, 120, 240 s, then 240 s each (the longest)."""
+    batcher = TimelineBatcher(run_s=60.0, clock=lambda: 0.0, longest_run_s=240.0)
+    beats = [(BEAT, 5.0 * i) for i in range(12 * 9)]  # 9 minutes
+    assert _run_lengths(batcher, beats) == [12, 24, 48, 24]
+
+
+def test_another_event_of_the_tag_writes_the_open_run_and_starts_runs_short_again():
+    """A rendezvous round writes the keep-alives before it along with it, and the runs after it
+    start again at their shortest, so around whatever happens the keep-alives are current."""
+    batcher = TimelineBatcher(run_s=60.0, clock=lambda: 0.0, longest_run_s=240.0)
+    before = [(BEAT, 5.0 * i) for i in range(12 * 3 + 4)]  # runs of 60 and 120 s, then 20 s
+    after = [(BEAT, 1000.0 + 5.0 * i) for i in range(12 * 2)]
+    assert _run_lengths(batcher, [*before, (JOIN, 500.0), *after]) == [12, 24, 4, 1, 12, 12]
+
+
+def test_a_live_run_is_written_its_own_length_after_it_opened():
+    """By the writer's clock, a run is written once open as long as it may last: a live job's
+    keep-alives show within the first run's length, later ones within theirs."""
+    now = [0.0]
+    batcher = TimelineBatcher(run_s=60.0, clock=lambda: now[0], longest_run_s=240.0)
+    batcher.add(RDZV, BEAT, 0.0)
+    now[0] = 60.0
+    assert [len(b.times) for b in batcher.take()] == [1]
+    batcher.add(RDZV, BEAT, 65.0)
+    now[0] = 179.0
+    assert batcher.take() == []
+    now[0] = 180.0
+    assert [len(b.times) for b in batcher.take()] == [1]
+
+
+def test_a_longest_run_shorter_than_the_first_is_rejected():
+    """A longest run shorter than the first one is an error naming both."""
+    with pytest.raises(ValueError, match="60.*30"):
+        TimelineBatcher(run_s=60.0, longest_run_s=30.0)

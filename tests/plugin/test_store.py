@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 
 import numpy as np
 import pytest
 from plugin_helpers import local_provider, refreshed_store, small_job
 from tensorboard import context as tb_context
+from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.data.provider import RunTagFilter
 
 from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
+from tb_plugin.columns import SortedEvents
 from tb_plugin.provider_store import REFRESH_INTERVAL_S
 from tb_plugin.store import TimelineStore, UnknownEventError
 
@@ -206,3 +209,56 @@ def test_a_read_in_several_chunks_gives_freed_memory_back_once_at_its_end(job, m
     monkeypatch.setattr(store_module, "CHUNK_RECORDS", 1)
     TimelineStore(local_provider(job.logdir)).refresh(tb_context.RequestContext(), force=True)
     assert trims == [1]
+
+
+def _picture(store: TimelineStore) -> list[tuple]:
+    """Every event as drawn (time, lane, state) with its details (run, step, raw), unordered."""
+    snap, ctx = store.snapshot(), tb_context.RequestContext()
+    cols = snap.columns
+    drawn = (cols.t.tolist(), cols.lane.tolist(), cols.state.tolist(), cols.ids.tolist())
+    out = []
+    for t, lane, state, event_id in zip(*drawn, strict=True):
+        details = store.event(ctx, event_id)
+        assert details["wall_time"] == t
+        out.append(
+            (
+                t,
+                snap.lanes[lane],
+                snap.states[state],
+                details["run"],
+                details["step"],
+                details["raw"],
+            )
+        )
+    return sorted(out, key=repr)
+
+
+def test_events_read_after_the_columns_were_sorted_join_their_one_sorted_copy(tmp_path):
+    """A store that sorted half a job's runs and then read the rest (keeping one sorted copy
+    of its events) draws and details every event as a store that read them all at once."""
+    job = small_job(tmp_path / "job")
+    logdir = tmp_path / "logs"
+    multiplexer = plugin_event_multiplexer.EventMultiplexer(
+        tensor_size_guidance={contract.PLUGIN_NAME: 0}
+    )
+    store = TimelineStore(data_provider.MultiplexerDataProvider(multiplexer, str(logdir)))
+    runs = sorted(job.runs)
+    for half in (runs[1::2], runs[::2]):  # agents and workers in both halves
+        for run in half:
+            shutil.copytree(f"{job.logdir}/{run}", logdir / run)
+        multiplexer.AddRunsFromDirectory(str(logdir))
+        multiplexer.Reload()
+        store.refresh(tb_context.RequestContext(), force=True)
+        sorted_once = store.snapshot().columns
+    assert len(sorted_once.t) == job.total_events
+    assert _picture(store) == _picture(refreshed_store(job.logdir))
+
+
+def test_sorted_events_give_back_each_event_s_own_record():
+    """An event drawn on another record than its own (a collateral end drawn as stopped) is
+    found, and sorted again, with its own record; appended events' ids follow on."""
+    t = np.array([1.0, 2.0, 3.0])
+    events = SortedEvents.of(t, np.array([5, 9, 7]), np.array([2, 0, 1]), np.array([5, 6, 7]))
+    assert events.find(0) == (2.0, 6) and events.find(1) == (3.0, 7)
+    t, own, ids = events.with_appended(np.array([4.0]), np.array([8], dtype=np.int32))
+    assert (t.tolist(), own.tolist(), ids.tolist()) == ([1, 2, 3, 4], [5, 6, 7, 8], [2, 0, 1, 3])
