@@ -114,17 +114,24 @@ class Slow(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def test_the_budget_counts_in_the_writers_drops(tmp_path, monkeypatch):
-    """While the writer is busy, a snapshot that would pass MAX_PENDING_BYTES is dropped and
-    counted in ``dropped``; what was accepted is written."""
+def _past_the_budget(logdir, monkeypatch) -> int:
+    """Two histograms into ``logdir`` while the writer is held: the second would pass a 4 KiB
+    budget. What the writer counted as dropped before it went on."""
     monkeypatch.setattr("tb_monitor.summary.writer.MAX_PENDING_BYTES", 4096)
     monkeypatch.setattr("tb_monitor.summary.writer.STALL_S", 0.0)
     Slow.go.clear()
-    with SummaryWriter(tmp_path) as writer:
+    with SummaryWriter(logdir) as writer:
         writer.add_histogram("h", torch.ones(800).as_subclass(Slow), 1)  # 3,200 bytes held
         writer.add_histogram("h", torch.ones(800), 2)  # 6,400 would be held: dropped
-        assert writer.dropped == 1
+        dropped = writer.dropped
         Slow.go.set()
+    return dropped
+
+
+def test_the_budget_counts_in_the_writers_drops(tmp_path, monkeypatch):
+    """While the writer is busy, a snapshot that would pass MAX_PENDING_BYTES is dropped and
+    counted in ``dropped``; what was accepted is written."""
+    assert _past_the_budget(tmp_path, monkeypatch) == 1
     steps = [
         e.step for _, e in readers.iter_events(tmp_path) for v in e.summary.value if v.tag == "h"
     ]
@@ -133,12 +140,6 @@ def test_the_budget_counts_in_the_writers_drops(tmp_path, monkeypatch):
 
 def test_a_snapshot_dropped_past_the_budget_lands_in_dropped_records(tmp_path, monkeypatch):
     """A summary dropped past MAX_PENDING_BYTES is written in its run's dropped_records."""
-    monkeypatch.setattr("tb_monitor.summary.writer.MAX_PENDING_BYTES", 4096)
-    monkeypatch.setattr("tb_monitor.summary.writer.STALL_S", 0.0)
-    Slow.go.clear()
-    with SummaryWriter(tmp_path) as writer:
-        writer.add_histogram("h", torch.ones(800).as_subclass(Slow), 1)  # 3,200 bytes held
-        writer.add_histogram("h", torch.ones(800), 2)  # 6,400 would be held: dropped
-        Slow.go.set()
+    _past_the_budget(tmp_path, monkeypatch)
     dropped = [p.value for p in readers.iter_scalars(tmp_path) if p.tag == DROPPED_TAG]
     assert dropped == [1.0]
