@@ -1,9 +1,10 @@
 """Async collectives that finish on a GPU after torch has returned, timed off the training thread.
 
-For NCCL's async collectives it is opt-in (``TB_MONITOR_NCCL_TIMING=1``): NCCL then records two
-CUDA events around every collective of the job. DDP's gradient wait (``grad_wait``) uses it with
-events of its own, always. Tested with a stand-in for NCCL's ``Work`` here, and on an H200 with
-real NCCL (``tests/integration/test_rank_health_device.py``).
+Opt-in (``TB_MONITOR_NCCL_TIMING=1``): NCCL then records two CUDA events around every
+collective of the job. (DDP's gradient wait, ``grad_wait``, reads its own events in later
+backwards instead: a poller's wake-ups cost an NCCL step too much there.) Tested with a stand-in
+for NCCL's ``Work`` here, and on an H200 with real NCCL (``tests/integration/
+test_rank_health_device.py``).
 
 NCCL completes an ``async_op`` work's future as soon as the kernel is queued, so neither the
 call's return nor the future says when the collective ended. Its ``Work`` does: ``is_completed()``
