@@ -29,6 +29,7 @@ def highlighted_rows(payload: dict[str, Any], rank: int | None) -> set[int]:
     """The rows whose own step times the view may draw: stragglers, stalled ranks, and the
     rank the request names (hovered or clicked)."""
     rows = {s["row"] for s in payload["stragglers"]} | {s["row"] for s in payload["stalls"]}
+    rows.discard(-1)  # a stalled rank that recorded nothing has no row
     if rank is not None:
         rows.update(row for row, r in enumerate(payload["ranks"]) if r == rank)
     return rows

@@ -104,12 +104,24 @@ def agent_views(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], Agen
     }
 
 
-def silent_runs(runs: Iterable[str], views: Mapping[tuple[str, int], AgentView]) -> set[str]:
-    """The rank runs (``job/rank-N``) whose agent sees them silent now."""
-    out = set()
+def silent_runs(
+    runs: Iterable[str], views: Mapping[tuple[str, int], AgentView]
+) -> dict[str, float]:
+    """The rank runs whose agent sees them silent now, each with when it saw that: those of
+    ``runs`` (``job/rank-N``), and ``job/rank-N`` for a rank of a job of ``runs`` that recorded
+    nothing at all (stopped before its first heartbeat: only its agent knows it exists)."""
+    out: dict[str, float] = {}
+    known, jobs = set(), set()
     for run in runs:
         rank = contract.rank_of(run)
-        view = views.get((_job(run), rank)) if rank is not None else None
+        if rank is None:
+            continue
+        known.add((_job(run), rank))
+        jobs.add(_job(run))
+        view = views.get((_job(run), rank))
         if view is not None and view.silent:
-            out.add(run)
+            out[run] = view.seen_at or 0.0
+    for (job, rank), view in views.items():
+        if view.silent and job in jobs and (job, rank) not in known:
+            out[f"{job}/rank-{rank}"] = view.seen_at or 0.0
     return out

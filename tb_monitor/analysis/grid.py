@@ -288,10 +288,13 @@ class RankGrid:
         now: float | None = None,
         factor: float = STALL_FACTOR,
         floor_s: float = STALL_FLOOR_S,
-        seen_silent: Collection[str] = (),
+        seen_silent: Mapping[str, float] | Collection[str] = (),
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
-        default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent."""
+        default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
+        (``agent_views.silent_runs``: with when they were seen so). Such a run that is no row
+        (it recorded nothing: stopped before its first heartbeat) is judged as silent since
+        then, its stall's ``row`` -1."""
         typical = self.typical_step_s()
         # In row order: equally stalled ranks come out in the grid's order, whoever reads.
         beats = {
@@ -299,26 +302,30 @@ class RankGrid:
             for row, run in enumerate(self.runs)
             if "since_step_s" in self.beats.get(run, {})
         }
+        unheard = [run for run in seen_silent if run not in self.runs]
+        if beats:  # a rank recorded nothing: silent since its agent saw it so, at the latest
+            for row, run in enumerate(unheard, start=len(self.runs)):
+                seen_at = seen_silent.get(run) if isinstance(seen_silent, Mapping) else None
+                beats[row] = {"wall_time": seen_at or 0.0, "since_step_s": 0.0}
         found = stalled_ranks(
             beats,
-            {row: float(np.nan_to_num(typical[row])) for row in beats},
+            {row: float(np.nan_to_num(typical[row])) for row in beats if row < len(self.runs)},
             now=now,
             factor=factor,
             floor_s=floor_s,
             silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
-            seen_silent={row for row, run in enumerate(self.runs) if run in seen_silent},
+            seen_silent={
+                row for row, run in enumerate([*self.runs, *unheard]) if run in seen_silent
+            },
         )
-        return [
-            Stall(
-                **{
-                    **stall,
-                    "row": stall["rank"],
-                    "rank": self.ranks[stall["rank"]],
-                    "run": self.runs[stall["rank"]],
-                }
-            )
-            for stall in found
-        ]
+        return [self._stall(stall, unheard) for stall in found]
+
+    def _stall(self, stall: dict[str, Any], unheard: list[str]) -> Stall:
+        """A ``stalled_ranks`` row as a Stall of this grid (row -1: a run that is no row)."""
+        row = stall["rank"]
+        run = self.runs[row] if row < len(self.runs) else unheard[row - len(self.runs)]
+        row = row if row < len(self.runs) else -1
+        return Stall(**{**stall, "row": row, "rank": contract.rank_of(run), "run": run})
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -61,7 +61,7 @@ class Score:
     """One rank's straggler score over the grid's windows (medians over the windows it
     recorded; None where it has none)."""
 
-    row: int
+    row: int  # -1: a rank that recorded nothing, known from its agent (``RankGrid.stalls``)
     rank: int
     run: str
     relative: float | None  # compute over the window's median rank's
@@ -75,7 +75,7 @@ class Score:
 class Stall:
     """A rank whose progress stopped, from its newest heartbeat."""
 
-    row: int
+    row: int  # -1: a rank that recorded nothing, known from its agent (``RankGrid.stalls``)
     rank: int
     run: str
     since_step_s: float  # seconds without a step boundary, up to the grid's newest heartbeat

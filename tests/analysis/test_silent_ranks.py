@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tb_monitor import contract
 from tb_monitor.analysis.agent_views import agent_views, silent_runs
+from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.scoring import stalled_ranks
 
 T = 1_800_000_000.0
@@ -86,5 +87,21 @@ def test_a_rank_responding_again_is_not_silent():
     ]
     views = agent_views(rows)
     assert views[("job", 3)].seen is None
-    assert silent_runs(["job/rank-3"], views) == set()
-    assert silent_runs(["job/rank-3"], agent_views(rows[:1])) == {"job/rank-3"}
+    assert silent_runs(["job/rank-3"], views) == {}
+    assert silent_runs(["job/rank-3"], agent_views(rows[:1])) == {"job/rank-3": T}
+
+
+def test_a_rank_stopped_before_its_first_heartbeat_is_waited_for():
+    """Rank 3 recorded nothing; its agent sees it stopped while ranks 0-2 wait: it is named."""
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": _beat(T + 20.0, 20.0) for r in range(3)})
+    views = agent_views([_row(contract.RANK_SEEN, "SILENT", T + 2.0, seen="stopped")])
+    [stall] = grid.stalls(seen_silent=silent_runs(grid.runs, views))
+    assert (stall.rank, stall.run, stall.row) == (3, "job/rank-3", -1)
+    assert (stall.silent, stall.waited_for, stall.since_step_s) == (True, True, 18.0)
+
+
+def test_a_silent_rank_of_another_job_is_not_this_grid_s():
+    """A rank seen silent in a job the grid holds no rank of is no stall of the grid."""
+    grid = RankGrid.from_series({}, {f"other/rank-{r}": _beat(T + 20.0, 20.0) for r in range(3)})
+    views = agent_views([_row(contract.RANK_SEEN, "SILENT", T + 2.0, seen="stopped")])
+    assert silent_runs(grid.runs, views) == {}
