@@ -60,7 +60,7 @@ def _finish(agents: list[subprocess.Popen]) -> list[int]:
 def straggling(tmp_path_factory) -> Path:
     """A finished job whose rank 1 computes 1.5x longer than the others."""
     logdir = tmp_path_factory.mktemp("straggling") / "logs"
-    codes = _finish(_start(logdir, "--steps", "120", "--slow-rank", "1", "--slow-factor", "1.5"))
+    codes = _finish(_start(logdir, "--steps", "90", "--slow-rank", "1", "--slow-factor", "1.5"))
     assert codes == [0, 0]
     return logdir
 
@@ -69,7 +69,7 @@ def straggling(tmp_path_factory) -> Path:
 def healthy(tmp_path_factory) -> Path:
     """A finished job where every rank computes alike (with the machine's own jitter)."""
     logdir = tmp_path_factory.mktemp("healthy-rh") / "logs"
-    assert _finish(_start(logdir, "--steps", "120")) == [0, 0]
+    assert _finish(_start(logdir, "--steps", "60")) == [0, 0]
     return logdir
 
 
@@ -87,34 +87,44 @@ def test_a_healthy_job_raises_no_alarm(healthy):
     assert stalls(healthy, floor_s=3, window_s=WINDOW_S).empty
 
 
-def _waited_for_while_running(logdir: Path, *script_args: str) -> list[int] | None:
-    """Start a job, and return the ranks ``stalls()`` first names as waited for, within 60 s
-    (startup ~10 s, detection <= 30 s), asserting the job still runs then."""
-    agents = _start(logdir, *script_args)
+HANG = ("--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
+
+
+def _waited_for(logdir: Path, agents: list[subprocess.Popen]) -> list[int] | None:
+    """The ranks ``stalls()`` first names as waited for, within 60 s (startup ~10 s,
+    detection <= 30 s), asserting the job still runs then."""
     named = None
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and named is None:
-            time.sleep(1)
-            try:
-                found = stalls(logdir, floor_s=3, window_s=WINDOW_S)
-            except FileNotFoundError:
-                continue
-            waited = found[found.waited_for]["rank"].tolist() if not found.empty else []
-            if waited:
-                named = waited
-        assert all(agent.poll() is None for agent in agents)  # still running
-    finally:
-        stop_agents(agents)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and named is None:
+        time.sleep(1)
+        try:
+            found = stalls(logdir, floor_s=3, window_s=WINDOW_S)
+        except FileNotFoundError:
+            continue
+        waited = found[found.waited_for]["rank"].tolist() if not found.empty else []
+        if waited:
+            named = waited
+    assert all(agent.poll() is None for agent in agents)  # still running
     return named
 
 
-@pytest.mark.slow
-def test_the_hanging_rank_is_named_while_the_job_still_runs(tmp_path):
-    """Rank 3 sleeps before step 5's collective; within 30 s, with the job still running,
-    stalls() names rank 3 as the one the others wait for."""
-    hang = ("--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
-    assert _waited_for_while_running(tmp_path / "logs", *hang) == [3]
+def _waited_for_while_running(logdir: Path, *script_args: str) -> list[int] | None:
+    """Start a job and return what ``_waited_for`` finds of it."""
+    agents = _start(logdir, *script_args)
+    try:
+        return _waited_for(logdir, agents)
+    finally:
+        stop_agents(agents)
+
+
+@pytest.fixture(scope="module")
+def hanging(tmp_path_factory):
+    """A live job whose rank 3 sleeps before step 5's collective: (logdir, agents), stopped
+    at the module's end (the tests that read it see it still running)."""
+    logdir = tmp_path_factory.mktemp("hanging") / "logs"
+    agents = _start(logdir, *HANG)
+    yield logdir, agents
+    stop_agents(agents)
 
 
 @pytest.mark.slow
@@ -161,47 +171,6 @@ def test_a_collective_that_ends_after_close_returns_its_result():
     assert recorder._timed(closed_meanwhile)() == "torch's result"
 
 
-@pytest.mark.browser
-def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(tmp_path, monkeypatch):
-    """Rank 3 of a real torchrun job hangs before a collective: while the job still runs,
-    ``tb-monitor report`` exits 1 naming rank 3 as the rank the job waits for, and the Timeline's
-    Ranks view in Chromium under a live ``tensorboard --logdir`` names it too. The reading side's
-    stall floor is 3 s here (``TB_MONITOR_STALL_FLOOR_S``): the job's steps take milliseconds."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
-    from plugin_helpers import RanksTab, chromium, start_tensorboard, stop
-
-    monkeypatch.setenv("TB_MONITOR_STALL_FLOOR_S", "3")
-    logdir = tmp_path / "logs"
-    agents = _start(logdir, "--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
-    try:
-        deadline = time.monotonic() + 90
-        report = None
-        while time.monotonic() < deadline:
-            time.sleep(1)
-            report = subprocess.run(
-                tb_monitor_command("report", str(logdir)), capture_output=True, text=True
-            )
-            if report.returncode == 1 and "STALLED: the job waits for" in report.stdout:
-                break  # (while starting up, a rank may read as stalled with no step yet)
-        assert report is not None and report.returncode == 1, report and report.stdout
-        assert "STALLED: the job waits for rank 3" in report.stdout
-        server = start_tensorboard(logdir, tmp_path, "--reload_interval=1")
-        try:
-            with chromium() as browser:
-                tab = RanksTab(browser, server.url)
-                try:
-                    waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
-                    waited.wait_for(timeout=60_000)
-                    assert waited.inner_text().startswith("rank 3 · the job waits for it")
-                finally:
-                    tab.close()
-        finally:
-            stop(server)
-        assert all(agent.poll() is None for agent in agents)  # named while the job runs
-    finally:
-        stop_agents(agents)
-
-
 def test_an_async_collective_is_timed_to_its_completion(tmp_path):
     """An ``async_op`` all_reduce that the last rank joins 1.5 s late counts, on the ranks that
     launched it at once, the time until it completed (not its launch), and is then left."""
@@ -214,3 +183,52 @@ def test_an_async_collective_is_timed_to_its_completion(tmp_path):
     assert rank0[COLLECTIVES] == 1
     assert rank0[LONGEST_COLLECTIVE] >= 1.0
     assert rank0[LEFT] == rank0[ENTERED] == 1
+
+
+# -- one live job whose rank 3 hangs, read by the last tests (so it runs beside no other job)
+
+
+@pytest.mark.slow
+def test_the_hanging_rank_is_named_while_the_job_still_runs(hanging):
+    """Rank 3 sleeps before step 5's collective; within 30 s, with the job still running,
+    stalls() names rank 3 as the one the others wait for."""
+    assert _waited_for(*hanging) == [3]
+
+
+@pytest.mark.browser
+def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(
+    hanging, tmp_path, monkeypatch
+):
+    """Rank 3 of a real torchrun job hangs before a collective: while the job still runs,
+    ``tb-monitor report`` exits 1 naming rank 3 as the rank the job waits for, and the Timeline's
+    Ranks view in Chromium under a live ``tensorboard --logdir`` names it too. The reading side's
+    stall floor is 3 s here (``TB_MONITOR_STALL_FLOOR_S``): the job's steps take milliseconds."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
+    from plugin_helpers import RanksTab, chromium, start_tensorboard, stop
+
+    monkeypatch.setenv("TB_MONITOR_STALL_FLOOR_S", "3")
+    logdir, agents = hanging
+    deadline = time.monotonic() + 90
+    report = None
+    while time.monotonic() < deadline:
+        time.sleep(1)
+        report = subprocess.run(
+            tb_monitor_command("report", str(logdir)), capture_output=True, text=True
+        )
+        if report.returncode == 1 and "STALLED: the job waits for" in report.stdout:
+            break  # (while starting up, a rank may read as stalled with no step yet)
+    assert report is not None and report.returncode == 1, report and report.stdout
+    assert "STALLED: the job waits for rank 3" in report.stdout
+    server = start_tensorboard(logdir, tmp_path, "--reload_interval=1")
+    try:
+        with chromium() as browser:
+            tab = RanksTab(browser, server.url)
+            try:
+                waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
+                waited.wait_for(timeout=60_000)
+                assert waited.inner_text().startswith("rank 3 · the job waits for it")
+            finally:
+                tab.close()
+    finally:
+        stop(server)
+    assert all(agent.poll() is None for agent in agents)  # named while the job runs

@@ -2,33 +2,28 @@
 all-reduces (``tb_monitor.integrations.grad_wait``) and FSDP's collectives tell the slow rank.
 
 In-process: a one-rank gloo group, to show what the timing does to a job (nothing) and what it
-records. Real jobs: the user-style ``ddp_multinode.py`` on two agents x two workers, and FSDP
-(both versions) on one agent x two workers, under ``tb-monitor run``, rank 1 slowed through
-``SLOW_RANK``.
+records. Real jobs: FSDP (both versions) on one agent x two workers, under ``tb-monitor run``,
+rank 1 slowed through ``SLOW_RANK`` (DDP's: the user-style script of ``test_users_jobs``).
 """
 
 from __future__ import annotations
 
 import logging
 import subprocess
-import uuid
 from datetime import timedelta
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import need
-from torchrun_jobs import agent_env, free_port, stop_agents, tb_monitor_run, two_agent_command
+from torchrun_jobs import agent_env, free_port, stop_agents, tb_monitor_run
 
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid
-from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS, longest_over
 from tb_monitor.integrations.grad_wait import GradWait
 from tb_monitor.integrations.rank_health import RankHealth
 from tb_monitor.testing import capture
 
 SCRIPTS = Path(__file__).parent / "scripts"
-DDP_SCRIPT = SCRIPTS / "users" / "ddp_multinode.py"
 SHARDED_SCRIPT = SCRIPTS / "train_sharded.py"
 GRAD_WAITS = contract.stat_tag(contract.RANK_GRAD_WAIT, "count")
 WINDOW_S = 1.0
@@ -196,57 +191,6 @@ def _run(logdir: Path, command: list[str], agents: int, **env: str) -> None:
         for output in outputs:
             output.close()
     assert codes == [0] * agents, "\n".join(log.read_text()[-3000:] for log in logs)
-
-
-def _ddp_job(tmp_path_factory, name: str, **env: str) -> RankGrid:
-    logdir = tmp_path_factory.mktemp(name) / "logs"
-    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
-    command = two_agent_command(logdir, DDP_SCRIPT, run_id, "25", "1000", max_restarts=0)
-    _run(logdir, command, agents=2, **env)
-    return RankGrid.from_logdir(logdir, window_s=WINDOW_S)
-
-
-@pytest.fixture(scope="module")
-def ddp_slow_rank(tmp_path_factory) -> RankGrid:
-    """The user-style DDP script on 2 agents x 2 workers, rank 1's forward twice as slow."""
-    return _ddp_job(tmp_path_factory, "ddp-slow", SLOW_RANK="1", SLOW_FACTOR="2")
-
-
-def _flagged_within(grid: RankGrid, windows: int) -> list[int]:
-    """The ranks flagged by the job's first ``windows`` windows with steps."""
-    columns = np.flatnonzero((grid.steps > 0).all(axis=0))[:windows]
-    first = grid.relative[:, : columns[-1] + 1]
-    longest = longest_over(first, FLAG_THRESHOLD, present=grid.steps[:, : columns[-1] + 1] > 0)
-    return [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)]
-
-
-@pytest.mark.slow
-def test_under_ddp_the_rank_with_the_slow_forward_is_the_only_straggler(ddp_slow_rank):
-    """Unchanged DDP script, rank 1's forward 2x slower: rank 1 alone is flagged."""
-    assert [s.rank for s in ddp_slow_rank.stragglers()] == [1]
-
-
-@pytest.mark.slow
-def test_under_ddp_the_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
-    """The first three windows with steps already flag rank 1, and only it."""
-    assert _flagged_within(ddp_slow_rank, FLAG_WINDOWS) == [1]
-
-
-@pytest.mark.slow
-def test_under_ddp_every_rank_records_its_wait_for_the_all_reduces(ddp_slow_rank):
-    """Each rank waited in DDP's all-reduces; the fast ones longer than the slow rank 1.
-    (A healthy DDP job flagging nothing: ``test_users_jobs``, through the report.)"""
-    waits = np.nanmedian(ddp_slow_rank.collective_s, axis=1)
-    assert (waits > 0).all()
-    assert waits[ddp_slow_rank.ranks.index(1)] < min(np.delete(waits, ddp_slow_rank.ranks.index(1)))
-
-
-@pytest.mark.slow
-def test_ddp_step_times_have_a_median_and_p95_per_window(ddp_slow_rank):
-    """Each rank's windows carry its step time median and p95 (p95 at least the median)."""
-    has = ddp_slow_rank.steps > 0
-    p50, p95 = ddp_slow_rank.step_p50[has], ddp_slow_rank.step_p95[has]
-    assert np.isfinite(p50).all() and (p95 >= p50).all()
 
 
 @pytest.mark.slow

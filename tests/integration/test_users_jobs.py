@@ -3,7 +3,8 @@ as two-node jobs under ``tb-monitor run`` and plain torchrun, faults injected fr
 
 Each scenario is one real 2-agent x 2-worker job (``tests/users_jobs.py``), shared by the tests
 that read it. Fault scenarios run once under each launcher, so shutdown times are compared side
-by side on the same loaded machine; time bounds are generous and relative.
+by side on the same loaded machine; time bounds are generous and relative. A preemption (SIGTERM
+to every agent) is ``test_shutdown_torchrun``'s scenario "agent-sigterm", on the same script.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import need
 from users_jobs import (
@@ -28,6 +30,9 @@ from users_jobs import (
     script_lines,
     user_job,
 )
+
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS, longest_over
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
@@ -52,6 +57,14 @@ class Ended:
     shutdown_s: float | None  # after the fault, until every process exited; None: some never did
     leftover: str = ""  # what still ran when the wait gave up
     fault_ranks: tuple[int, ...] = ()  # the ranks the fault hit directly
+    logdir: Path | None = None  # under tb-monitor run
+
+    def grid(self) -> RankGrid:
+        """The job's rank-health grid, read back from its logdir."""
+        assert self.logdir is not None
+        return RankGrid.from_logdir(
+            self.logdir, window_s=float(SHORT_WINDOWS["TB_MONITOR_RANK_WINDOW_S"])
+        )
 
     def lines(self) -> list[str]:
         return script_lines(self.output)
@@ -66,7 +79,8 @@ def finish(job: UserJob, fault_ranks: tuple[int, ...] = (), timeout: float = 150
         leftover = str(exc)
     job.stop()
     report = job.report() if job.monitored else None
-    return Ended(job.returncodes, job.output(), report, shutdown_s, leftover, fault_ranks)
+    logdir = job.logdir if job.monitored else None
+    return Ended(job.returncodes, job.output(), report, shutdown_s, leftover, fault_ranks, logdir)
 
 
 def run_healthy(tmp: Path, script: Path, *args: str, env: dict[str, str]) -> dict[bool, Ended]:
@@ -109,20 +123,11 @@ def terminate_agent(job: UserJob) -> tuple[int, ...]:
     return (2, 3)
 
 
-def preempt_job(job: UserJob) -> tuple[int, ...]:
-    """SIGTERM to both agents, as a scheduler preempting the whole job."""
-    for node in range(2):
-        job.signal_agent(node, signal.SIGTERM)
-    return (0, 1, 2, 3)
-
-
-def run_fault(
-    tmp: Path, fault: Fault, launchers: tuple[bool, ...] = (False, True)
-) -> dict[bool, Ended]:
+def run_fault(tmp: Path, fault: Fault) -> dict[bool, Ended]:
     """The long DDP job, hit by ``fault`` once it trains, under each launcher in turn (plain
     torchrun: False, tb-monitor run: True)."""
     ended = {}
-    for monitored in launchers:
+    for monitored in (False, True):
         with user_job(
             tmp / str(monitored), DDP, *LONG_DDP_ARGS, monitored=monitored, env=SHORT_WINDOWS
         ) as job:
@@ -177,13 +182,6 @@ def agent_terminated(tmp_path_factory) -> dict[bool, Ended]:
     """The DDP job whose node B's agent gets SIGTERM."""
     need("torch")
     return run_fault(tmp_path_factory.mktemp("sigterm"), terminate_agent)
-
-
-@pytest.fixture(scope="module")
-def job_preempted(tmp_path_factory) -> Ended:
-    """The DDP job whose two agents get SIGTERM, under tb-monitor run."""
-    need("torch")
-    return run_fault(tmp_path_factory.mktemp("preempted"), preempt_job, launchers=(True,))[True]
 
 
 @dataclass
@@ -301,19 +299,6 @@ def test_agent_terminated_shutdown_as_fast_as_plain_torchrun(agent_terminated):
     assert ours <= plain * SHUTDOWN_RATIO + SHUTDOWN_SLACK_S, (ours, plain)
 
 
-def test_preempted_job_every_process_exits(job_preempted):
-    """After SIGTERM to every agent (a preemption), every process of the job exits."""
-    assert job_preempted.shutdown_s is not None, job_preempted.leftover
-
-
-def test_preempted_job_report_says_terminated(job_preempted):
-    """A job preempted by SIGTERM to its agents is TERMINATED with torchrun's exit code."""
-    report, codes = job_preempted.report, job_preempted.returncodes
-    assert report["status"].upper() == "TERMINATED", json.dumps(report["jobs"])[:2000]
-    assert report["exit_code"] in codes and report["exit_code"] != 0, (report["exit_code"], codes)
-    assert [job["status"] for job in report["jobs"]] == ["TERMINATED"]
-
-
 # -- (d) SIGSTOP of a rank -----------------------------------------------------------------------
 
 
@@ -338,6 +323,34 @@ def test_slow_rank_is_the_only_straggler(ddp_slow_rank):
     ranks = ddp_slow_rank.report["ranks"]
     assert ddp_slow_rank.returncodes == [0, 0], ddp_slow_rank.output
     assert [s["rank"] for s in ranks["stragglers"]] == [1], json.dumps(ranks["slowest"])
+
+
+def test_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
+    """The first three windows with steps already flag rank 1, and only it."""
+    grid = ddp_slow_rank.grid()
+    columns = np.flatnonzero((grid.steps > 0).all(axis=0))[:FLAG_WINDOWS]
+    last = columns[-1] + 1
+    longest = longest_over(
+        grid.relative[:, :last], FLAG_THRESHOLD, present=grid.steps[:, :last] > 0
+    )
+    assert [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)] == [1]
+
+
+def test_every_rank_records_its_wait_for_the_all_reduces(ddp_slow_rank):
+    """Each rank waited in DDP's all-reduces; the fast ones longer than the slow rank 1."""
+    grid = ddp_slow_rank.grid()
+    waits = np.nanmedian(grid.collective_s, axis=1)
+    slow = grid.ranks.index(1)
+    assert (waits > 0).all() and waits[slow] < min(np.delete(waits, slow))
+
+
+def test_step_times_have_a_median_and_p95_per_window(ddp_slow_rank):
+    """Each rank's windows carry its step time median and p95 (p95 at least the median)."""
+    grid = ddp_slow_rank.grid()
+    has = grid.steps > 0
+    assert (
+        np.isfinite(grid.step_p50[has]).all() and (grid.step_p95[has] >= grid.step_p50[has]).all()
+    )
 
 
 def test_healthy_ddp_flags_nothing(ddp_healthy):
