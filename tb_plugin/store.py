@@ -57,7 +57,7 @@ from tb_plugin.columns import (
 )
 from tb_plugin.ingest import Ingest, Pending
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
-from tb_plugin.provider_store import ProviderStore, Want
+from tb_plugin.provider_store import ProviderStore, Want, cyclic_gc_paused
 from tb_plugin.records import read_series
 
 __all__ = [
@@ -237,7 +237,8 @@ class TimelineStore(Ingest, ProviderStore):
             doubled = self._folded + len(self._t) >= RESORT_GROWTH * len(shown[0].t)
             if not doubled or progress[0] >= RESORT_BEFORE * progress[1]:
                 return shown
-        self._shown = (self._sorted_columns(), self.generation)
+        with cyclic_gc_paused():
+            self._shown = (self._sorted_columns(), self.generation)
         return self._shown
 
     def _sorted_columns(self) -> Columns:

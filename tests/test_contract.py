@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tb_monitor import contract
 from tb_monitor.contract import runs
+from tb_monitor.contract._binary import from_b64, json_value
 
 
 @pytest.mark.parametrize(
@@ -116,3 +117,23 @@ def test_any_role_keeps_its_rank():
     """A role with spaces or non-ASCII letters still reads back its rank."""
     env = {"TORCHELASTIC_RUN_ID": "job", "RANK": "5", "ROLE_NAME": "数据 loader"}
     assert contract.rank_of(runs.run_name_from_env(env)) == 5
+
+
+def test_json_value_reads_what_json_loads_reads():
+    """The C scanner's fast path gives json.loads' value, whitespace around it included."""
+    for text in ['{"t0":1.5,"ix":{}}', ' {"a": [1, 2]} ', "[]", '"x"']:
+        assert json_value(text) == json.loads(text)
+
+
+def test_json_value_says_why_text_is_not_json():
+    """Text that is not JSON is json.loads' own ValueError."""
+    with pytest.raises(ValueError, match="Extra data"):
+        json_value('{"a":1} {"b":2}')
+
+
+def test_from_b64_rejects_what_is_not_base64():
+    """Characters outside the alphabet or bad padding are a ValueError, never skipped."""
+    assert from_b64("AAECAw==") == bytes([0, 1, 2, 3])
+    for text in ["AAEC Aw==", "AAECAw", "AA*CAw=="]:
+        with pytest.raises(ValueError):
+            from_b64(text)

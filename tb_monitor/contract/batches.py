@@ -14,14 +14,20 @@ A version-1 record is a scalar tensor. Version 4 (``columnar``) holds the events
 from __future__ import annotations
 
 import array
-import base64
 import binascii
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.contract._binary import base64_le, bytes_le, from_le, time_offsets
+from tb_monitor.contract._binary import (
+    base64_le,
+    bytes_le,
+    from_b64,
+    from_le,
+    json_value,
+    time_offsets,
+)
 from tb_monitor.contract.columnar import ColumnarBatch, ParsedRecord, is_columnar, parse_columnar
 
 if TYPE_CHECKING:
@@ -79,12 +85,11 @@ def decode_records(
     payloads: list[str] = []
     errors: list[tuple[int, str]] = []
     found: list[tuple[int, ParsedRecord]] = []
-    memo: dict[str, Any] = {}  # version 4's values, parsed, by their text
+    memo: dict[Any, Any] = {}  # version 4's values, parsed, by their text (str or bytes)
     for where, (values, wall_time, batched) in enumerate(records):
-        strings = [v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v) for v in values]
         try:
             if batched:
-                t0, dt, ids = _batch_index(strings, memo)
+                t0, dt, ids = _batch_index(values, memo)
                 if isinstance(dt, ParsedRecord):
                     if columnar:
                         found.append((where, dt))
@@ -92,9 +97,9 @@ def decode_records(
                     strings, which = ColumnarBatch(dt).distinct()
                     dt, ids = dt.dt, which.astype("<u4").tobytes()
                 else:
-                    strings = strings[1:]
-            elif strings:
-                t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, strings[:1]
+                    strings = [_text(v) for v in values[1:]]
+            elif len(values):
+                t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, [_text(values[0])]
             else:
                 raise ValueError("a timeline record without a payload")
         except ValueError as exc:
@@ -118,21 +123,28 @@ def decode_records(
     return DecodedRecords(times, record, payload, payloads, errors, found)
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 _ONE_OFFSET = bytes(8)  # a version-1 record: one event at the record's time
 _ONE_POSITION = bytes(4)
 
 
-def _batch_index(values: list[str], memo: dict[str, Any] | None = None) -> tuple[float, Any, bytes]:
+def _batch_index(
+    values: Sequence[str | bytes], memo: dict[Any, Any] | None = None
+) -> tuple[float, Any, bytes]:
     """A version-2 or -3 record's ``t0`` and its events' offsets (int64 µs) and positions
     (uint32) as little-endian bytes, checked to describe its payloads (``values[1:]``); a
-    version-4 record's ``(t0, ParsedRecord, b"")``."""
+    version-4 record's ``(t0, ParsedRecord, b"")``: its values string is decoded only the
+    first time ``memo`` meets it (a node's keep-alive runs share it, record after record)."""
     if len(values) < 2:
         raise ValueError(
             f"a batched timeline record needs an index and a payload, got {len(values)} values"
         )
-    raw = values[0]
+    raw = _text(values[0])
     try:
-        index = json.loads(raw)
+        index = json_value(raw)
     except ValueError as exc:
         raise ValueError(f"batch index is not JSON ({exc}): {raw!r:.200}") from None
     if not isinstance(index, dict):
@@ -160,13 +172,13 @@ def _batch_index(values: list[str], memo: dict[str, Any] | None = None) -> tuple
 
 def _binary_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
     """Version 3: base64 of little-endian int64 offsets and uint32 positions."""
-    dt = base64.b64decode(index["dt_le64"], validate=True)
+    dt = from_b64(index["dt_le64"])
     events = len(dt) // 8
     if not events or len(dt) % 8:
         raise ValueError("dt_le64 is not a whole number of int64 offsets")
     if "p_le32" not in index:
         return dt, bytes(4 * events)  # every event is payload 0
-    ids = base64.b64decode(index["p_le32"], validate=True)
+    ids = from_b64(index["p_le32"])
     if len(ids) != 4 * events:
         raise ValueError("p_le32 does not hold one uint32 position per offset")
     if max(from_le(array.array("I"), ids)) >= payloads:

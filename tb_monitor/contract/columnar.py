@@ -24,7 +24,6 @@ keep-alives share every value, its distinct rendezvous events all but their mess
 from __future__ import annotations
 
 import array
-import base64
 import binascii
 import json
 import os
@@ -32,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.contract._binary import base64_le, time_offsets
+from tb_monitor.contract._binary import base64_le, from_b64, json_value, time_offsets
 
 if TYPE_CHECKING:
     import numpy as np
@@ -150,7 +149,7 @@ def is_columnar(index: dict[str, Any]) -> bool:
     return "ix" in index
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: a day makes 300k, and a frozen one's __init__ costs 2x
 class ParsedRecord:
     """One version-4 record, checked: its columns' values and the varying ones' positions."""
 
@@ -166,7 +165,7 @@ class ParsedRecord:
 
 
 def parse_columnar(
-    index: dict[str, Any], raw_values: str, memo: dict[str, Any] | None = None
+    index: dict[str, Any], raw_values: str | bytes, memo: dict[Any, Any] | None = None
 ) -> ParsedRecord:
     """A version-4 record (``index`` parsed from its first string, ``raw_values`` its second),
     checked: a ValueError says what does not fit. Two JSON parses and a few numpy calls; with
@@ -176,7 +175,7 @@ def parse_columnar(
         t0 = index["t0"]
         if type(t0) not in (int, float) or not abs(t0) < 2**62:  # NaN and inf fail too
             raise ValueError("t0 is not a number of seconds")
-        dt = base64.b64decode(index["dt_le64"], validate=True)
+        dt = from_b64(index["dt_le64"])
         events = len(dt) // 8
         if not events or len(dt) % 8:
             raise ValueError("dt_le64 is not a whole number of int64 offsets")
@@ -188,10 +187,14 @@ def parse_columnar(
                     memo.clear()
                 memo[raw_values] = found
         shapes, values = found.shapes, found.values
-        ix = {
-            key: _index_column(raw, events, len(values[key]) + 1)
-            for key, raw in index["ix"].items()
-        }
+        raw_ix = index["ix"]
+        if type(raw_ix) is not dict:
+            raise ValueError("ix is not an object")
+        ix = (
+            {key: _index_column(raw, events, len(values[key]) + 1) for key, raw in raw_ix.items()}
+            if raw_ix
+            else {}
+        )
         raw_shape = index.get("shape_ix")
         shape_ix = None if raw_shape is None else _index_column(raw_shape, events, len(shapes))
         record = ParsedRecord(t0, dt, shapes, shape_ix, values, ix)
@@ -206,8 +209,10 @@ def parse_columnar(
 class _Values:
     """A record's values string, parsed: its shapes and its columns' values."""
 
-    def __init__(self, raw: str) -> None:
-        doc = json.loads(raw)
+    def __init__(self, raw: str | bytes) -> None:
+        if isinstance(raw, bytes):
+            raw = raw.decode("utf-8", "replace")
+        doc = json_value(raw)
         if type(doc) is not dict or doc.keys() != {"shapes", "columns"}:
             raise ValueError(f"values is not an object of shapes and columns: {raw!r:.100}")
         if type(doc["columns"]) is not dict or type(doc["shapes"]) is not list:
@@ -221,7 +226,7 @@ def _index_column(raw: str, events: int, count: int) -> np.ndarray:
     """Per event a position below ``count``."""
     import numpy as np
 
-    data = base64.b64decode(raw, validate=True)
+    data = from_b64(raw)
     width = len(data) // events
     if width not in (1, 2, 4) or width * events != len(data):
         raise ValueError(f"{len(data)} bytes are not one position per event of {events}")

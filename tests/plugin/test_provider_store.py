@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from plugin_helpers import local_provider, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.testing import generate_rank_windows
-from tb_plugin.provider_store import REFRESH_INTERVAL_S
+from tb_plugin.provider_store import REFRESH_INTERVAL_S, cyclic_gc_paused
 from tb_plugin.ranks import RankStore
 from tb_plugin.store import TimelineStore
 
@@ -75,3 +77,31 @@ def test_an_unforced_refresh_soon_after_lists_nothing(logdir, make):
     assert (store.refresh(ctx), provider.count) == (generation, 1)
     clock.now += REFRESH_INTERVAL_S
     assert (store.refresh(ctx), provider.count) == (generation, 2)
+
+
+def test_the_cyclic_collector_is_paused_until_the_last_pause_ends():
+    """Nested pauses keep the collector off until the outermost ends, which turns it back on."""
+    assert gc.isenabled()
+    with cyclic_gc_paused():
+        with cyclic_gc_paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_a_pause_leaves_a_collector_that_was_off_off():
+    """A collector someone else turned off stays off after a pause."""
+    gc.disable()
+    try:
+        with cyclic_gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_a_read_that_raises_still_ends_its_pause():
+    """An exception out of a paused read ends the pause."""
+    with pytest.raises(RuntimeError), cyclic_gc_paused():
+        raise RuntimeError("a read failed")
+    assert gc.isenabled()
