@@ -177,13 +177,21 @@ class UserJob:
         os.kill(self.worker_pid(rank), signum)
 
     # -- the end ---------------------------------------------------------------------------
+    def running(self, nodes: tuple[int, ...] = (0, 1)) -> list[int]:
+        """The processes of ``nodes`` (agents and every worker seen under them) still alive."""
+        self.processes()
+        return [pid for pid, node in self._seen.items() if node in nodes and _alive(pid)]
+
+    def describe(self, pids: list[int]) -> str:
+        """What ``pids`` are (for a message naming what still runs)."""
+        return _describe(pids)
+
     def wait(self, timeout: float = JOB_TIMEOUT, nodes: tuple[int, ...] = (0, 1)) -> float:
         """Wait until the agents of ``nodes`` and every worker seen under them have exited; the
         seconds it took. Raises TimeoutError naming what still runs after ``timeout``."""
         start = time.monotonic()
         while True:
-            self.processes()
-            alive = [pid for pid, node in self._seen.items() if node in nodes and _alive(pid)]
+            alive = self.running(nodes)
             if not alive:
                 return time.monotonic() - start
             if time.monotonic() - start > timeout:
@@ -214,9 +222,11 @@ def start_job(
     monitored: bool = True,
     env: dict[str, str] | None = None,
     max_restarts: int = 0,
+    nodes: int = 2,
 ) -> UserJob:
-    """Start the two agents of one job of ``script ARGS`` in ``workdir`` (its logdir is
-    ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or plain torchrun."""
+    """Start the agents (``nodes``, 2 workers each) of one job of ``script ARGS`` in
+    ``workdir`` (its logdir is ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or
+    plain torchrun."""
     run_id = f"user-{uuid.uuid4().hex[:8]}"
     launcher = ["run", "--logdir", str(workdir / "logs")] if monitored else []
     command = [
@@ -225,10 +235,10 @@ def start_job(
             if monitored
             else [sys.executable, "-m", "torch.distributed.run"]
         ),
-        *two_agent_args(script, run_id, *args, max_restarts=max_restarts),
+        *two_agent_args(script, run_id, *args, max_restarts=max_restarts, nnodes=nodes),
     ]
     agents = []
-    for node in range(2):
+    for node in range(nodes):
         cwd = workdir / f"node{node}"
         cwd.mkdir(parents=True, exist_ok=True)
         with open(cwd / "output.txt", "w") as log:
