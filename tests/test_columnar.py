@@ -1,5 +1,6 @@
-"""Content version 4 (columns): any events round-trip byte for byte, a damaged record is named,
-distinct keep-alives share a record, and versions 1, 3 and 4 read back as the same DataFrame."""
+"""Content versions 4 and 5 (columns): any events round-trip byte for byte, a damaged record is
+named, version 5's steps read as version 4's offsets, distinct keep-alives share a record, and
+versions 1, 3 and 5 read back as the same DataFrame."""
 
 from __future__ import annotations
 
@@ -73,6 +74,9 @@ def test_a_payload_json_dumps_would_not_give_back_is_left_to_version_3(payload):
         lambda index, values: (index, _columns(values, message=[])),
         lambda index, values: (index, "[1]"),
         lambda index, values: (index, _columns(values, name={"affix": 1})),
+        lambda index, values: ({**index, "dd_le32": "AAAA"}, values),  # 3 bytes: no whole step
+        lambda index, values: ({**index, "dd_le32": "AAAAAAAAAAA="}, values),  # 3 events' steps
+        lambda index, values: ({"t0": T0, "ix": index["ix"]}, values),  # no times at all
     ],
 )
 def test_a_damaged_columnar_record_is_named(damage):
@@ -81,6 +85,49 @@ def test_a_damaged_columnar_record_is_named(damage):
     index, values = damage(json.loads(index), values)
     with pytest.raises(ValueError, match="columnar"):
         _events([json.dumps(index), values])
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    gaps=st.lists(st.integers(0, 2**33) | st.integers(0, 10**7), min_size=1, max_size=30),
+    back=st.booleans(),
+)
+def test_version_5_steps_read_as_the_offsets_of_version_4(gaps, back):
+    """Times in order with gaps under 71 min are stored as uint32 steps (else as int64
+    offsets), and read back as the very doubles version 4's offsets of the same times give."""
+    offsets = [sum(gaps[: i + 1]) - gaps[0] for i in range(len(gaps))]
+    if back and len(offsets) > 1:
+        offsets[-1] = offsets[-2] - 1  # an event before the one before it
+    times = [T0 + offset * 1e-6 for offset in offsets]
+    index, values = contract.encode_columnar(times, [_rdzv("a")], [0] * len(times))
+    parsed = json.loads(index)
+    stepped = all(0 <= b - a < 2**32 for a, b in zip(offsets[:-1], offsets[1:], strict=True))
+    assert ("dd_le32" in parsed) == stepped and ("dt_le64" in parsed) != stepped
+    written = [round((t - T0) * 1e6) for t in times]
+    version_4 = {"t0": T0, "dt_le64": _int64_base64(written), "ix": parsed["ix"]}
+    assert [t for t, _ in _events([index, values])] == [
+        t for t, _ in _events([json.dumps(version_4), values])
+    ]
+
+
+def test_records_of_both_time_forms_merge_as_each_alone():
+    """One merge of stepped and offset records gives each record's own times."""
+    runs = [[T0, T0 + 5], [T0 + 9, T0 + 3], [T0 + 1], [T0 + 2, T0 + 2, T0 + 4000]]
+    records = []
+    for times in runs:
+        strings = contract.encode_columnar(times, [_rdzv("a")], [0] * len(times))
+        records += [r for _, r in contract.decode_records([(strings, 0.0, True)], True).columnar]
+    merged = contract.merge_columnar(records).times.tolist()
+    alone = [t for r in records for t in contract.merge_columnar([r]).times.tolist()]
+    assert merged == alone == pytest.approx([t for times in runs for t in times], abs=1e-6)
+
+
+def _int64_base64(values: list[int]) -> str:
+    import base64
+
+    import numpy as np
+
+    return base64.b64encode(np.asarray(values, dtype="<i8").tobytes()).decode()
 
 
 def _columns(values: str, shapes: list | None = None, **columns) -> str:
@@ -151,7 +198,7 @@ def _write(logdir, version: int) -> None:
             writer.add_summary(summary, wall_time=times[0])
 
 
-def test_versions_1_3_and_4_read_back_as_the_same_dataframe(tmp_path):
+def test_versions_1_3_and_5_read_back_as_the_same_dataframe(tmp_path):
     """read_events gives the same DataFrame for the same events in any content version."""
     pandas = need("pandas")
     frames = []

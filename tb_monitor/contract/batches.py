@@ -95,7 +95,7 @@ def decode_records(
                         found.append((where, dt))
                         continue
                     strings, which = ColumnarBatch(dt).distinct()
-                    dt, ids = dt.dt, which.astype("<u4").tobytes()
+                    dt, ids = dt.offsets(), which.astype("<u4").tobytes()
                 else:
                     strings = [_text(v) for v in values[1:]]
             elif len(values):

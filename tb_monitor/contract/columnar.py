@@ -1,4 +1,4 @@
-"""Content version 4: a timeline record's events as columns, a struct of arrays.
+"""Content versions 4 and 5: a timeline record's events as columns, a struct of arrays.
 
 A rank-1 string tensor ``[index, values]``. Each event is a JSON object (as torch serializes
 it); each top-level key is a *column*. ``values`` is a JSON object: ``shapes``, the key lists
@@ -8,8 +8,11 @@ count) as ``{"affix": [start, end], "middles": [...]}``, each value ``start + mi
 A node's keep-alive runs have the same ``values`` text record after record: a reader parses it
 once. ``index`` is a JSON object:
 
-- ``t0``, ``dt_le64``: the first event's wall time and each event's microseconds after it, as in
-  version 3 (little-endian int64, base64);
+- ``t0``, the first event's wall time, and the events' times in microseconds: version 5 writes
+  ``dd_le32``, each event's after the one before it (little-endian uint32, one fewer than the
+  events, base64; half the bytes of a run of keep-alives), and ``dt_le64``, each event's after
+  ``t0`` as in versions 3 and 4 (little-endian int64, base64), where an event comes before the
+  one before it or over 71 minutes after it. Either key reads in either version;
 - ``shape_ix``: each event's shape (absent: all the first);
 - ``ix``: per column whose value varies, each event's value position, ``len(values[column])``
   where the event lacks the key, as little-endian unsigned integers of 1, 2 or 4 bytes (as few
@@ -31,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.contract._binary import base64_le, from_b64, json_value, time_offsets
+from tb_monitor.contract._binary import base64_le, from_b64, json_value, time_steps
 
 if TYPE_CHECKING:
     import numpy as np
@@ -76,7 +79,7 @@ def encode_columnar(
             if found == len(values[key]):
                 values[key].append(value)
             at[key][position] = found
-    index: dict[str, Any] = time_offsets(times)
+    index: dict[str, Any] = time_steps(times)
     if len(shapes) > 1:
         index["shape_ix"] = _positions([shape_of[p] for p in payload_ids], len(shapes))
     index["ix"] = {}
@@ -145,23 +148,37 @@ def _positions(values: list[int], count: int) -> str:
 
 
 def is_columnar(index: dict[str, Any]) -> bool:
-    """Whether a batch index (versions 2 to 4) is version 4's."""
+    """Whether a batch index (versions 2 to 5) is version 4 or 5 (columns)."""
     return "ix" in index
 
 
 @dataclass(slots=True)  # not frozen: a day makes 300k, and a frozen one's __init__ costs 2x
 class ParsedRecord:
-    """One version-4 record, checked: its columns' values and the varying ones' positions."""
+    """One version-4 or -5 record, checked: its columns' values and the varying ones'
+    positions."""
 
     t0: float
-    dt: bytes  # int64 microseconds after t0, little-endian, per event
+    dt: bytes  # int64 microseconds after t0, little-endian, per event (empty with ``steps``)
     shapes: list[tuple[str, ...]]
     shape_ix: np.ndarray | None  # per event its shape (None: all the first)
     values: dict[str, list[Any]]
     ix: dict[str, np.ndarray]  # the varying columns' positions (len(values): absent)
+    steps: bytes | None = (
+        None  # uint32 microseconds after the event before, per event but the first
+    )
 
     def __len__(self) -> int:
-        return len(self.dt) // 8
+        return len(self.dt) // 8 if self.steps is None else len(self.steps) // 4 + 1
+
+    def offsets(self) -> bytes:
+        """Each event's int64 microseconds after ``t0``, little-endian."""
+        if self.steps is None:
+            return self.dt
+        import numpy as np
+
+        out = np.zeros(len(self), dtype="<i8")
+        np.cumsum(np.frombuffer(self.steps, dtype="<u4"), dtype=np.int64, out=out[1:])
+        return out.tobytes()
 
 
 def parse_columnar(
@@ -175,10 +192,8 @@ def parse_columnar(
         t0 = index["t0"]
         if type(t0) not in (int, float) or not abs(t0) < 2**62:  # NaN and inf fail too
             raise ValueError("t0 is not a number of seconds")
-        dt = from_b64(index["dt_le64"])
-        events = len(dt) // 8
-        if not events or len(dt) % 8:
-            raise ValueError("dt_le64 is not a whole number of int64 offsets")
+        dt, steps = _times(index)
+        events = len(dt) // 8 if steps is None else len(steps) // 4 + 1
         found = None if memo is None else memo.get(raw_values)
         if found is None:
             found = _Values(raw_values)
@@ -197,13 +212,26 @@ def parse_columnar(
         )
         raw_shape = index.get("shape_ix")
         shape_ix = None if raw_shape is None else _index_column(raw_shape, events, len(shapes))
-        record = ParsedRecord(t0, dt, shapes, shape_ix, values, ix)
+        record = ParsedRecord(t0, dt, shapes, shape_ix, values, ix, steps)
         if ix or shape_ix is not None or not found.checked:  # else: as another record's
             _check_shapes(record)
             found.checked = not ix and shape_ix is None
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise ValueError(f"columnar index does not describe its events ({exc})") from None
     return record
+
+
+def _times(index: dict[str, Any]) -> tuple[bytes, bytes | None]:
+    """A record's int64 offsets (``dt_le64``) or its uint32 steps (``dd_le32``), checked."""
+    if "dt_le64" in index:
+        dt = from_b64(index["dt_le64"])
+        if not dt or len(dt) % 8:
+            raise ValueError("dt_le64 is not a whole number of int64 offsets")
+        return dt, None
+    steps = from_b64(index["dd_le32"])
+    if len(steps) % 4:
+        raise ValueError("dd_le32 is not a whole number of uint32 steps")
+    return b"", steps
 
 
 class _Values:
@@ -316,6 +344,30 @@ class ColumnarEvents:
         return json.dumps({key: values[key][int(position[key][segment])] for key in shape})
 
 
+def _offsets(records: list[ParsedRecord], counts: np.ndarray) -> np.ndarray:
+    """Every event's int64 microseconds after its record's ``t0``: the ``dt_le64`` records'
+    as they are, the ``dd_le32`` records' summed for all of them at once (one cumulative sum,
+    less each record's total before it)."""
+    import numpy as np
+
+    stepped = np.array([r.steps is not None for r in records], dtype=bool)
+    if not stepped.any():
+        return np.frombuffer(b"".join(r.dt for r in records), dtype="<i8")
+    out = np.empty(int(counts.sum()), dtype=np.int64)
+    per_event = np.repeat(stepped, counts)
+    out[~per_event] = np.frombuffer(b"".join(r.dt for r in records), dtype="<i8")
+    sums = np.frombuffer(
+        b"".join(_FIRST_STEP + r.steps for r in records if r.steps is not None), dtype="<u4"
+    ).cumsum(dtype=np.int64)
+    lengths = counts[stepped]
+    sums -= np.repeat(sums[np.cumsum(lengths) - lengths], lengths)
+    out[per_event] = sums
+    return out
+
+
+_FIRST_STEP = bytes(4)  # a stepped record's first event: at its t0
+
+
 def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
     """Records as one set of columns: numpy calls per column, Python per record only where a
     column varies within it (records sharing one parsed values, a memo's, share them here)."""
@@ -323,7 +375,7 @@ def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
 
     counts = np.array([len(r) for r in records], dtype=np.int64)
     times = np.repeat(np.array([r.t0 for r in records], dtype=np.float64), counts)
-    times += np.frombuffer(b"".join(r.dt for r in records), dtype="<i8") * 1e-6
+    times += _offsets(records, counts) * 1e-6
     mixed = np.array([bool(r.ix) or r.shape_ix is not None for r in records], dtype=bool)
     segments = np.where(mixed, counts, 1)
     first = np.concatenate([[0], np.cumsum(segments)]).tolist()  # each record's first segment

@@ -29,10 +29,11 @@ PLUGIN_NAME = "tb_monitor_timeline"
 #: Version of the timeline record layout, stored in ``SummaryMetadata.plugin_data.content``.
 #: Version 1: one event per record. Version 2: several events per record (``encode_batch``).
 #: Version 3: the same, with the record's index in binary. Version 4: the events as columns
-#: (``encode_columnar``), what the writer writes. Readers tell them apart per record,
+#: (``encode_columnar``). Version 5, what the writer writes: version 4 with the events' times
+#: as uint32 steps (``dd_le32``) where they fit. Readers tell them apart per record,
 #: by the tensor's rank and the index's keys (TensorBoard keeps a tag's first
 #: metadata only, and a restarted writer may continue a version-1 run).
-CONTENT_VERSION = 4
+CONTENT_VERSION = 5
 
 #: Name torch.monitor gives the event it logs when a Stat window closes.
 STAT_EVENT = "torch.monitor.Stat"
