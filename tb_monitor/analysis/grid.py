@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -288,7 +288,7 @@ class RankGrid:
         now: float | None = None,
         factor: float = STALL_FACTOR,
         floor_s: float = STALL_FLOOR_S,
-        seen_silent: Mapping[str, float] | Collection[str] = (),
+        seen_silent: Mapping[str, float] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
@@ -302,11 +302,11 @@ class RankGrid:
             for row, run in enumerate(self.runs)
             if "since_step_s" in self.beats.get(run, {})
         }
+        seen_silent = seen_silent or {}
         unheard = [run for run in seen_silent if run not in self.runs]
         if beats:  # a rank recorded nothing: silent since its agent saw it so, at the latest
             for row, run in enumerate(unheard, start=len(self.runs)):
-                seen_at = seen_silent.get(run) if isinstance(seen_silent, Mapping) else None
-                beats[row] = {"wall_time": seen_at or 0.0, "since_step_s": 0.0}
+                beats[row] = {"wall_time": seen_silent[run], "since_step_s": 0.0}
         found = stalled_ranks(
             beats,
             {row: float(np.nan_to_num(typical[row])) for row in beats if row < len(self.runs)},

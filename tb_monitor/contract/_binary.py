@@ -15,6 +15,7 @@ __all__ = [
     "bytes_le",
     "from_b64",
     "from_le",
+    "int64_offsets",
     "json_value",
     "time_offsets",
     "time_steps",
@@ -60,7 +61,7 @@ def time_steps(times: Sequence[float]) -> dict[str, float | str]:
     offsets = [round((t - t0) * 1e6) for t in times]
     steps = [later - earlier for earlier, later in zip(offsets[:-1], offsets[1:], strict=True)]
     if steps and not (min(steps) >= 0 and max(steps) <= _MAX_STEP):
-        return {"t0": t0, "dt_le64": base64_le(array.array("q", offsets))}
+        return time_offsets(times)
     return {"t0": t0, "dd_le32": base64_le(array.array("I", steps))}
 
 
@@ -74,6 +75,14 @@ def from_b64(text: str | bytes) -> bytes:
     if sys.version_info >= (3, 11):
         return binascii.a2b_base64(text, strict_mode=True)
     return base64.b64decode(text, validate=True)
+
+
+def int64_offsets(text: str | bytes) -> bytes:
+    """A ``dt_le64`` column (versions 3 to 5), checked to hold whole int64 offsets, one at least."""
+    dt = from_b64(text)
+    if not dt or len(dt) % 8:
+        raise ValueError("dt_le64 is not a whole number of int64 offsets")
+    return dt
 
 
 def json_value(raw: str) -> Any:

@@ -25,6 +25,7 @@ from tb_monitor.contract._binary import (
     bytes_le,
     from_b64,
     from_le,
+    int64_offsets,
     json_value,
     time_offsets,
 )
@@ -172,10 +173,8 @@ def _batch_index(
 
 def _binary_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
     """Version 3: base64 of little-endian int64 offsets and uint32 positions."""
-    dt = from_b64(index["dt_le64"])
+    dt = int64_offsets(index["dt_le64"])
     events = len(dt) // 8
-    if not events or len(dt) % 8:
-        raise ValueError("dt_le64 is not a whole number of int64 offsets")
     if "p_le32" not in index:
         return dt, bytes(4 * events)  # every event is payload 0
     ids = from_b64(index["p_le32"])

@@ -34,7 +34,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from tb_monitor.contract._binary import base64_le, from_b64, json_value, time_steps
+from tb_monitor.contract._binary import (
+    base64_le,
+    from_b64,
+    int64_offsets,
+    json_value,
+    time_steps,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -163,9 +169,8 @@ class ParsedRecord:
     shape_ix: np.ndarray | None  # per event its shape (None: all the first)
     values: dict[str, list[Any]]
     ix: dict[str, np.ndarray]  # the varying columns' positions (len(values): absent)
-    steps: bytes | None = (
-        None  # uint32 microseconds after the event before, per event but the first
-    )
+    #: uint32 microseconds after the event before, per event but the first (None: ``dt``)
+    steps: bytes | None = None
 
     def __len__(self) -> int:
         return len(self.dt) // 8 if self.steps is None else len(self.steps) // 4 + 1
@@ -176,9 +181,7 @@ class ParsedRecord:
             return self.dt
         import numpy as np
 
-        out = np.zeros(len(self), dtype="<i8")
-        np.cumsum(np.frombuffer(self.steps, dtype="<u4"), dtype=np.int64, out=out[1:])
-        return out.tobytes()
+        return _offsets([self], np.array([len(self)], dtype=np.int64)).astype("<i8").tobytes()
 
 
 def parse_columnar(
@@ -224,10 +227,7 @@ def parse_columnar(
 def _times(index: dict[str, Any]) -> tuple[bytes, bytes | None]:
     """A record's int64 offsets (``dt_le64``) or its uint32 steps (``dd_le32``), checked."""
     if "dt_le64" in index:
-        dt = from_b64(index["dt_le64"])
-        if not dt or len(dt) % 8:
-            raise ValueError("dt_le64 is not a whole number of int64 offsets")
-        return dt, None
+        return int64_offsets(index["dt_le64"]), None
     steps = from_b64(index["dd_le32"])
     if len(steps) % 4:
         raise ValueError("dd_le32 is not a whole number of uint32 steps")
