@@ -1,31 +1,115 @@
-"""How the timeline store turns a series' records into events: its ingestion, one job.
+"""How the timeline store turns a chunk of records into events: decoding, then keeping.
 
-:class:`Ingest` is a part of :class:`~tb_plugin.store.TimelineStore` (its base): it decodes a
-series' new records (``contract.decode_records``) and appends their events to the store's
-append-only columns, interning each distinct record's fields once. Versions 1 to 3 come as
-distinct payloads, each decoded once (``contract.decode_record``); version 4 as numpy columns
-(:mod:`tb_plugin.batch_events`), one decode per group of alike events. The store owns the
-state it works on (see ``TimelineStore.__init__``) and the lock it runs under.
+Decoding is pure (:func:`decode_chunk`: records in, numpy columns and payloads out, no store
+state), so it may run anywhere: in TensorBoard's process, or in a helper process on another
+core (:mod:`tb_plugin.read_workers`) while the store keeps the chunk before. Keeping is
+:class:`Ingest`'s, a part of :class:`~tb_plugin.store.TimelineStore` (its base): it appends a
+decoded chunk's events to the store's append-only columns, interning each distinct record's
+fields once. Versions 1 to 3 come as distinct payloads, each decoded once
+(``contract.decode_record``); versions 4 and 5 as numpy columns (:mod:`tb_plugin.batch_events`),
+one decode per group of alike events. The store owns the state it works on (see
+``TimelineStore.__init__``) and the lock it runs under.
 """
 
 from __future__ import annotations
 
 import array
-from collections.abc import Callable
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.batch_events import Described, add_records, group_events
+from tb_plugin.batch_events import Described, Groups, add_records, group_events
 from tb_plugin.columns import Interner, Records, Texts
 from tb_plugin.records import Series
 
-__all__ = ["Ingest", "Pending"]
+__all__ = ["ColumnarChunk", "DecodedChunk", "Ingest", "SeriesEvents", "decode_chunk"]
 
 
-class Pending:
-    """Version-4 records of many series, waiting to be appended together."""
+@dataclass(frozen=True)
+class SeriesEvents:
+    """One series' new events of content versions 1 to 3."""
+
+    run: str
+    kind: str
+    steps: np.ndarray  # uintc, per record: its TensorBoard step
+    decoded: contract.DecodedRecords
+
+
+@dataclass(frozen=True)
+class ColumnarChunk:
+    """Many series' version-4 and -5 events, merged and grouped (``batch_events``)."""
+
+    events: contract.ColumnarEvents  # its times and segments (the values are in ``groups``)
+    groups: Groups
+    runs: list[str]  # per series
+    kinds: list[str]  # per series
+    record_steps: np.ndarray  # uintc, per record: its TensorBoard step
+
+
+@dataclass
+class DecodedChunk:
+    """A chunk of series' new records, decoded: what the store keeps."""
+
+    series: list[SeriesEvents] = dataclasses.field(default_factory=list)
+    columnar: ColumnarChunk | None = None
+    newest: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # step read
+    errors: list[tuple[str, str, int, str]] = dataclasses.field(default_factory=list)
+
+
+def decode_chunk(
+    data: Mapping[str, Mapping[str, Series]],
+    runs: list[str],
+    tags: list[str],
+    last: Mapping[tuple[str, str], int],
+) -> DecodedChunk:
+    """The records of ``runs`` x ``tags`` in ``data`` past each series' step ``last`` read,
+    decoded; an undecodable record is left out and named in ``errors`` (run, tag, step, why)."""
+    out, pending = DecodedChunk(), _Pending()
+    for run in runs:
+        for tag in tags:
+            series = data.get(run, {}).get(tag)
+            if series is not None:
+                _decode_series(run, tag, series, last.get((run, tag), -1), out, pending)
+    if pending.records:
+        events = contract.merge_columnar(pending.records)
+        groups = group_events(events, np.asarray(pending.record_series), pending.kinds)
+        steps = np.asarray(pending.record_steps, dtype=np.uintc)
+        kept = dataclasses.replace(events, values={}, position={})  # grouped: not needed again
+        out.columnar = ColumnarChunk(kept, groups, pending.runs, pending.kinds, steps)
+    return out
+
+
+def _decode_series(
+    run: str, tag: str, series: Series, last: int, out: DecodedChunk, pending: _Pending
+) -> None:
+    """A series' records past step ``last``: versions 1 to 3 into ``out``, the others into
+    ``pending`` (merged with many series' at once)."""
+    kind = contract.kind_of_tag(tag)
+    if kind is None or not series.steps:
+        return
+    out.newest[(run, tag)] = max(last, series.steps[-1])
+    fresh = [i for i, step in enumerate(series.steps) if step > last]
+    if not fresh:
+        return
+    records = series.records
+    if len(fresh) < len(records):
+        records = [records[i] for i in fresh]
+    decoded = contract.decode_records(records, columnar=True)
+    for position, why in decoded.errors:
+        out.errors.append((run, tag, series.steps[fresh[position]], f"ValueError: {why}"))
+    steps = np.minimum(np.asarray(series.steps, dtype=np.int64)[fresh], 2**32 - 1)
+    pending.add(run, kind, steps.tolist(), decoded.columnar)
+    if len(decoded.times):
+        decoded.columnar = []
+        out.series.append(SeriesEvents(run, kind, steps.astype(np.uintc), decoded))
+
+
+class _Pending:
+    """Version-4 and -5 records of many series, waiting to be merged together."""
 
     def __init__(self) -> None:
         self.records: list[contract.ParsedRecord] = []
@@ -48,7 +132,7 @@ class Pending:
 
 
 class Ingest:
-    """Decoding records into the store's columns (a mixin of ``TimelineStore``)."""
+    """Keeping decoded chunks in the store's columns (a mixin of ``TimelineStore``)."""
 
     _folded: int  # events already in the store's sorted columns; the others are appended
     _t: array.array
@@ -64,31 +148,18 @@ class Ingest:
     _names: Interner
     _msgs: Interner
     _texts: Texts
-    _skip: Callable[[str, str, int, Exception], None]  # count and log an undecodable record
+    _skip: Callable[[str, str, int, str], None]  # count and log an undecodable record
     _lane: Callable[[timeline.Lane, str], int]  # a lane's id, interned with its first run
 
-    def _ingest(self, run: str, tag: str, series: Series, later: Pending) -> int:
-        """Append a series' new version 1-3 events; leave its version-4 records in ``later``
-        (``_append_pending`` takes many series' at once); return how many were appended."""
-        kind = contract.kind_of_tag(tag)
-        last = self._last_step.get((run, tag), -1)
-        if kind is None or not series.steps:
-            return 0
-        self._last_step[(run, tag)] = max(last, series.steps[-1])
-        fresh = [i for i, step in enumerate(series.steps) if step > last]
-        if not fresh:
-            return 0
-        records = series.records
-        if len(fresh) < len(records):
-            records = [records[i] for i in fresh]
-        decoded = contract.decode_records(records, columnar=True)
-        for position, why in decoded.errors:
-            self._skip(run, tag, series.steps[fresh[position]], f"ValueError: {why}")
-        steps = np.minimum(np.asarray(series.steps, dtype=np.int64)[fresh], 2**32 - 1)
-        later.add(run, kind, steps.tolist(), decoded.columnar)
-        if not len(decoded.times):
-            return 0
-        return self._append(run, kind, steps.astype(np.uintc), decoded)
+    def _keep(self, chunk: DecodedChunk) -> int:
+        """Append a decoded chunk's events; return how many."""
+        self._last_step.update(chunk.newest)
+        for run, tag, step, why in chunk.errors:
+            self._skip(run, tag, step, why)
+        added = sum(self._append(s.run, s.kind, s.steps, s.decoded) for s in chunk.series)
+        if chunk.columnar is not None:
+            added += self._append_columnar(chunk.columnar)
+        return added
 
     def _append(
         self, run: str, kind: str, steps: np.ndarray, decoded: contract.DecodedRecords
@@ -106,7 +177,8 @@ class Ingest:
                     # A foreign or corrupt record under our tag: skip it rather than fail the view.
                     users = np.flatnonzero(decoded.payload == position)[:1]
                     step = int(steps[decoded.record[users]][0]) if len(users) else -1
-                    self._skip(run, contract.timeline_tag(kind), step, exc)
+                    why = f"{type(exc).__name__}: {exc}"
+                    self._skip(run, contract.timeline_tag(kind), step, why)
                     recs.append(-1)
                     continue
                 row.update(run=run, kind=kind, wall_time=0.0)
@@ -120,22 +192,20 @@ class Ingest:
         bounding = np.asarray([r >= 0 and rows[r] is not None for r in recs], dtype=bool)
         return self._append_events(times, record, steps, payload_rec[payload], bounding[payload])
 
-    def _append_pending(self, pending: Pending) -> int:
-        """Append many series' version-4 events at once: one decode per group of alike
+    def _append_columnar(self, chunk: ColumnarChunk) -> int:
+        """Append many series' version-4 and -5 events at once: one decode per group of alike
         events, then a record per (group, message), in numpy (a day's 7,000 series cost a few
         numpy calls, not each its own); return how many were decodable."""
-        events = contract.merge_columnar(pending.records)
-        record_series = np.asarray(pending.record_series, dtype=np.int64)
-        groups = group_events(events, record_series, pending.kinds)
+        events, groups = chunk.events, chunk.groups
         described: list[Described] = []
         for series, payload in zip(groups.series, groups.payloads, strict=True):
-            run, kind = pending.runs[series], pending.kinds[series]
+            run, kind = chunk.runs[series], chunk.kinds[series]
             try:
                 row = contract.decode_record(kind, payload)
             except (ValueError, TypeError, AttributeError) as exc:
                 segment = int(np.argmax(groups.group == len(described)))
-                step = pending.record_steps[int(events.segment_record[segment])]
-                self._skip(run, contract.timeline_tag(kind), step, exc)
+                step = int(chunk.record_steps[int(events.segment_record[segment])])
+                self._skip(run, contract.timeline_tag(kind), step, f"{type(exc).__name__}: {exc}")
                 described.append(None)
                 continue
             row.update(run=run, kind=kind, wall_time=0.0)
@@ -149,8 +219,7 @@ class Ingest:
         if not new.keep.all():
             keep = np.repeat(new.keep, events.length)
             times, record, rec, bounding = times[keep], record[keep], rec[keep], bounding[keep]
-        steps = np.asarray(pending.record_steps, dtype=np.uintc)
-        return self._append_events(times, record, steps, rec, bounding)
+        return self._append_events(times, record, chunk.record_steps, rec, bounding)
 
     def _append_events(
         self,

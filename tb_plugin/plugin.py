@@ -41,6 +41,7 @@ from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
 from tb_plugin.query import UnknownRunError, timeline_payload
 from tb_plugin.ranks import RankStore, ranks_payload
+from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.refresher import Refreshers
 from tb_plugin.requests import Query, RankQuery, RequestError, event_id
 from tb_plugin.store import TimelineStore, UnknownEventError
@@ -129,7 +130,8 @@ class TimelinePlugin(base_plugin.TBPlugin):
         self._static = _static_files(_STATIC_DIR)
         self._payloads = _Payloads()
         # Each view's stores, one per experiment, each kept fresh by its own refresher.
-        self._timelines = Refreshers(lambda eid: TimelineStore(provider, eid))
+        helpers = ReadWorkers.of(provider, getattr(context.flags, "grpc_creds_type", None))
+        self._timelines = Refreshers(lambda eid: TimelineStore(provider, eid, helpers=helpers))
         self._ranks = Refreshers(lambda eid: RankStore(provider, eid))
         if provider is not None:  # a local TensorBoard's one experiment: warm it up now
             self._timelines.get("")

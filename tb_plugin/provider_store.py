@@ -20,12 +20,19 @@ import enum
 import gc
 import math
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from typing import Any, NamedTuple
 
 from tensorboard.data import provider as tb_provider
 
-__all__ = ["REFRESH_INTERVAL_S", "ProviderStore", "Want", "cyclic_gc_paused"]
+__all__ = [
+    "REFRESH_INTERVAL_S",
+    "ChunkRequest",
+    "ProviderStore",
+    "Want",
+    "chunk_requests",
+    "cyclic_gc_paused",
+]
 
 #: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
 REFRESH_INTERVAL_S = 1.0
@@ -40,9 +47,18 @@ class Want(enum.Enum):
     NEWEST = "newest"  # only its newest point (a heartbeat): read whenever it grew
 
 
-def _chunks(stale: dict[str, list[str]], listing: Listing, limit: int) -> list[tuple]:
-    """Stale runs grouped into reads of about ``limit`` points: (runs, their tags, points)."""
-    out: list[tuple[list[str], list[str], int]] = []
+class ChunkRequest(NamedTuple):
+    """Stale runs read together: their runs, the tags of any of them, and about how many
+    points they hold."""
+
+    runs: list[str]
+    tags: list[str]
+    points: int
+
+
+def chunk_requests(stale: dict[str, list[str]], listing: Listing, limit: int) -> list[ChunkRequest]:
+    """Stale runs (run -> tags) grouped into reads of about ``limit`` points."""
+    out: list[ChunkRequest] = []
     runs: list[str] = []
     tags: set[str] = set()
     size = 0
@@ -51,10 +67,10 @@ def _chunks(stale: dict[str, list[str]], listing: Listing, limit: int) -> list[t
         tags.update(stale[run])
         size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
         if size >= limit:
-            out.append((runs, sorted(tags), size))
+            out.append(ChunkRequest(runs, sorted(tags), size))
             runs, tags, size = [], set(), 0
     if runs:
-        out.append((runs, sorted(tags), size))
+        out.append(ChunkRequest(runs, sorted(tags), size))
     return out
 
 
@@ -183,24 +199,23 @@ class ProviderStore:
         return stale, left_behind
 
     def _read_in_chunks(
-        self,
-        stale: dict[str, list[str]],
-        listing: Listing,
-        limit: int,
-        read: Callable[[list[str], list[str]], None],
+        self, chunks: list[ChunkRequest], fetched: Iterable[Any], keep: Callable[[Any], None]
     ) -> None:
-        """``read(runs, tags)`` for every stale run, about ``limit`` points at a time, with
-        the progress :meth:`loading` reports."""
-        chunks = _chunks(stale, listing, limit)
-        expected = sum(size for _, _, size in chunks)
+        """``keep`` what ``fetched`` hands back for each of ``chunks`` in turn (it may read
+        them here as it is iterated, or elsewhere ahead), with the progress :meth:`loading`
+        reports."""
+        expected = sum(chunk.points for chunk in chunks)
         self._progress = (0, expected)
+        found = iter(fetched)
         try:
-            for runs, tags, size in chunks:
+            for chunk in chunks:
                 with cyclic_gc_paused():
-                    read(runs, tags)
-                self._progress = (self._progress[0] + size, expected)
+                    keep(next(found))
+                self._progress = (self._progress[0] + chunk.points, expected)
         finally:
             self._progress = None
+            if isinstance(found, Generator):  # one that reads elsewhere stops its readers now
+                found.close()
         if len(chunks) > 1:
             release_freed_memory()
 

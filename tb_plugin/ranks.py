@@ -41,7 +41,7 @@ from tb_monitor.analysis.jobs import JobSpan
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS
 from tb_monitor.contract import rank_of
 from tb_plugin.payloads import b64, bucket_count
-from tb_plugin.provider_store import ProviderStore, Want
+from tb_plugin.provider_store import ChunkRequest, ProviderStore, Want, chunk_requests
 from tb_plugin.rank_jobs import job_view
 from tb_plugin.records import MAX_STEPS
 from tb_plugin.requests import RankQuery
@@ -145,8 +145,9 @@ class RankStore(ProviderStore):
             self._read_beats(ctx, {run: tags for run, tags in beats.items() if tags})
         windows = {run: tags for run, tags in windows.items() if tags}
         if windows:
-            read = functools.partial(self._read_windows, ctx)
-            self._read_in_chunks(windows, listing, CHUNK_POINTS, read)
+            chunks = chunk_requests(windows, listing, CHUNK_POINTS)
+            fetched = map(functools.partial(self._fetch_windows, ctx), chunks)
+            self._read_in_chunks(chunks, fetched, self._add_windows)
 
     def _refreshed(self) -> None:
         # Score what is new here, on the refresh thread, not on a request.
@@ -180,14 +181,18 @@ class RankStore(ProviderStore):
             if changed:
                 self.generation += 1
 
-    def _read_windows(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
+    def _fetch_windows(self, ctx: Any, chunk: ChunkRequest) -> tuple[list[str], Mapping]:
         data = self._provider.read_scalars(
             ctx,
             experiment_id=self._eid,
             plugin_name=SCALARS_PLUGIN,
             downsample=MAX_STEPS,
-            run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+            run_tag_filter=tb_provider.RunTagFilter(runs=chunk.runs, tags=chunk.tags),
         )
+        return chunk.runs, data
+
+    def _add_windows(self, fetched: tuple[list[str], Mapping[str, Any]]) -> None:
+        runs, data = fetched
         with self._lock:
             added = 0
             for run in runs:

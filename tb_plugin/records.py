@@ -18,7 +18,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
 
-__all__ = ["MAX_STEPS", "Series", "read_series"]
+__all__ = ["MAX_STEPS", "Series", "read_grpc", "read_series"]
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
 MAX_STEPS = 2**31 - 1
@@ -44,7 +44,7 @@ def read_series(
     """Every record of ``runs`` x ``tags`` under ``plugin_name``: ``{run: {tag: Series}}``."""
     stub = _grpc_stub(data_provider)
     if stub is not None:
-        return _read_grpc(stub, experiment_id, plugin_name, runs, tags)
+        return read_grpc(stub, experiment_id, plugin_name, runs, tags)
     data = data_provider.read_tensors(
         ctx,
         experiment_id=experiment_id,
@@ -75,9 +75,10 @@ def _grpc_stub(data_provider: Any) -> Any:
     return getattr(data_provider, "_stub", None)
 
 
-def _read_grpc(
+def read_grpc(
     stub: Any, experiment_id: str, plugin_name: str, runs: list[str], tags: list[str]
 ) -> dict[str, dict[str, Series]]:
+    """``read_series`` of a data server, asked through its gRPC ``stub``."""
     from tensorboard.data.proto import data_provider_pb2
 
     request = data_provider_pb2.ReadTensorsRequest(experiment_id=experiment_id)

@@ -4,7 +4,8 @@ Reading a record through TensorBoard's data provider costs microseconds
 (:mod:`tb_plugin.records`): seconds per request for a big job. :class:`TimelineStore` decodes
 each record once, identical payloads (keep-alive heartbeats) only once in all, reads only what
 a refresh finds new (the refresh itself is :class:`~tb_plugin.provider_store.ProviderStore`'s),
-in chunks so a query during a long first decode answers with what is there, and hands
+in chunks so a query during a long first decode answers with what is there (a big read's
+chunks decoded in helper processes, :mod:`tb_plugin.read_workers`), and hands
 :mod:`tb_plugin.query` a :class:`~tb_plugin.columns.Snapshot` of sorted numpy columns. A record
 may hold several events (content versions 2 to 4, ``tb_monitor.contract.decode_records``);
 each is an event here. An event costs its time, its record's id, its own id and its
@@ -32,7 +33,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -55,9 +56,16 @@ from tb_plugin.columns import (
     column,
     lane_time_order,
 )
-from tb_plugin.ingest import Ingest, Pending
+from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
-from tb_plugin.provider_store import ProviderStore, Want, cyclic_gc_paused
+from tb_plugin.provider_store import (
+    ChunkRequest,
+    ProviderStore,
+    Want,
+    chunk_requests,
+    cyclic_gc_paused,
+)
+from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.records import read_series
 
 __all__ = [
@@ -101,8 +109,10 @@ class TimelineStore(Ingest, ProviderStore):
         data_provider: tb_provider.DataProvider,
         experiment_id: str = "",
         clock: Callable[[], float] = time.monotonic,
+        helpers: ReadWorkers | None = None,
     ) -> None:
         super().__init__(data_provider, experiment_id, clock)
+        self._helpers = helpers  # processes that decode a big read's chunks (None: all here)
         self._lock = threading.RLock()  # the columns, interners and snapshot
         # Events are kept once, sorted (``_base``: the columns last made at rest, their drawn
         # records and the original records of those drawn otherwise), and the ones appended
@@ -159,32 +169,29 @@ class TimelineStore(Ingest, ProviderStore):
     def _read(
         self, ctx: Any, stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]]
     ) -> None:
-        self._read_in_chunks(
-            stale, listing, CHUNK_RECORDS, functools.partial(self._decode_runs, ctx)
-        )
+        fetch = functools.partial(self._fetch, ctx)
+        chunks = chunk_requests(stale, listing, CHUNK_RECORDS)
+        if self._helpers is None:
+            fetched: Iterable[DecodedChunk] = map(fetch, chunks)
+        else:
+            fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch)
+        self._read_in_chunks(chunks, fetched, self._keep_chunk)
 
-    def _decode_runs(self, ctx: Any, runs: list[str], tags: list[str]) -> None:
+    def _fetch(self, ctx: Any, chunk: ChunkRequest) -> DecodedChunk:
+        """A chunk read and decoded here, in TensorBoard's process."""
+        runs, tags = chunk.runs, chunk.tags
         data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
-        added, later = 0, Pending()
-        for run in runs:
-            # A run at a time: decoding a chunk takes seconds, and a request waiting for the
-            # lock meanwhile would not even see how far the read is.
-            with self._lock:
-                for tag in tags:
-                    series = data.get(run, {}).get(tag)
-                    if series is not None:
-                        added += self._ingest(run, tag, series, later)
-        if later.records:
-            with self._lock:
-                added += self._append_pending(later)
-        if added:
-            with self._lock:
+        return decode_chunk(data, runs, tags, self._last_step)
+
+    def _keep_chunk(self, chunk: DecodedChunk) -> None:
+        with self._lock:
+            if self._keep(chunk):
                 self.generation += 1
                 self._columns = None
 
-    def _skip(self, run: str, tag: str, step: int, exc: Exception) -> None:
+    def _skip(self, run: str, tag: str, step: int, why: str) -> None:
         self._skipped_count += 1
-        error = f"{type(exc).__name__}: {exc}"[:300]
+        error = why[:300]
         if len(self._skipped) < _SKIPPED_DETAILS:
             self._skipped.append({"run": run, "tag": tag, "step": int(step), "error": error})
         _log.warning(

@@ -1,0 +1,233 @@
+"""A big read decoded in helper processes, on the cores TensorBoard's own process leaves idle.
+
+A cold TensorBoard on a 1,024-node day reads ~300k timeline records, and decoding them is
+Python: one core busy for seconds while the others wait. Decoding a chunk is pure
+(:func:`tb_plugin.ingest.decode_chunk`), so a read of many chunks deals them out to helper
+processes (``python -m tb_plugin.read_workers``), each with its own channel to TensorBoard's data
+server: a helper reads its chunk there, decodes it and hands the decoded columns back pickled
+through a pipe, while the store keeps the chunk before. Chunks are kept in their order, so the
+store holds the same events, with the same ids, as a read in its own process (tested).
+
+Helpers are used only with TensorBoard's gRPC data provider (``--load_fast``), for a read of at
+least :data:`MIN_CHUNKS` chunks (a helper's start, ~0.5 s, is worth it then), and they exit when
+the read is done. A helper that fails is a warning, not a failed read: its chunk, and once a
+helper is gone every chunk after it, is decoded in TensorBoard's process instead.
+``TB_MONITOR_READ_PROCESSES`` sets how many helpers a read starts (default: one per usable core,
+at most 4; 0: none).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Iterator, Mapping
+from typing import IO, Any
+
+from tb_plugin.ingest import DecodedChunk, decode_chunk
+from tb_plugin.metadata import PLUGIN_NAME
+from tb_plugin.provider_store import ChunkRequest
+
+__all__ = ["MIN_CHUNKS", "ReadWorkers"]
+
+#: A read of fewer chunks is decoded in TensorBoard's process.
+MIN_CHUNKS = 4
+_MAX_PROCESSES = 4
+_AHEAD = 2  # chunks asked of each helper before its first answer is kept
+_ENV = "TB_MONITOR_READ_PROCESSES"
+_COMMAND = [sys.executable, "-m", __name__]  # a helper, given the address and credentials
+_log = logging.getLogger(__name__)
+
+
+def _processes() -> int:
+    """How many helpers a read starts: ``TB_MONITOR_READ_PROCESSES``, else one per usable core
+    (TensorBoard's own process keeps the chunks meanwhile), at most 4."""
+    raw = os.environ.get(_ENV, "").strip()
+    if raw:
+        try:
+            count = int(raw)
+        except ValueError:
+            _log.warning("%s=%r is not a whole number: helpers left at the default", _ENV, raw)
+        else:
+            return max(0, count)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(_MAX_PROCESSES, cores)
+
+
+class ReadWorkers:
+    """Helper processes for the reads of one data server (``address``, over ``creds``:
+    TensorBoard's ``--grpc_creds_type``)."""
+
+    def __init__(self, address: str, creds: str = "local", processes: int | None = None) -> None:
+        self.address = address
+        self.creds = creds
+        self.processes = _processes() if processes is None else processes
+
+    @classmethod
+    def of(cls, data_provider: Any, creds: Any = None) -> ReadWorkers | None:
+        """Helpers for ``data_provider`` when it is TensorBoard's gRPC provider, else None."""
+        try:
+            from tensorboard.data import grpc_provider
+        except ImportError:  # a TensorBoard built without gRPC
+            return None
+        address = getattr(data_provider, "_addr", None)
+        if not isinstance(data_provider, grpc_provider.GrpcDataProvider) or not address:
+            return None
+        return cls(str(address), str(creds or "local"))
+
+    def map(
+        self,
+        experiment_id: str,
+        chunks: list[ChunkRequest],
+        last: Mapping[tuple[str, str], int],
+        fetch: Callable[[ChunkRequest], DecodedChunk],
+    ) -> Iterator[DecodedChunk]:
+        """Each chunk decoded (``last``: each series' step already read), in order: by the
+        helpers when the read is big enough, else (and for what a helper fails) by ``fetch``."""
+        if len(chunks) < MIN_CHUNKS or self.processes < 1:
+            yield from map(fetch, chunks)
+            return
+        helpers = self._start(min(self.processes, len(chunks) // 2))
+        sent = 0
+        try:
+            for at, chunk in enumerate(chunks):
+                while helpers and sent < min(len(chunks), at + _AHEAD * len(helpers)):
+                    wanted = chunks[sent]
+                    known = {key: last[key] for key in _series(wanted) if key in last}
+                    helpers[sent % len(helpers)].ask((experiment_id, wanted, known))
+                    sent += 1
+                decoded = helpers[at % len(helpers)].answer() if helpers else None
+                if decoded is None and helpers and not all(h.alive for h in helpers):
+                    _log.warning("a read helper is gone: the rest of this read decodes here")
+                    _stop(helpers)
+                    helpers = []
+                yield fetch(chunk) if decoded is None else decoded
+        finally:
+            _stop(helpers)
+
+    def _start(self, count: int) -> list[_Helper]:
+        """``count`` helpers, or as many as started (none: every chunk is decoded here)."""
+        helpers = []
+        for _ in range(count):
+            try:
+                helpers.append(_Helper(self.address, self.creds))
+            except OSError as exc:
+                _log.warning("no read helper (%s): this read decodes here", exc)
+                break
+        return helpers
+
+
+def _series(chunk: ChunkRequest) -> Iterator[tuple[str, str]]:
+    return ((run, tag) for run in chunk.runs for tag in chunk.tags)
+
+
+def _stop(helpers: list[_Helper]) -> None:
+    for helper in helpers:
+        helper.close()
+
+
+class _Helper:
+    """One helper process: asked chunks through its stdin, answering each in turn on stdout."""
+
+    def __init__(self, address: str, creds: str) -> None:
+        path = os.pathsep.join(p for p in sys.path if p)  # the modules TensorBoard runs with
+        self.process = subprocess.Popen(
+            [*_COMMAND, address, creds],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": path},
+        )
+        self.alive = True
+
+    def ask(self, request: tuple[str, ChunkRequest, dict[tuple[str, str], int]]) -> None:
+        try:
+            pickle.dump(request, self.process.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.process.stdin.flush()
+        except OSError:  # it is gone: its answer says so
+            self.alive = False
+
+    def answer(self) -> DecodedChunk | None:
+        """Its next chunk, or None when it failed that chunk (logged) or is gone."""
+        try:
+            status, found = pickle.load(self.process.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError):
+            self.alive = False
+            return None
+        if status != "ok":
+            _log.warning("a read helper failed a chunk, decoded here instead: %s", found)
+            return None
+        return found
+
+    def close(self) -> None:
+        """Its stdin closed (it exits at that), then reaped; killed if it does not exit."""
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.process.stdout.close()
+
+
+# -- the helper process ---------------------------------------------------------------------
+
+
+def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) -> None:
+    """Answer each chunk asked on ``requests`` with ``("ok", DecodedChunk)`` or ``("error",
+    why)`` on ``answers``, until ``requests`` ends. Requests are taken off the pipe as they
+    come (a thread), so TensorBoard never waits to ask while an answer is being written."""
+    import grpc
+    from tensorboard.data import grpc_provider
+    from tensorboard.util import grpc_util
+
+    from tb_plugin.records import read_grpc
+
+    credentials, channel_options = grpc_util.ChannelCredsType(creds).channel_config()
+    channel_options.append(("grpc.max_receive_message_length", 1 << 30))
+    stub = grpc_provider.make_stub(grpc.secure_channel(address, credentials, channel_options))
+    asked: queue.Queue[Any] = queue.Queue()
+
+    def take() -> None:
+        try:
+            while True:
+                asked.put(pickle.load(requests))
+        except (EOFError, OSError):
+            asked.put(None)
+
+    threading.Thread(target=take, daemon=True).start()
+    while (request := asked.get()) is not None:
+        experiment_id, chunk, last = request
+        try:
+            data = read_grpc(stub, experiment_id, PLUGIN_NAME, chunk.runs, chunk.tags)
+            answer: tuple[str, Any] = ("ok", decode_chunk(data, chunk.runs, chunk.tags, last))
+        except Exception:  # noqa: BLE001 - said to TensorBoard's process, which decodes it there
+            answer = ("error", traceback.format_exc(limit=5))
+        pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
+        answers.flush()
+
+
+def main(argv: list[str]) -> None:
+    """``python -m tb_plugin.read_workers ADDRESS CREDS``: a helper on stdin and stdout."""
+    address, creds = argv
+    gc.disable()  # a helper lives one read: what it drops in cycles goes with it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C is TensorBoard's to act on; it exits
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print never garbles an answer
+    with contextlib.suppress(BrokenPipeError):  # TensorBoard is gone: so is its helper
+        _serve(address, creds, sys.stdin.buffer, answers)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

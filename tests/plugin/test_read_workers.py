@@ -1,0 +1,147 @@
+"""A big read decoded in helper processes: the same store as a read in TensorBoard's process."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import numpy as np
+import pytest
+from plugin_helpers import data_server_provider, local_provider, small_job, wait_for
+from tensorboard import context as tb_context
+
+import tb_plugin.store
+from tb_monitor import contract
+from tb_monitor.sinks.writer import AsyncWriter
+from tb_plugin import read_workers
+from tb_plugin.read_workers import ReadWorkers
+from tb_plugin.store import TimelineStore
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A job written by two processes of our writer (columnar records), and a run holding an
+    undecodable payload and a rendezvous event of its own (single-event records)."""
+    job = small_job(tmp_path_factory.mktemp("logs"), processes=2)
+    with AsyncWriter(f"{job.logdir}/extra") as writer:
+        writer.add_timeline(contract.RENDEZVOUS, "not json", job.end + 1)
+        writer.add_timeline(contract.MONITOR, '{"name": "late", "timestamp": 1}', job.end + 2)
+    return job
+
+
+@pytest.fixture(scope="module")
+def provider(job):
+    """TensorBoard's gRPC provider over the job, its Rust data server loaded."""
+    found = data_server_provider(job.logdir)
+    ctx = tb_context.RequestContext()
+
+    def loaded():
+        listing = found.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
+        return "extra" in listing and sum(
+            s.max_step + 1 for tags in listing.values() for s in tags.values()
+        )
+
+    wait_for(lambda: (n := loaded()) and n == loaded(), what="the data server to load the job")
+    return found
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few records, so the small job is a read of many."""
+    monkeypatch.setattr(tb_plugin.store, "CHUNK_RECORDS", 2)
+
+
+class CountingHelper(read_workers._Helper):
+    """A helper process that counts the chunks it decoded."""
+
+    decoded = 0
+
+    def answer(self):
+        found = super().answer()
+        CountingHelper.decoded += found is not None
+        return found
+
+
+def _read(provider, helpers=None) -> TimelineStore:
+    store = TimelineStore(provider, helpers=helpers)
+    store.refresh(tb_context.RequestContext(), force=True)
+    return store
+
+
+def _same(ours: TimelineStore, theirs: TimelineStore) -> None:
+    a, b = ours.snapshot(), theirs.snapshot()
+    for name in ("t", "rec", "ids"):
+        assert np.array_equal(getattr(a.columns, name), getattr(b.columns, name)), name
+    assert (a.lanes, a.runs, list(a.msgs), a.attempts) == (
+        b.lanes,
+        b.runs,
+        list(b.msgs),
+        b.attempts,
+    )
+    assert ours.skipped() == theirs.skipped()
+
+
+def test_helpers_decode_the_same_events_with_the_same_ids(job, provider, small_chunks, monkeypatch):
+    """A read dealt out to two helper processes holds every event, in the same order and with
+    the same ids, records and skipped records as a read in TensorBoard's process."""
+    monkeypatch.setattr(read_workers, "_Helper", CountingHelper)
+    helpers = ReadWorkers.of(provider)
+    helpers.processes = 2
+    ours, theirs = _read(provider, helpers), _read(provider)
+    assert CountingHelper.decoded >= read_workers.MIN_CHUNKS
+    assert len(ours.snapshot().columns.t) == job.total_events + 1  # and "late"
+    assert ours.skipped()["count"] == 1
+    _same(ours, theirs)
+
+
+def test_a_helper_that_dies_leaves_its_chunks_to_tensorboards_process(
+    provider, small_chunks, monkeypatch, caplog
+):
+    """Helpers that exit at once: every chunk is decoded in TensorBoard's process instead, with
+    a warning, and the store holds everything."""
+    monkeypatch.setattr(read_workers, "_COMMAND", [sys.executable, "-c", "pass"])
+    with caplog.at_level(logging.WARNING, logger=read_workers.__name__):
+        ours = _read(provider, ReadWorkers.of(provider))
+    assert "a read helper is gone" in caplog.text
+    _same(ours, _read(provider))
+
+
+def test_a_chunk_a_helper_fails_is_decoded_in_tensorboards_process(provider, small_chunks, caplog):
+    """A helper that cannot reach the data server says why for each chunk; each is decoded in
+    TensorBoard's process instead, with a warning."""
+    helpers = ReadWorkers("127.0.0.1:1", "local", processes=1)
+    with caplog.at_level(logging.WARNING, logger=read_workers.__name__):
+        ours = _read(provider, helpers)
+    assert "a read helper failed a chunk" in caplog.text
+    _same(ours, _read(provider))
+
+
+def test_a_small_read_starts_no_helper(provider, monkeypatch):
+    """A read of fewer than ``MIN_CHUNKS`` chunks is decoded in TensorBoard's process."""
+
+    def no_helper(*args):
+        raise AssertionError("a helper was started")
+
+    monkeypatch.setattr(read_workers, "_Helper", no_helper)
+    store = _read(provider, ReadWorkers.of(provider))
+    assert len(store.snapshot().columns.t) > 0
+
+
+@pytest.mark.parametrize("value, count", [("0", 0), ("3", 3), ("-2", 0)])
+def test_the_environment_sets_how_many_helpers_a_read_starts(monkeypatch, value, count):
+    """``TB_MONITOR_READ_PROCESSES`` sets the helpers a read starts (0 or less: none)."""
+    monkeypatch.setenv("TB_MONITOR_READ_PROCESSES", value)
+    assert ReadWorkers("127.0.0.1:1").processes == count
+
+
+def test_a_malformed_helper_count_is_a_warning_and_the_default(monkeypatch, caplog):
+    """A helper count that is not a number is named in a warning; the default holds."""
+    monkeypatch.setenv("TB_MONITOR_READ_PROCESSES", "many")
+    with caplog.at_level(logging.WARNING, logger=read_workers.__name__):
+        count = ReadWorkers("127.0.0.1:1").processes
+    assert "'many'" in caplog.text and 1 <= count <= 4
+
+
+def test_only_the_grpc_provider_gets_helpers(job):
+    """TensorBoard's in-process provider has no data server to share: no helpers."""
+    assert ReadWorkers.of(local_provider(job.logdir)) is None
