@@ -76,8 +76,8 @@ def decode_chunk(
                 _decode_series(run, tag, series, last.get((run, tag), -1), out, pending)
     if pending.records:
         events = contract.merge_columnar(pending.records)
-        series = np.asarray(pending.record_series, dtype=np.int64)
-        groups = group_events(events, series, pending.kinds)
+        record_series = np.asarray(pending.record_series, dtype=np.int64)
+        groups = group_events(events, record_series, pending.kinds)
         steps = np.asarray(pending.record_steps, dtype=np.uintc)
         kept = dataclasses.replace(events, values={}, position={})  # grouped: not needed again
         out.columnar = ColumnarChunk(kept, groups, pending.runs, pending.kinds, steps)

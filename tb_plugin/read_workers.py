@@ -29,7 +29,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from typing import IO, Any
 
 from tb_plugin.ingest import DecodedChunk, decode_chunk
@@ -42,6 +42,7 @@ __all__ = ["MIN_CHUNKS", "ReadWorkers"]
 MIN_CHUNKS = 4
 _MAX_PROCESSES = 4
 _AHEAD = 2  # chunks asked of each helper before its first answer is kept
+_MAX_REPLY = 256 << 20  # the data server's reply a helper takes: TensorBoard's own channel's
 _ENV = "TB_MONITOR_READ_PROCESSES"
 _COMMAND = [sys.executable, "-m", __name__]  # a helper, given the address and credentials
 _log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class ReadWorkers:
         chunks: list[ChunkRequest],
         last: Mapping[tuple[str, str], int],
         fetch: Callable[[ChunkRequest], DecodedChunk],
-    ) -> Iterator[DecodedChunk]:
+    ) -> Generator[DecodedChunk, None, None]:
         """Each chunk decoded (``last``: each series' step already read), in order: by the
         helpers when the read is big enough, else (and for what a helper fails) by ``fetch``."""
         if len(chunks) < MIN_CHUNKS or self.processes < 1:
@@ -129,10 +130,14 @@ class ReadWorkers:
 
 
 def _series(chunk: ChunkRequest) -> Iterator[tuple[str, str]]:
+    """The (run, tag) pairs a chunk may hold: what its helper needs of ``last``."""
     return ((run, tag) for run in chunk.runs for tag in chunk.tags)
 
 
 def _stop(helpers: list[_Helper]) -> None:
+    """Every helper told to go at once (each exits as its stdin ends), then reaped."""
+    for helper in helpers:
+        helper.hang_up()
     for helper in helpers:
         helper.close()
 
@@ -161,7 +166,7 @@ class _Helper:
         """Its next chunk, or None when it failed that chunk (logged) or is gone."""
         try:
             status, found = pickle.load(self.process.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError):
+        except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError, TypeError):
             self.alive = False
             return None
         if status != "ok":
@@ -169,10 +174,15 @@ class _Helper:
             return None
         return found
 
-    def close(self) -> None:
-        """Its stdin closed (it exits at that), then reaped; killed if it does not exit."""
+    def hang_up(self) -> None:
+        """Its stdin closed: it exits at once, whatever it was still asked (nothing more of it
+        is read)."""
         with contextlib.suppress(OSError):
             self.process.stdin.close()
+
+    def close(self) -> None:
+        """Hung up on, then reaped; killed if it does not exit."""
+        self.hang_up()
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -186,8 +196,10 @@ class _Helper:
 
 def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) -> None:
     """Answer each chunk asked on ``requests`` with ``("ok", DecodedChunk)`` or ``("error",
-    why)`` on ``answers``, until ``requests`` ends. Requests are taken off the pipe as they
-    come (a thread), so TensorBoard never waits to ask while an answer is being written."""
+    why)`` on ``answers``, until ``requests`` ends: then the process exits at once, as
+    TensorBoard reads no more answers (it may be gone), whatever it was still asked or doing.
+    Requests are taken off the pipe as they come (a thread), so TensorBoard never waits to ask
+    while an answer is being written."""
     import grpc
     from tensorboard.data import grpc_provider
     from tensorboard.util import grpc_util
@@ -195,20 +207,19 @@ def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) ->
     from tb_plugin.records import read_grpc
 
     credentials, channel_options = grpc_util.ChannelCredsType(creds).channel_config()
-    channel_options.append(("grpc.max_receive_message_length", 1 << 30))
+    channel_options.append(("grpc.max_receive_message_length", _MAX_REPLY))
     stub = grpc_provider.make_stub(grpc.secure_channel(address, credentials, channel_options))
     asked: queue.Queue[Any] = queue.Queue()
 
     def take() -> None:
-        try:
+        with contextlib.suppress(EOFError, OSError):
             while True:
                 asked.put(pickle.load(requests))
-        except (EOFError, OSError):
-            asked.put(None)
+        os._exit(0)  # hung up on: no answer is wanted any more
 
     threading.Thread(target=take, daemon=True).start()
-    while (request := asked.get()) is not None:
-        experiment_id, chunk, last = request
+    while True:
+        experiment_id, chunk, last = asked.get()
         try:
             data = read_grpc(stub, experiment_id, PLUGIN_NAME, chunk.runs, chunk.tags)
             answer: tuple[str, Any] = ("ok", decode_chunk(data, chunk.runs, chunk.tags, last))

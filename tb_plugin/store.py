@@ -260,24 +260,32 @@ class TimelineStore(Ingest, ProviderStore):
         t, rec, ids = self._base.with_appended(
             np.frombuffer(self._t, dtype=np.float64), np.frombuffer(self._rec, dtype=np.int32)
         )
-        # The analysis (Python) runs beside the sort (numpy, which lets go of the GIL): a
-        # 1,024-node day's ~1 s each. The sort takes the lanes known now; where the analysis
-        # moved events onto lanes of their own job, it runs again.
-        lanes = len(self._lanes.values)
-        with futures.ThreadPoolExecutor(1, thread_name_prefix="tb-monitor-analysis") as beside:
-            analysed = beside.submit(self._analysis, float(t.max()) if len(t) else 0.0)
-            order, lane_rank, rank_start = self._lane_order(t, rec)
-            in_order = t[order], ids[order], rec[order]
-            found, intervals = analysed.result()
-        drawn = rec  # each event's record as drawn: a shared run id's events on their job's lanes
-        if self._shared:
-            drawn = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
-        if drawn is not rec or len(self._lanes.values) != lanes:
-            order, lane_rank, rank_start = self._lane_order(t, drawn)
-            in_order = t[order], ids[order], rec[order]
-        moved = drawn is not rec
-        t, ids, rec = in_order
-        drawn = drawn[order] if moved else rec
+        try:
+            # The analysis (Python) runs beside the sort (numpy, which lets go of the GIL): a
+            # 1,024-node day's ~1 s each. The sort takes the lanes known now; where the
+            # analysis moved events onto lanes of their own job, it runs again.
+            lanes = len(self._lanes.values)
+            with futures.ThreadPoolExecutor(1, thread_name_prefix="tb-monitor-analysis") as beside:
+                analysed = beside.submit(self._analysis, float(t.max()) if len(t) else 0.0)
+                order, lane_rank, rank_start = self._lane_order(t, rec)
+                in_order = t[order], ids[order], rec[order]
+                found, intervals = analysed.result()
+            drawn = rec  # each event's record as drawn: a shared run id's on its job's lanes
+            if self._shared:
+                drawn = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
+                if np.array_equal(drawn, rec):  # none of these events moved
+                    drawn = rec
+            if drawn is not rec or len(self._lanes.values) != lanes:
+                order, lane_rank, rank_start = self._lane_order(t, drawn)
+                in_order = t[order], ids[order], rec[order]
+            moved = drawn is not rec
+            t, ids, rec = in_order
+            drawn = drawn[order] if moved else rec
+        except BaseException:
+            # On a first sort ``t`` and ``rec`` are views of the appended columns: kept alive by
+            # the traceback, they would make the next append fail (an exported buffer).
+            t = rec = drawn = None  # noqa: F841
+            raise
         where, own = self._draw_collateral_stopped(found, ids, drawn)
         self._attempts = [self._attempt_payload(a) for a in found]
 
@@ -338,7 +346,9 @@ class TimelineStore(Ingest, ProviderStore):
         """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.health``:
         the report and the notebook show the same), and the intervals drawn (``timeline.spans``,
         restarts marked). Python over every bounding event, so while a first read goes on, the
-        sorts that show its progress reuse the last ones: it runs again once the read is done."""
+        sorts that show its progress reuse the last ones: it runs again once the read is done.
+        It runs on a thread beside the sort, which holds the store's lock meanwhile: it must
+        not take that lock, nor change the records or the lanes it has (adding lanes is fine)."""
         if self._progress is None or self._analysed is None:
             rows = separate_jobs(self._span_rows)  # jobs sharing a run id, told apart
             self._spans = job_spans(rows)

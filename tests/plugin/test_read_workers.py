@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import select
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -14,6 +16,7 @@ import tb_plugin.store
 from tb_monitor import contract
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import read_workers
+from tb_plugin.provider_store import ChunkRequest
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.store import TimelineStore
 
@@ -52,14 +55,28 @@ def small_chunks(monkeypatch):
 
 
 class CountingHelper(read_workers._Helper):
-    """A helper process that counts the chunks it decoded."""
+    """A helper process that counts the chunks it decoded, and keeps every helper started."""
 
     decoded = 0
+    started: list[read_workers._Helper] = []
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        CountingHelper.started.append(self)
 
     def answer(self):
         found = super().answer()
         CountingHelper.decoded += found is not None
         return found
+
+
+@pytest.fixture
+def counting(monkeypatch):
+    """Helpers that count what they decode (from 0 in each test)."""
+    monkeypatch.setattr(CountingHelper, "decoded", 0)
+    monkeypatch.setattr(CountingHelper, "started", [])
+    monkeypatch.setattr(read_workers, "_Helper", CountingHelper)
+    return CountingHelper
 
 
 def _read(provider, helpers=None) -> TimelineStore:
@@ -81,14 +98,13 @@ def _same(ours: TimelineStore, theirs: TimelineStore) -> None:
     assert ours.skipped() == theirs.skipped()
 
 
-def test_helpers_decode_the_same_events_with_the_same_ids(job, provider, small_chunks, monkeypatch):
+def test_helpers_decode_the_same_events_with_the_same_ids(job, provider, small_chunks, counting):
     """A read dealt out to two helper processes holds every event, in the same order and with
     the same ids, records and skipped records as a read in TensorBoard's process."""
-    monkeypatch.setattr(read_workers, "_Helper", CountingHelper)
     helpers = ReadWorkers.of(provider)
     helpers.processes = 2
     ours, theirs = _read(provider, helpers), _read(provider)
-    assert CountingHelper.decoded >= read_workers.MIN_CHUNKS
+    assert counting.decoded >= read_workers.MIN_CHUNKS
     assert len(ours.snapshot().columns.t) == job.total_events + 1  # and "late"
     assert ours.skipped()["count"] == 1
     _same(ours, theirs)
@@ -145,3 +161,41 @@ def test_a_malformed_helper_count_is_a_warning_and_the_default(monkeypatch, capl
 def test_only_the_grpc_provider_gets_helpers(job):
     """TensorBoard's in-process provider has no data server to share: no helpers."""
     assert ReadWorkers.of(local_provider(job.logdir)) is None
+
+
+def test_helpers_are_gone_when_the_read_is_done(provider, small_chunks, counting):
+    """Every helper a read started has exited, by itself, when the read returns."""
+    _read(provider, ReadWorkers(provider._addr, "local", processes=2))
+    assert len(counting.started) == 2
+    assert [h.process.returncode for h in counting.started] == [0, 0]
+
+
+def test_a_read_that_stops_early_does_not_wait_on_its_helpers(provider, small_chunks, counting):
+    """When keeping a chunk fails, the read fails at once and its helpers exit by themselves,
+    though they were asked for chunks whose answers nobody reads."""
+    store = TimelineStore(provider, helpers=ReadWorkers(provider._addr, "local", processes=2))
+
+    def fails(chunk):
+        raise RuntimeError("a chunk that cannot be kept")
+
+    store._keep_chunk = fails
+    with pytest.raises(RuntimeError, match="cannot be kept"):
+        store.refresh(tb_context.RequestContext(), force=True)
+    assert [h.process.returncode for h in counting.started] == [0, 0]
+
+
+def test_a_helper_hung_up_on_exits_at_once_with_answers_unread(provider):
+    """A helper asked more than its pipe holds and hung up on before its answers are read
+    exits at once by itself: nothing it was still asked delays the read that stops."""
+    ctx = tb_context.RequestContext()
+    listing = provider.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
+    tags = sorted({tag for by_tag in listing.values() for tag in by_tag})
+    everything = ChunkRequest(sorted(listing), tags, 0)  # ~40 KB an answer
+    helper = read_workers._Helper(provider._addr, "local")
+    for _ in range(8):  # ~320 KB of answers: more than a pipe holds
+        helper.ask(("", everything, {}))
+    wait_for(lambda: select.select([helper.process.stdout], [], [], 0)[0], what="an answer")
+    started = time.monotonic()
+    helper.close()
+    assert helper.process.returncode == 0
+    assert time.monotonic() - started < 2.0  # not the 5 s after which it would be killed
