@@ -245,14 +245,24 @@ def rank_stopped(tmp_path_factory) -> Stopped:
         job.wait_for_output("Epoch 3 ")
         job.signal_rank(3, signal.SIGSTOP)
         stopped = time.monotonic()
+        named = None
         while True:
             report = job.report()
             waited = time.monotonic() - stopped
-            if 3 in report["ranks"]["waited_for"]:
-                return Stopped(waited, report)
-            if waited > STALL_NAMED_WITHIN_S:
-                return Stopped(None, report)
+            ranks = report["ranks"] or {}  # None until the ranks' first windows are written
+            if named is None and 3 in ranks.get("waited_for", []):
+                named = waited
+            # What its agent sees comes later: once it has seen the rank silent for
+            # TB_MONITOR_SILENT_AFTER_S (5 s), and that record is written.
+            if (named is not None and _agent_of(report, 3)) or waited > STALL_NAMED_WITHIN_S:
+                return Stopped(named, report)
             time.sleep(1.0)
+
+
+def _agent_of(report: dict, rank: int) -> dict | None:
+    """What the report says the agent of ``rank``'s stall sees of it (None: nothing yet)."""
+    stalls = [s for s in (report["ranks"] or {}).get("stalls", []) if s["rank"] == rank]
+    return stalls[0]["agent"] if stalls else None
 
 
 # -- (a) the scripts run unchanged -----------------------------------------------------------
