@@ -35,6 +35,7 @@ from typing import IO, Any
 from tb_plugin.ingest import DecodedChunk, decode_chunk
 from tb_plugin.metadata import PLUGIN_NAME
 from tb_plugin.provider_store import ChunkRequest
+from tb_plugin.records import grpc_attribute, read_grpc
 
 __all__ = ["MIN_CHUNKS", "ReadWorkers"]
 
@@ -78,14 +79,8 @@ class ReadWorkers:
     @classmethod
     def of(cls, data_provider: Any, creds: Any = None) -> ReadWorkers | None:
         """Helpers for ``data_provider`` when it is TensorBoard's gRPC provider, else None."""
-        try:
-            from tensorboard.data import grpc_provider
-        except ImportError:  # a TensorBoard built without gRPC
-            return None
-        address = getattr(data_provider, "_addr", None)
-        if not isinstance(data_provider, grpc_provider.GrpcDataProvider) or not address:
-            return None
-        return cls(str(address), str(creds or "local"))
+        address = grpc_attribute(data_provider, "_addr")
+        return cls(str(address), str(creds or "local")) if address else None
 
     def map(
         self,
@@ -203,8 +198,6 @@ def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) ->
     import grpc
     from tensorboard.data import grpc_provider
     from tensorboard.util import grpc_util
-
-    from tb_plugin.records import read_grpc
 
     credentials, channel_options = grpc_util.ChannelCredsType(creds).channel_config()
     channel_options.append(("grpc.max_receive_message_length", _MAX_REPLY))

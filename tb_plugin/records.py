@@ -18,7 +18,7 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
 
-__all__ = ["MAX_STEPS", "Series", "read_grpc", "read_series"]
+__all__ = ["MAX_STEPS", "Series", "grpc_attribute", "read_grpc", "read_series"]
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
 MAX_STEPS = 2**31 - 1
@@ -42,7 +42,7 @@ def read_series(
     tags: list[str],
 ) -> dict[str, dict[str, Series]]:
     """Every record of ``runs`` x ``tags`` under ``plugin_name``: ``{run: {tag: Series}}``."""
-    stub = _grpc_stub(data_provider)
+    stub = grpc_attribute(data_provider, "_stub")
     if stub is not None:
         return read_grpc(stub, experiment_id, plugin_name, runs, tags)
     data = data_provider.read_tensors(
@@ -64,15 +64,17 @@ def read_series(
     }
 
 
-def _grpc_stub(data_provider: Any) -> Any:
-    """The data server's stub when ``data_provider`` is TensorBoard's gRPC provider, else None."""
+def grpc_attribute(data_provider: Any, name: str) -> Any:
+    """The private attribute ``name`` (``_stub``, ``_addr``) of ``data_provider`` when it is
+    TensorBoard's gRPC provider, else None (another provider, or a TensorBoard without gRPC:
+    the public path)."""
     try:
         from tensorboard.data import grpc_provider
-    except ImportError:  # a TensorBoard built without gRPC: the public path
+    except ImportError:
         return None
     if not isinstance(data_provider, grpc_provider.GrpcDataProvider):
         return None
-    return getattr(data_provider, "_stub", None)
+    return getattr(data_provider, name, None)
 
 
 def read_grpc(

@@ -263,7 +263,8 @@ class TimelineStore(Ingest, ProviderStore):
         try:
             # The analysis (Python) runs beside the sort (numpy, which lets go of the GIL): a
             # 1,024-node day's ~1 s each. The sort takes the lanes known now; where the
-            # analysis moved events onto lanes of their own job, it runs again.
+            # analysis moved events onto lanes of their own job (a shared run id: job_lanes
+            # moves every one of its events) or added lanes, it runs again.
             lanes = len(self._lanes.values)
             with futures.ThreadPoolExecutor(1, thread_name_prefix="tb-monitor-analysis") as beside:
                 analysed = beside.submit(self._analysis, float(t.max()) if len(t) else 0.0)
@@ -273,8 +274,6 @@ class TimelineStore(Ingest, ProviderStore):
             drawn = rec  # each event's record as drawn: a shared run id's on its job's lanes
             if self._shared:
                 drawn = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
-                if np.array_equal(drawn, rec):  # none of these events moved
-                    drawn = rec
             if drawn is not rec or len(self._lanes.values) != lanes:
                 order, lane_rank, rank_start = self._lane_order(t, drawn)
                 in_order = t[order], ids[order], rec[order]

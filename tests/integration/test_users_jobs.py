@@ -254,14 +254,15 @@ def rank_stopped(tmp_path_factory) -> Stopped:
                 named = waited
             # What its agent sees comes later: once it has seen the rank silent for
             # TB_MONITOR_SILENT_AFTER_S (5 s), and that record is written.
-            if (named is not None and _agent_of(report, 3)) or waited > STALL_NAMED_WITHIN_S:
+            if (named is not None and _agent_of(ranks, 3)) or waited > STALL_NAMED_WITHIN_S:
                 return Stopped(named, report)
             time.sleep(1.0)
 
 
-def _agent_of(report: dict, rank: int) -> dict | None:
-    """What the report says the agent of ``rank``'s stall sees of it (None: nothing yet)."""
-    stalls = [s for s in (report["ranks"] or {}).get("stalls", []) if s["rank"] == rank]
+def _agent_of(ranks: dict, rank: int) -> dict | None:
+    """What a report's ``ranks`` say the agent of ``rank``'s stall sees of it (None: nothing
+    yet)."""
+    stalls = [s for s in ranks.get("stalls", []) if s["rank"] == rank]
     return stalls[0]["agent"] if stalls else None
 
 
