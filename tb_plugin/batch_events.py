@@ -128,14 +128,12 @@ class NewEvents:
 def add_records(
     groups: Groups,
     described: list[Described],
-    first_group: int,
     msgs: Interner,
     texts: Texts,
     records: Records,
 ) -> NewEvents:
     """One record per (group, message) pair of the segments, added to ``records`` and ``texts``
-    in numpy but for one ``msgs`` lookup per message. Each record names its group
-    (``first_group`` + its position, ``Records.group``): the store rebuilds its JSON from it."""
+    in numpy but for one ``msgs`` lookup per message."""
     group_msg = msgs.many([d[1] if d else "" for d in described])
     msg = group_msg[groups.group]
     if groups.message is not None:
@@ -157,7 +155,7 @@ def add_records(
         row = described[pair_group[at]][3]
         apart = groups.apart_groups[pair_group[at]]
         rows[at] = {**row, "message": msgs.values[pair_msg[at]]} if apart else row
-    first = records.extend(fields, rows, pair_group + first_group)
+    first = records.extend(fields, rows)
     rec = first + pair_of
     bounding = bounding_pairs[pair_of]
     decodable = np.asarray([d is not None for d in described], dtype=bool)[groups.group]

@@ -64,46 +64,35 @@ class Interner:
 class Records:
     """Each distinct record (a run's payload of one kind), decoded once: the per-event columns
     hold its id, and every field an event shows is a lookup here. A node's keep-alives, most of
-    a long job's events, are one record; so an event costs its time and one integer."""
+    a long job's events, are one record; so an event costs its time and one integer. Its JSON
+    is not kept: the details panel reads an event's back from the data provider
+    (``TimelineStore.event``)."""
 
     def __init__(self) -> None:
         self.ids: dict[tuple[str, str, str], int] = {}  # (run, kind, payload) -> record id
         #: Per field of :data:`FIELDS`, each record's interned id.
         self.columns = {name: array.array("q") for name in FIELDS}
-        #: Its payload's JSON; None for a version-4 record, whose JSON the store rebuilds
-        #: from its group (``group``; -1 for the others).
-        self.raw: list[str | None] = []
-        self.group = array.array("i")
         self.row: list[dict[str, Any] | None] = []  # when it may open or close an interval
         #: (record id, field, value) -> its twin with that field changed (``twin``)
         self.twins: dict[tuple[int, str, int], int] = {}
 
     def __len__(self) -> int:
-        return len(self.raw)
+        return len(self.row)
 
-    def add(
-        self, fields: tuple[int, ...], raw: str | None, row: dict[str, Any] | None, group: int = -1
-    ) -> int:
+    def add(self, fields: tuple[int, ...], row: dict[str, Any] | None) -> int:
         """Append a record (``fields`` in the order of :data:`FIELDS`); return its id."""
         for values, value in zip(self.columns.values(), fields, strict=True):
             values.append(value)
-        self.raw.append(raw)
         self.row.append(row)
-        self.group.append(group)
-        return len(self.raw) - 1
+        return len(self.row) - 1
 
-    def extend(
-        self, fields: np.ndarray, rows: list[dict[str, Any] | None], groups: np.ndarray
-    ) -> int:
-        """Append version-4 records (``fields``: one row of ids per record, in the order of
-        :data:`FIELDS`; ``groups``: each one's group, whose payload the store keeps); return
-        the first one's id. Whole columns at a time."""
-        first = len(self.raw)
+    def extend(self, fields: np.ndarray, rows: list[dict[str, Any] | None]) -> int:
+        """Append records (``fields``: one row of ids per record, in the order of
+        :data:`FIELDS`); return the first one's id. Whole columns at a time."""
+        first = len(self.row)
         for values, ids in zip(self.columns.values(), fields.T, strict=True):
             values.frombytes(np.ascontiguousarray(ids, dtype=np.int64).tobytes())
-        self.raw.extend([None] * len(rows))
         self.row.extend(rows)
-        self.group.frombytes(np.ascontiguousarray(groups, dtype=np.intc).tobytes())
         return first
 
     def twin(self, rec: int, name: str, value: int) -> int:
@@ -114,9 +103,7 @@ class Records:
         if found is None:
             fields = dict(zip(self.columns, self.fields(rec), strict=True))
             fields[name] = value
-            found = self.twins[key] = self.add(
-                tuple(fields.values()), self.raw[rec], None, self.group[rec]
-            )
+            found = self.twins[key] = self.add(tuple(fields.values()), None)
         return found
 
     def fields(self, rec: int) -> tuple[int, ...]:

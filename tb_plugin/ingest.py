@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import array
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from tb_plugin.batch_events import Described, Groups, add_records, group_events
 from tb_plugin.columns import Interner, Records, Texts
 from tb_plugin.records import Series
 
-__all__ = ["ColumnarChunk", "DecodedChunk", "Ingest", "SeriesEvents", "decode_chunk"]
+__all__ = ["ColumnarChunk", "DecodedChunk", "Ingest", "SeriesEvents", "decode_chunk", "kept_events"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +82,23 @@ def decode_chunk(
         kept = dataclasses.replace(events, values={}, position={})  # grouped: not needed again
         out.columnar = ColumnarChunk(kept, groups, pending.runs, pending.kinds, steps)
     return out
+
+
+def kept_events(kind: str, record: tuple[Sequence[str | bytes], float, bool]) -> list[str]:
+    """One record's events as the store keeps them, in the order their ids follow: each one's
+    JSON, those ``contract.decode_record`` cannot read left out (what the details panel reads
+    back, ``TimelineStore.event``)."""
+    decoded = contract.decode_records([record])
+    readable = [_decodes(kind, payload) for payload in decoded.payloads]
+    return [decoded.payloads[p] for p in decoded.payload.tolist() if readable[p]]
+
+
+def _decodes(kind: str, payload: str) -> bool:
+    try:
+        contract.decode_record(kind, payload)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
 
 
 def _decode_series(
@@ -141,7 +158,6 @@ class Ingest:
     _record_first: array.array
     _record_step: array.array
     _records: Records
-    _groups: list[tuple[tuple[str, ...], dict[str, Any]]]
     _span_rows: list[dict[str, Any]]
     _last_step: dict[tuple[str, str], int]
     _states: Interner
@@ -183,7 +199,7 @@ class Ingest:
                     recs.append(-1)
                     continue
                 row.update(run=run, kind=kind, wall_time=0.0)
-                rec = known[(run, kind, raw)] = self._decode(row, raw)
+                rec = known[(run, kind, raw)] = self._decode(row)
             recs.append(rec)
         payload_rec = np.asarray(recs, dtype=np.intc)
         payload, times, record = decoded.payload, decoded.times, decoded.record
@@ -211,10 +227,7 @@ class Ingest:
                 continue
             row.update(run=run, kind=kind, wall_time=0.0)
             described.append(self._describe(row))
-        new = add_records(
-            groups, described, len(self._groups), self._msgs, self._texts, self._records
-        )
-        self._groups.extend(zip(groups.shapes, groups.payloads, strict=True))
+        new = add_records(groups, described, self._msgs, self._texts, self._records)
         rec, bounding = np.repeat(new.rec, events.length), np.repeat(new.bounding, events.length)
         times, record = events.times, events.record
         if not new.keep.all():
@@ -248,12 +261,12 @@ class Ingest:
         self._rec.frombytes(rec.astype(np.intc).tobytes())
         return len(times)
 
-    def _decode(self, row: dict[str, Any], raw: str) -> int:
+    def _decode(self, row: dict[str, Any]) -> int:
         """Intern a decoded record's fields; keep it when it may open or close an interval."""
         ids, message, (pre, post), spans = self._describe(row)
         msg = self._msgs(message)
         text = self._texts.extend(np.asarray([pre]), np.asarray([msg]), np.asarray([post]))
-        return self._records.add((*ids, msg, text), raw, spans)
+        return self._records.add((*ids, msg, text), spans)
 
     def _describe(self, row: dict[str, Any]) -> Described:
         """A decoded record's lane, state, kind, run and name ids, its message, its search

@@ -29,7 +29,6 @@ from __future__ import annotations
 import array
 import bisect
 import functools
-import json
 import logging
 import threading
 import time
@@ -57,7 +56,7 @@ from tb_plugin.columns import (
     column,
     lane_time_order,
 )
-from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk
+from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk, kept_events
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.provider_store import (
     ChunkRequest,
@@ -67,7 +66,7 @@ from tb_plugin.provider_store import (
     cyclic_gc_paused,
 )
 from tb_plugin.read_workers import ReadWorkers
-from tb_plugin.records import read_series
+from tb_plugin.records import Series, read_series
 
 __all__ = [
     "CHUNK_RECORDS",
@@ -129,9 +128,8 @@ class TimelineStore(Ingest, ProviderStore):
         # 70 MB, a record per run of keep-alives costs nothing).
         self._record_first = array.array("q")
         self._record_step = array.array("I")
-        # Version-4 events' groups (``batch_events``): each one's keys and values but the
-        # message apart, which a record's ``raw`` names, to rebuild an event's JSON.
-        self._groups: list[tuple[tuple[str, ...], dict[str, Any]]] = []
+        # The series the details panel read last: (run, tag), step -> position, Series.
+        self._recent_series: tuple[tuple[str, str], dict[int, int], Series | None] | None = None
         self._records = Records()
         self._lanes = Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
@@ -409,7 +407,7 @@ class TimelineStore(Ingest, ProviderStore):
             appended = (self._t, self._rec, self._record_first, self._record_step)
             arrays = sum(a.itemsize * len(a) for a in appended)
             strings = len(self._msgs.values) + len(self._names.values)
-            rows = len(self._span_rows) + len(self._groups)
+            rows = len(self._span_rows)
             return (
                 arrays
                 + _SORTED_BYTES * (self._folded + len(self._t))
@@ -424,8 +422,10 @@ class TimelineStore(Ingest, ProviderStore):
             return sorted(self._runs.values)
 
     def event(self, ctx: Any, event_id: int) -> dict[str, Any]:
-        """Every field of one event, for the details panel: from the store alone, which keeps
-        each distinct record's payload (``ctx`` is the request's, unused)."""
+        """Every field of one event, for the details panel. The store keeps no event's JSON (a
+        day's distinct worker events' would cost ~80 MB), so it is read back from the data
+        provider: the TensorBoard record the event came in, its ``event_id - first`` kept
+        event (``ingest.kept_events``), as the store kept them."""
         with self._lock:
             if not 0 <= event_id < self._folded + len(self._t):
                 raise UnknownEventError(f"unknown event id {event_id!r}")
@@ -438,18 +438,44 @@ class TimelineStore(Ingest, ProviderStore):
                 )
             records = self._records
             kind = contract.KINDS[records.get("kind", rec)]
-            raw = records.raw[rec]
-            if raw is None:  # a version-4 record's: its JSON rebuilt from its group
-                shape, values = self._groups[records.group[rec]]
-                message = self._msgs.values[records.get("msg", rec)]
-                raw = json.dumps({key: values.get(key, message) for key in shape})
-            return {
-                "id": event_id,
-                "run": self._runs.values[records.get("run", rec)],
-                "kind": kind,
-                "step": self._record_step[bisect.bisect_right(self._record_first, event_id) - 1],
-                "wall_time": wall_time,
-                "lane": self._lanes.values[records.get("lane", rec)].label,
-                "fields": contract.decode_record(kind, raw),
-                "raw": raw,
-            }
+            run = self._runs.values[records.get("run", rec)]
+            record = bisect.bisect_right(self._record_first, event_id) - 1
+            step, first = self._record_step[record], self._record_first[record]
+            lane = self._lanes.values[records.get("lane", rec)].label
+        raw = self._read_back(ctx, run, kind, step, event_id - first)
+        return {
+            "id": event_id,
+            "run": run,
+            "kind": kind,
+            "step": step,
+            "wall_time": wall_time,
+            "lane": lane,
+            "fields": contract.decode_record(kind, raw),
+            "raw": raw,
+        }
+
+    def _read_back(self, ctx: Any, run: str, kind: str, step: int, index: int) -> str:
+        """The JSON of the ``index``-th kept event of ``run``'s record of ``kind`` at ``step``,
+        from the data provider (outside the lock: a read). The series last read is kept, so
+        the details of a record's neighbouring events cost no read."""
+        tag = contract.timeline_tag(kind)
+        recent = self._recent_series
+        if recent is None or recent[0] != (run, tag) or step not in recent[1]:
+            data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, [run], [tag])
+            series = data.get(run, {}).get(tag)
+            steps = series.steps if series is not None else []
+            positions = {found: position for position, found in enumerate(steps)}
+            recent = self._recent_series = ((run, tag), positions, series)
+        _, positions, series = recent
+        position = positions.get(step)
+        events = (
+            []
+            if series is None or position is None
+            else kept_events(kind, series.records[position])
+        )
+        if not 0 <= index < len(events):
+            raise UnknownEventError(
+                f"run {run!r}, tag {tag!r}: the record at step {step} is no longer held by "
+                "TensorBoard's data provider (sampled out?)"
+            )
+        return events[index]

@@ -11,6 +11,7 @@ from collections import Counter
 import numpy as np
 import pytest
 from plugin_helpers import column, expected_lanes, refreshed_store
+from tensorboard import context as tb_context
 
 from tb_monitor import contract, export
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -109,7 +110,7 @@ def test_any_event_has_its_details(job, store):
     names = snap.names
     beat = int(np.flatnonzero([names[n].endswith("._keep_alive") for n in snap.columns.name])[7])
     event_id = int(snap.columns.ids[beat])
-    details = store.event(None, event_id)
+    details = store.event(tb_context.RequestContext(), event_id)
     assert details["wall_time"] == snap.columns.t[beat]
     assert details["fields"]["name"].endswith("._keep_alive")
     assert details["fields"]["state"] == "RUNNING"

@@ -10,10 +10,11 @@ import pytest
 from plugin_helpers import local_provider, refreshed_store, small_job, wait_for
 from tensorboard import context as tb_context
 
+from tb_monitor import contract
 from tb_monitor.logdir import readers
 from tb_monitor.sinks import encoding
 from tb_plugin.refresher import Refreshers
-from tb_plugin.store import TimelineStore
+from tb_plugin.store import TimelineStore, UnknownEventError
 
 
 @pytest.fixture(scope="module")
@@ -46,6 +47,46 @@ def test_every_distinct_event_is_its_own_event_with_its_own_json(distinct):
     ids = range(len(store.snapshot().columns.t))
     assert Counter(store.event(ctx, event_id)["raw"] for event_id in ids) == written
     assert sum(written.values()) == distinct.total_events
+
+
+def test_each_event_s_details_are_its_own_read_back_from_its_record(distinct):
+    """The details read back from the data provider are the event's own: its message is the one
+    drawn for it, event by event (not only the same JSON somewhere in the job)."""
+    store = refreshed_store(distinct.logdir)
+    snap, ctx = store.snapshot(), tb_context.RequestContext()
+    cols = snap.columns
+    rendezvous = cols.kind == contract.KINDS.index(contract.RENDEZVOUS)  # each its own message
+    pairs = zip(cols.ids[rendezvous].tolist(), cols.msg[rendezvous].tolist(), strict=True)
+    for event_id, msg in pairs:
+        assert json.loads(store.event(ctx, event_id)["raw"])["message"] == snap.msgs[msg]
+
+
+class _Forgetful:
+    """A data provider that, once told to, holds no record any more (sampled out)."""
+
+    def __init__(self, inner):
+        self.inner, self.forgot = inner, False
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def read_tensors(self, ctx, **kwargs):
+        data = self.inner.read_tensors(ctx, **kwargs)
+        return (
+            {run: {tag: [] for tag in tags} for run, tags in data.items()} if self.forgot else data
+        )
+
+
+def test_details_of_an_event_whose_record_is_gone_name_its_record(distinct):
+    """An event whose record the data provider no longer holds gets a clear UnknownEventError
+    naming the run, tag and step, not a wrong event's JSON."""
+    provider = _Forgetful(local_provider(distinct.logdir))
+    store = TimelineStore(provider)
+    ctx = tb_context.RequestContext()
+    store.refresh(ctx, force=True)
+    provider.forgot = True
+    with pytest.raises(UnknownEventError, match=r"run .*tag 'timeline/.*step \d+.*no longer held"):
+        store.event(ctx, 0)
 
 
 def test_distinct_messages_each_show(distinct):
