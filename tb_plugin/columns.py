@@ -22,6 +22,7 @@ from tb_monitor import timeline
 __all__ = [
     "FIELDS",
     "Columns",
+    "EventIds",
     "Interner",
     "Records",
     "Snapshot",
@@ -151,6 +152,71 @@ class Texts(Sequence[str]):
         return (parts[p] + msgs[m].lower() + parts[q] for p, m, q in zip(*ids, strict=True))
 
 
+@dataclass(frozen=True)
+class EventIds:
+    """Sorted events' ids, kept as runs of consecutive ids: a TensorBoard record's events are
+    appended in a row and sorted in a row (a node's lane, in time), so a day's 17.8M ids are
+    ~300k runs, 2 MB instead of 71. Indexed like the int32 column it stands for."""
+
+    starts: np.ndarray  # int32: the position where each run begins (ascending; the first 0)
+    firsts: np.ndarray  # int32: each run's first id
+    length: int
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> EventIds:
+        """The runs of an id column."""
+        starts = np.flatnonzero(np.diff(ids) != 1).astype(np.int32)
+        starts += 1
+        starts = np.concatenate((np.zeros(min(len(ids), 1), np.int32), starts))
+        return cls(starts, ids[starts].astype(np.int32), len(ids))
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, key: Any) -> Any:
+        """The ids at ``key`` (an integer, a slice, an index or boolean array)."""
+        if isinstance(key, (int, np.integer)):
+            position = int(key) + (self.length if key < 0 else 0)
+            if not 0 <= position < self.length:
+                raise IndexError(f"event position {key!r} out of range for {self.length} events")
+            run = int(np.searchsorted(self.starts, position, side="right")) - 1
+            return np.int32(self.firsts[run] + (position - self.starts[run]))
+        if isinstance(key, slice):
+            positions = np.arange(*key.indices(self.length))
+        else:
+            key = np.asarray(key)
+            positions = np.flatnonzero(key) if key.dtype == bool else key
+        run = np.searchsorted(self.starts, positions, side="right") - 1
+        return (self.firsts[run] + (positions - self.starts[run])).astype(np.int32)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        return self[:] if dtype is None else self[:].astype(dtype)
+
+    def tolist(self) -> list[int]:
+        return self[:].tolist()
+
+    def position(self, event_id: int) -> int:
+        """Where the event with this id is; a KeyError naming it when none is."""
+        order = self._by_first
+        at = int(np.searchsorted(self.firsts[order], event_id, side="right")) - 1
+        if at >= 0:
+            run = int(order[at])
+            end = self.starts[run + 1] if run + 1 < len(self.starts) else self.length
+            offset = event_id - int(self.firsts[run])
+            if offset < end - self.starts[run]:
+                return int(self.starts[run]) + offset
+        raise KeyError(f"no event has id {event_id!r}")
+
+    @functools.cached_property
+    def _by_first(self) -> np.ndarray:
+        """The runs in the order of their ids (made on the first ``position``)."""
+        return np.argsort(self.firsts, kind="stable")
+
+    @property
+    def nbytes(self) -> int:
+        return self.starts.nbytes + self.firsts.nbytes
+
+
 def _per_event(name: str) -> property:
     """The ``rec_<name>`` column gathered per event (sorted like ``t``)."""
     return property(lambda self: getattr(self, f"rec_{name}")[self.rec], doc=f"Per event: {name}.")
@@ -167,7 +233,7 @@ class Columns:
 
     t: np.ndarray
     rec: np.ndarray
-    ids: np.ndarray  # position in the store's append-only columns
+    ids: EventIds  # each one's position in the order the store read them
     lane_rank: np.ndarray  # lane id -> display position
     rank_start: np.ndarray  # display position -> its first event (one more: the end)
     intervals: dict[str, np.ndarray]
@@ -235,7 +301,7 @@ class SortedEvents:
 
     t: np.ndarray
     rec: np.ndarray
-    ids: np.ndarray
+    ids: EventIds
     redrawn: np.ndarray
     own: np.ndarray
 
@@ -243,10 +309,10 @@ class SortedEvents:
     def empty(cls) -> SortedEvents:
         """No events: a store's before its first sort."""
         none = np.zeros(0, np.int32)
-        return cls(np.zeros(0), none, none, np.zeros(0, np.int64), none)
+        return cls(np.zeros(0), none, EventIds.of(none), np.zeros(0, np.int64), none)
 
     @classmethod
-    def of(cls, t: np.ndarray, drawn: np.ndarray, ids: np.ndarray, own: np.ndarray) -> SortedEvents:
+    def of(cls, t: np.ndarray, drawn: np.ndarray, ids: EventIds, own: np.ndarray) -> SortedEvents:
         """Sorted events drawn on ``drawn``, whose own records are ``own``."""
         redrawn = np.flatnonzero(drawn != own)
         return cls(t, drawn, ids, redrawn, own[redrawn])
@@ -265,11 +331,11 @@ class SortedEvents:
             return t, rec, ids
         own = np.concatenate([self.rec, rec])
         own[self.redrawn] = self.own
-        return np.concatenate([self.t, t]), own, np.concatenate([self.ids, ids])
+        return np.concatenate([self.t, t]), own, np.concatenate([self.ids[:], ids])
 
     def find(self, event_id: int) -> tuple[float, int]:
-        """An event's time and own record, by id (a pass over the ids: a details request's)."""
-        position = int(np.flatnonzero(self.ids == event_id)[0])
+        """An event's time and own record, by id."""
+        position = self.ids.position(event_id)
         at = int(np.searchsorted(self.redrawn, position))
         if at < len(self.redrawn) and self.redrawn[at] == position:
             return float(self.t[position]), int(self.own[at])

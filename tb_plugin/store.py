@@ -8,9 +8,10 @@ in chunks so a query during a long first decode answers with what is there (a bi
 chunks decoded in helper processes, :mod:`tb_plugin.read_workers`), and hands
 :mod:`tb_plugin.query` a :class:`~tb_plugin.columns.Snapshot` of sorted numpy columns. A record
 may hold several events (content versions 2 to 4, ``tb_monitor.contract.decode_records``);
-each is an event here. An event costs its time, its record's id, its own id and its
-severity, kept once, sorted (17 bytes; those read since the last sort are appended until the
-next), so a 1,024-node day fits. A version-4 record's events come as numpy columns
+each is an event here. An event costs its time, its record's id and its severity, kept once,
+sorted (13 bytes; those read since the last sort are appended until the next), and its id,
+kept as runs of consecutive ids (a record's events, sorted in a row: a few bits), so a
+1,024-node day fits. A version-4 record's events come as numpy columns
 (:mod:`tb_plugin.batch_events`): one decode per group of alike events, a rendezvous message
 apart, so a million distinct events cost no Python object each but their messages.
 
@@ -48,6 +49,7 @@ from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_plugin.columns import (
     Columns,
+    EventIds,
     Interner,
     Records,
     Snapshot,
@@ -64,6 +66,7 @@ from tb_plugin.provider_store import (
     Want,
     chunk_requests,
     cyclic_gc_paused,
+    release_freed_memory,
 )
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.records import Series, read_series
@@ -84,9 +87,11 @@ RESORT_BEFORE = 0.25
 #: progress, and a read in several chunks gives its freed memory back (a day's ~47k records in
 #: one reply kept ~0.3 GiB more of TensorBoard's memory).
 CHUNK_RECORDS = 10_000
-#: What ``nbytes`` counts per sorted event (time, record, id, severity), per record (its
-#: fields, search text, raw and row slots), per interned string and per interval row or group.
-_SORTED_BYTES, _RECORD_BYTES, _STRING_BYTES, _ROW_BYTES = 17, 84, 120, 1200
+#: What ``nbytes`` counts per sorted event (time, record, severity), per record (its
+#: fields, search text and row slot), per interned string and per interval row.
+_SORTED_BYTES, _RECORD_BYTES, _STRING_BYTES, _ROW_BYTES = 13, 84, 120, 1200
+#: A sort at rest that takes in this many new events gives the heap's free pages back after.
+_TRIM_AFTER_EVENTS = 1_000_000
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
 _log = logging.getLogger(__name__)
@@ -254,7 +259,7 @@ class TimelineStore(Ingest, ProviderStore):
         at_rest = self._progress is None
         if self._columns is not None and not (at_rest and len(self._t)):
             return self._columns
-        records = self._records
+        records, folded = self._records, self._folded
         t, rec, ids = self._base.with_appended(
             np.frombuffer(self._t, dtype=np.float64), np.frombuffer(self._rec, dtype=np.int32)
         )
@@ -285,7 +290,7 @@ class TimelineStore(Ingest, ProviderStore):
             raise
         where, own = self._draw_collateral_stopped(found, ids, drawn)
         self._attempts = [self._attempt_payload(a) for a in found]
-
+        ids = EventIds.of(ids)
         self._columns = Columns(
             t=t,
             rec=drawn,
@@ -300,6 +305,8 @@ class TimelineStore(Ingest, ProviderStore):
             self._fold(SortedEvents.of(t, drawn, ids, rec))
         elif at_rest:  # only the stopped ones
             self._fold(SortedEvents(t, drawn, ids, where, own))
+        if at_rest and len(t) - folded >= _TRIM_AFTER_EVENTS:
+            release_freed_memory()  # the sort's and the analysis's passing objects
         return self._columns
 
     def _lane_order(
@@ -410,6 +417,7 @@ class TimelineStore(Ingest, ProviderStore):
             rows = len(self._span_rows)
             return (
                 arrays
+                + self._base.ids.nbytes
                 + _SORTED_BYTES * (self._folded + len(self._t))
                 + _RECORD_BYTES * len(self._records)
                 + _STRING_BYTES * strings

@@ -16,7 +16,7 @@ from tensorboard.data.provider import RunTagFilter
 from tb_monitor import contract, timeline
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
-from tb_plugin.columns import SortedEvents
+from tb_plugin.columns import EventIds, SortedEvents
 from tb_plugin.provider_store import REFRESH_INTERVAL_S
 from tb_plugin.store import TimelineStore, UnknownEventError
 
@@ -258,7 +258,8 @@ def test_sorted_events_give_back_each_event_s_own_record():
     """An event drawn on another record than its own (a collateral end drawn as stopped) is
     found, and sorted again, with its own record; appended events' ids follow on."""
     t = np.array([1.0, 2.0, 3.0])
-    events = SortedEvents.of(t, np.array([5, 9, 7]), np.array([2, 0, 1]), np.array([5, 6, 7]))
+    ids = EventIds.of(np.array([2, 0, 1], dtype=np.int32))
+    events = SortedEvents.of(t, np.array([5, 9, 7]), ids, np.array([5, 6, 7]))
     assert events.find(0) == (2.0, 6) and events.find(1) == (3.0, 7)
     t, own, ids = events.with_appended(np.array([4.0]), np.array([8], dtype=np.int32))
     assert (t.tolist(), own.tolist(), ids.tolist()) == ([1, 2, 3, 4], [5, 6, 7, 8], [2, 0, 1, 3])
