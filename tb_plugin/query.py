@@ -45,9 +45,12 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
     # the 18M events of a big job are never indexed, only compared by time.
     every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
     shown = None if every else wanted[cols.rec]
-    times = cols.t if shown is None else cols.t[shown]
-    total = int(len(times))
-    extent = (float(times.min()), float(times.max())) if total else None
+    if shown is None:
+        total, extent = len(cols.t), cols.extent
+    else:
+        times = cols.t[shown]
+        total = int(len(times))
+        extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
     inside = (cols.t >= start) & (cols.t <= end)
     if shown is not None:

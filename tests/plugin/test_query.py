@@ -121,6 +121,16 @@ def test_default_window_pads_the_extent(snap, job):
     assert data["in_window"] == data["total"] == _total(job)
 
 
+def test_the_extent_is_the_first_and_last_shown_event_s_time(snap):
+    """Unfiltered, the extent is every event's first and last time; filtered, the kept ones'."""
+    t = snap.columns.t
+    assert tuple(timeline_payload(snap, Query())["extent"]) == (t.min(), t.max())
+    kind = contract.KINDS.index(contract.WORKER)
+    workers = t[snap.columns.kind == kind]
+    filtered = timeline_payload(snap, Query(kind=contract.WORKER))["extent"]
+    assert tuple(filtered) == (workers.min(), workers.max()) != (t.min(), t.max())
+
+
 def test_bucket_counts_add_up_to_the_events_in_the_window(snap, monkeypatch):
     """In level-of-detail mode the buckets' counts sum to the events inside the window."""
     full = timeline_payload(snap, Query())
