@@ -6,8 +6,9 @@ TensorBoard's own. This writes logdirs of timeline records (through ``summaries`
 writer does: 100 runs, 2-string tensors, the plugin's metadata) with few and many records, small
 and large, loads each in a data server (``--reload once``), and fits its resident memory to
 ``base + per_record * records + per_byte * payload bytes``: the anchor is an empty logdir's.
+With ``--logdir``, that logdir's data server too (e.g. a day written by ``generate_job``).
 
-    python benchmarks/bench_data_server.py [--records 100000]
+    python benchmarks/bench_data_server.py [--records 100000] [--logdir DIR]
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ def _rss_mib(logdir: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=100_000, help="records of the big logdirs")
+    parser.add_argument("--logdir", help="also load this logdir")
     args = parser.parse_args()
     n = args.records
     cases = [(0, 0), (n, 16), (2 * n, 16), (n, 900)]
@@ -85,10 +87,8 @@ def main() -> None:
         f"per record: {per_record:.0f} B of the data server's memory (x{per_record / 16:.0f} its 16 payload bytes)"
     )
     print(f"per payload byte: {per_byte:.2f} B")
-    day = 303_608 * per_record + 250e6 * per_byte
-    print(
-        f"a 1,024-node day (303,608 records, ~250 MB of payload): ~{(base * 2**20 + day) / 2**30:.2f} GiB"
-    )
+    if args.logdir:
+        print(f"{args.logdir}: data server RSS {_rss_mib(args.logdir) / 1024:.3f} GiB")
 
 
 if __name__ == "__main__":
