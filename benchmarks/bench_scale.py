@@ -38,6 +38,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BASELINE = "9a66934"
 WRITERS, NODES = 8, 256
 TARGET_COLD_S, TARGET_DAY_COLD_S, TARGET_WARM_S, TARGET_ZOOM_S, TARGET_RSS_GB = 8, 10, 1, 0.1, 1
+#: Resident memory is read this long after the last query: at rest (the plugin gives the heap's
+#: free pages back after a poll with no request, ``refresher.POLL_S``, plus its listing).
+REST_S = 5.0
 _WRITE = """
 import json, sys
 from tb_monitor.sinks.writer import AsyncWriter
@@ -153,7 +156,7 @@ def _load(src: str, logdir: str, events: int) -> tuple[float, float, float, int,
         lo, hi = polled.data["extent"]
         mids = [lo + (hi - lo) * (0.37 + 0.05 * i) for i in range(5)]
         zoom = _median_get(tb, [f"?start={m}&end={m + (hi - lo) * 0.01}&width=2000" for m in mids])
-        time.sleep(2.0)
+        time.sleep(REST_S)
         with open(f"/proc/{tb.process.pid}/status") as f:
             own = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS"))
         return cold, warm, zoom, _rss_bytes(tb.process.pid), own

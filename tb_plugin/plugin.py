@@ -39,7 +39,6 @@ from tb_monitor import contract
 from tb_monitor.logdir import fs
 from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
-from tb_plugin.provider_store import fix_heap_thresholds
 from tb_plugin.query import UnknownRunError, timeline_payload
 from tb_plugin.ranks import RankStore, ranks_payload
 from tb_plugin.read_workers import ReadWorkers
@@ -127,7 +126,6 @@ class TimelinePlugin(base_plugin.TBPlugin):
 
     def __init__(self, context: base_plugin.TBContext) -> None:
         provider = self._provider = context.data_provider
-        fix_heap_thresholds()  # a big job's stores free blocks of MiBs: give them back
         # Only these files are ever served: a request names one of them or gets a 404.
         self._static = _static_files(_STATIC_DIR)
         self._payloads = _Payloads()

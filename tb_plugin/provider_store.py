@@ -32,7 +32,6 @@ __all__ = [
     "Want",
     "chunk_requests",
     "cyclic_gc_paused",
-    "fix_heap_thresholds",
     "release_freed_memory",
 ]
 
@@ -86,26 +85,6 @@ def release_freed_memory() -> None:
     except (OSError, AttributeError):
         return
     trim(0)
-
-
-#: glibc's ``mallopt`` parameters, and the values ``fix_heap_thresholds`` sets.
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
-MMAP_THRESHOLD, TRIM_THRESHOLD = 1 << 20, 8 << 20
-
-
-def fix_heap_thresholds() -> None:
-    """Fix glibc's heap thresholds for TensorBoard's process: blocks of 1 MiB or more are
-    mapped apart and given back when freed, and the heap's free top is given back past 8 MiB.
-    By default glibc raises both after each big block is freed, up to 32 and 64 MiB: a big
-    job's queries and reads free blocks of a few MiB all the time, and a 1,024-node day's
-    TensorBoard then held ~90 MiB of freed heap at rest (0.60 -> 0.51 GiB with these). Process
-    wide, once; elsewhere than glibc, nothing to do."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return
-    mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-    mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
 
 
 _gc_lock = threading.Lock()

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import gc
-import subprocess
-import sys
 
 import pytest
 from plugin_helpers import local_provider, small_job
@@ -107,39 +105,3 @@ def test_a_read_that_raises_still_ends_its_pause():
     with pytest.raises(RuntimeError), cyclic_gc_paused():
         raise RuntimeError("a read failed")
     assert gc.isenabled()
-
-
-_FREED_HEAP = """
-import ctypes, sys
-from tb_plugin.provider_store import fix_heap_thresholds
-
-def rss_mib():
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
-
-libc = ctypes.CDLL(None)
-libc.malloc.restype = ctypes.c_void_p
-libc.free.argtypes = [ctypes.c_void_p]
-if sys.argv[1] == "fixed":
-    fix_heap_thresholds()
-libc.free(libc.malloc(16 << 20))  # by default, freeing it raises the thresholds to 16/32 MiB
-before = rss_mib()
-blocks = [libc.malloc(4 << 20) for _ in range(7)]  # 28 MiB in blocks of 4 MiB, touched
-for block in blocks:
-    ctypes.memset(block, 1, 4 << 20)
-for block in blocks:
-    libc.free(block)
-print(rss_mib() - before)
-"""
-
-
-def test_freed_blocks_of_mibs_go_back_to_the_system_once_the_thresholds_are_fixed():
-    """Once a big block was freed, glibc keeps freed blocks of 4 MiB in the heap (28 MiB here);
-    with the plugin's fixed thresholds, they go back to the system as they are freed."""
-    held = {}
-    for mode in ("default", "fixed"):
-        out = subprocess.run(
-            [sys.executable, "-c", _FREED_HEAP, mode], capture_output=True, text=True, check=True
-        )
-        held[mode] = float(out.stdout)
-    assert held["default"] > 20 and held["fixed"] < 4, held

@@ -11,6 +11,7 @@ from tensorboard import context as tb_context
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
+from tb_plugin import refresher as refresher_module
 from tb_plugin import store as store_module
 from tb_plugin.plugin import TimelinePlugin
 from tb_plugin.query import timeline_payload
@@ -166,3 +167,20 @@ def test_refreshers_keep_only_the_newest_experiments(job):
     stores.get("c")
     wait_for(lambda: not first.is_running(), timeout=30, what="the oldest refresher to stop")
     assert stores.get("a") is not first
+
+
+def test_the_heap_is_trimmed_once_requests_stop_and_never_while_idle(job, monkeypatch):
+    """An idle poll after requests gives the C heap's free pages back once; polls with no
+    request since (a TensorBoard nobody looks at) do not trim again."""
+    trims = threading.Semaphore(0)
+    monkeypatch.setattr(refresher_module, "release_freed_memory", trims.release)
+    store = TimelineStore(local_provider(job.logdir))
+    refresher = Refresher(store, poll_s=0.05).start()
+    try:
+        wait_for(lambda: store.loading() is None and store.has_read_all(), 60, what="the warm-up")
+        assert not trims.acquire(timeout=0.5)  # idle polls, no request yet: nothing to give back
+        refresher.request(tb_context.RequestContext())
+        assert trims.acquire(timeout=10)  # the next idle poll
+        assert not trims.acquire(timeout=0.5)  # once
+    finally:
+        refresher.stop(timeout=30)
