@@ -185,7 +185,14 @@ class EventIds:
             positions = np.arange(*key.indices(self.length))
         else:
             key = np.asarray(key)
-            positions = np.flatnonzero(key) if key.dtype == bool else key
+            if key.dtype == bool:
+                if key.shape != (self.length,):
+                    raise IndexError(f"a mask of {key.shape} for {self.length} events")
+                positions = np.flatnonzero(key)
+            else:
+                positions = np.where(key < 0, key + self.length, key)
+                if len(positions) and not 0 <= positions.min() <= positions.max() < self.length:
+                    raise IndexError(f"event positions out of range for {self.length} events")
         run = np.searchsorted(self.starts, positions, side="right") - 1
         return (self.firsts[run] + (positions - self.starts[run])).astype(np.int32)
 

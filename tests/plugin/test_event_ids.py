@@ -63,3 +63,14 @@ def test_a_position_out_of_range_is_an_index_error():
     """One past the end is an IndexError naming the position, as for a numpy column."""
     with pytest.raises(IndexError, match="10"):
         EventIds.of(np.arange(10, dtype=np.int32))[10]
+
+
+@pytest.mark.parametrize(
+    "key",
+    [np.array([0, 10]), np.array([-11]), np.ones(9, dtype=bool)],
+    ids=["past", "before", "mask"],
+)
+def test_an_index_array_out_of_range_is_an_index_error(key):
+    """Positions past either end, or a mask of another length, raise as for a numpy column."""
+    with pytest.raises(IndexError):
+        EventIds.of(np.arange(10, dtype=np.int32))[key]
