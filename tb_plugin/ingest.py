@@ -28,6 +28,10 @@ from tb_plugin.records import Series
 
 __all__ = ["ColumnarChunk", "DecodedChunk", "Ingest", "SeriesEvents", "decode_chunk", "kept_events"]
 
+#: What ``contract.decode_record`` raises on a payload the store leaves out (a foreign or
+#: corrupt record under a timeline tag): one rule for keeping events and reading them back.
+_UNDECODABLE = (ValueError, TypeError, AttributeError)
+
 
 @dataclass(frozen=True)
 class SeriesEvents:
@@ -96,7 +100,7 @@ def kept_events(kind: str, record: tuple[Sequence[str | bytes], float, bool]) ->
 def _decodes(kind: str, payload: str) -> bool:
     try:
         contract.decode_record(kind, payload)
-    except (ValueError, TypeError, AttributeError):
+    except _UNDECODABLE:
         return False
     return True
 
@@ -190,7 +194,7 @@ class Ingest:
             if rec is None:
                 try:
                     row = contract.decode_record(kind, raw)
-                except (ValueError, TypeError, AttributeError) as exc:
+                except _UNDECODABLE as exc:
                     # A foreign or corrupt record under our tag: skip it rather than fail the view.
                     users = np.flatnonzero(decoded.payload == position)[:1]
                     step = int(steps[decoded.record[users]][0]) if len(users) else -1
@@ -219,7 +223,7 @@ class Ingest:
             run, kind = chunk.runs[series], chunk.kinds[series]
             try:
                 row = contract.decode_record(kind, payload)
-            except (ValueError, TypeError, AttributeError) as exc:
+            except _UNDECODABLE as exc:
                 segment = int(np.argmax(groups.group == len(described)))
                 step = int(chunk.record_steps[int(events.segment_record[segment])])
                 self._skip(run, contract.timeline_tag(kind), step, f"{type(exc).__name__}: {exc}")
