@@ -11,13 +11,14 @@ payload also carries the jobs' attempts with their root causes (``attempts``, fr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from tb_monitor import contract, timeline
 from tb_plugin.columns import Columns, Snapshot
-from tb_plugin.payloads import b64, bucket_count
+from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
 
 __all__ = ["DETAIL_LIMIT", "UnknownRunError", "timeline_payload"]
@@ -35,15 +36,18 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
     if q.run is not None and q.run not in snap.runs and snap.loading is None:
         # While loading, the run may simply not be decoded yet: it matches nothing so far.
         raise UnknownRunError(f"unknown run {q.run!r:.200}")
-    cols, lanes, states = snap.columns, snap.lanes, snap.states
-    wanted = _wanted_records(cols, q, states, snap.texts, snap.runs, lanes) & (cols.rec_count > 0)
-    lane_ids = np.unique(cols.rec_lane[wanted])
-    lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
-    position = np.full(len(lanes), -1, dtype=np.int64)
+    cols = snap.columns
+    if q.filtered:
+        wanted = _wanted_records(cols, q, snap.states, snap.texts, snap.runs, snap.lanes)
+        wanted &= cols.rec_count > 0
+        lane_ids = np.unique(cols.rec_lane[wanted])
+        lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
+        # Filters are per record: an event is shown when its record is wanted.
+        every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
+    else:  # the 18M events of a big job are never indexed, only searched by time
+        lane_ids, every = cols.lanes_shown, True
+    position = np.full(len(snap.lanes), -1, dtype=np.int64)
     position[lane_ids] = np.arange(len(lane_ids))
-    # Filters are per record: an event is shown when its record is wanted. Without a filter,
-    # the 18M events of a big job are never indexed, only compared by time.
-    every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
     shown = None if every else wanted[cols.rec]
     if shown is None:
         total, extent = len(cols.t), cols.extent
@@ -52,17 +56,13 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         total = int(len(times))
         extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
-    inside = (cols.t >= start) & (cols.t <= end)
-    if shown is not None:
-        inside &= shown
-    in_window = int(np.count_nonzero(inside))
+    in_window, inside = _inside(cols, shown, start, end)
     payload = _description(snap, lane_ids)
     payload.update(generation=snap.generation, total=total, extent=extent, window=[start, end])
     payload.update(in_window=in_window, loading=snap.loading)
     if in_window <= DETAIL_LIMIT:
         payload["mode"] = "events"
-        rows = np.flatnonzero(inside)
-        payload["events"] = _events(cols, rows, position, snap.names, snap.msgs)
+        payload["events"] = _events(cols, inside(), position, snap.names, snap.msgs)
     else:
         payload["mode"] = "buckets"
         window = (start, end, q.width)
@@ -70,38 +70,53 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
             cols, shown, inside, in_window, position, lane_ids, window
         )
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
-    payload["attempts"] = _attempts_payload(snap.attempts, position, q, lanes)
+    payload["attempts"] = _attempts_payload(snap.attempts, position, q, snap.lanes)
     return payload
 
 
 def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
     """What a payload says besides its events: its lanes, states, colours, labels, facets."""
-    cols, lanes, states = snap.columns, snap.lanes, snap.states
-    shown_states = np.unique(cols.rec_state[cols.rec_count > 0]).tolist()
+    states, lane_fields = snap.states, snap.lane_fields
     return {
-        "lanes": [
-            {
-                "label": lanes[i].label,
-                "group": lanes[i].group,
-                "kind": lanes[i].kind,
-                "run": snap.lane_runs[i],
-            }
-            for i in lane_ids.tolist()
-        ],
+        "lanes": [lane_fields[i] for i in lane_ids.tolist()],
         "states": states,
         "colors": [timeline.state_color(state) for state in states],
         "labels": snap.labels,
         "kinds": list(contract.KINDS),
         "facets": {
             "runs": sorted(snap.runs),
-            "run_ids": sorted({lane.group for lane in lanes}),
-            "states": sorted({states[s] for s in shown_states} - {""}),
+            "run_ids": snap.run_ids,
+            "states": sorted({states[s] for s in snap.columns.states_shown} - {""}),
         },
     }
 
 
+def _inside(
+    cols: Columns, shown: np.ndarray | None, start: float, end: float
+) -> tuple[int, Callable[[], np.ndarray]]:
+    """How many shown events the window holds, and a function listing their positions
+    (ascending). Unfiltered, each lane's sorted times are bisected: no pass over every event."""
+    if shown is None:
+        firsts, lasts = cols.between(start, end)
+        return int((lasts - firsts).sum()), lambda: _ranges(firsts, lasts)
+    inside = (cols.t >= start) & (cols.t <= end) & shown
+    return int(np.count_nonzero(inside)), lambda: np.flatnonzero(inside)
+
+
+def _ranges(firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    """``firsts[i] .. lasts[i] - 1`` for each i, one after another."""
+    lengths = lasts - firsts
+    return np.repeat(firsts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+
+
 def _window_buckets(
-    cols: Columns, shown, inside, in_window: int, position, lane_ids, window
+    cols: Columns,
+    shown,
+    inside: Callable[[], np.ndarray],
+    in_window: int,
+    position,
+    lane_ids,
+    window,
 ) -> dict[str, Any]:
     """The window's level-of-detail buckets (``window``: start, end, width), the cheaper of
     the two ways to the same buckets."""
@@ -112,9 +127,11 @@ def _window_buckets(
         buckets = _lane_buckets(cols, lane_ids, start, end, width)
         if buckets is not None:
             return buckets
-    every_inside = in_window == len(cols.t)
-    t = cols.t if every_inside else cols.t[inside]
-    rec = cols.rec if every_inside else cols.rec[inside]
+    if in_window == len(cols.t):
+        t, rec = cols.t, cols.rec
+    else:
+        rows = inside()
+        t, rec = cols.t[rows], cols.rec[rows]
     return _buckets(cols, t, rec, position, start, end, width)
 
 
@@ -203,7 +220,7 @@ def _buckets(cols: Columns, t, rec, position, start: float, end: float, width: i
     severe state."""
     bins, scale = _bins(start, end, width)
     runs = _bucket_runs(cols, t, rec, position[cols.rec_lane][rec], start, scale, bins)
-    return _buckets_payload(start, end, bins, *runs)
+    return _buckets_payload(start, end, bins, int(position.max(initial=-1)) + 1, *runs)
 
 
 def _bucket_runs(cols: Columns, t, rec, lane, start: float, scale: float, bins: int):
@@ -237,9 +254,8 @@ def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int)
     edges = np.concatenate(([start], inner, [np.nextafter(end, np.inf)]))
     searched = _searched_runs(cols, np.flatnonzero(big), firsts[big], lasts[big], edges)
     rows, firsts, lasts = np.flatnonzero(~big), firsts[~big], lasts[~big]
-    lengths = lasts - firsts
-    events = np.repeat(firsts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
-    lane = np.repeat(rows, lengths)
+    events = _ranges(firsts, lasts)
+    lane = np.repeat(rows, lasts - firsts)
     t = cols.t[events]
     kept = (t >= start) & (t <= end)
     events, t, lane = events[kept], t[kept], lane[kept]
@@ -247,7 +263,7 @@ def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int)
     lanes, bucket, counts, worst = (np.concatenate(p) for p in zip(searched, passed, strict=True))
     order = np.argsort(lanes * bins + bucket, kind="stable")  # by lane, then time: as _buckets
     return _buckets_payload(
-        start, end, bins, lanes[order], bucket[order], counts[order], worst[order]
+        start, end, bins, len(lane_ids), lanes[order], bucket[order], counts[order], worst[order]
     )
 
 
@@ -294,15 +310,16 @@ def _bucket_edges(start: float, scale: float, bins: int) -> np.ndarray | None:
     return None
 
 
-def _buckets_payload(start, end, bins, lanes, bucket, counts, worst) -> dict:
+def _buckets_payload(start, end, bins, shown: int, lanes, bucket, counts, worst) -> dict:
+    """Buckets sorted by (lane, bin) of ``shown`` lanes: each lane's first bucket
+    (``lane_start``, one more: the end), then per bucket its bin, events and worst state."""
+    lane_start = np.zeros(shown + 1, dtype=np.int64)
+    np.cumsum(np.bincount(lanes, minlength=shown), out=lane_start[1:])
     return {
         "count": int(len(counts)),
         "bins": bins,
         "bin_width": (end - start) / bins,
-        "lane": b64(lanes, "<u4"),
-        "bin": b64(bucket, "<u4"),
-        "n": b64(counts, "<u4"),
-        "state": b64(worst, "<u2"),
+        **narrow(lane_start=lane_start, bin=bucket, n=counts, state=worst),
     }
 
 

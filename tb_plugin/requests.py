@@ -115,6 +115,11 @@ class Query(Window):
     state: str | None = None
     text: str | None = None
 
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter is set (a run, run id, kind, state or text)."""
+        return any(f is not None for f in (self.run, self.run_id, self.kind, self.state, self.text))
+
     @classmethod
     def from_args(cls, args: Mapping[str, str]) -> Query:
         """Validate request arguments; raise :class:`RequestError` naming the bad one."""

@@ -131,7 +131,14 @@ const EVENT_COLUMNS = {
   name: Uint32Array,
   msg: Uint32Array,
 };
-const BUCKET_COLUMNS = { lane: Uint32Array, bin: Uint32Array, n: Uint32Array, state: Uint16Array };
+// A part whose columns each come in the narrowest unsigned type holding them, named in
+// `part.types` (the server's `payloads.narrow`).
+const UNSIGNED = { u1: Uint8Array, u2: Uint16Array, u4: Uint32Array };
+function narrowColumns(part) {
+  const out = { count: part.count };
+  for (const [name, type] of Object.entries(part.types)) out[name] = decode(part[name], UNSIGNED[type]);
+  return out;
+}
 const INTERVAL_COLUMNS = {
   lane: Uint32Array,
   t0: Float64Array,
@@ -178,8 +185,8 @@ export function decodePayload(payload) {
     d.laneStart = offsets(d.events.lane, lanes);
   } else {
     const b = payload.buckets;
-    d.buckets = { ...columns(b, BUCKET_COLUMNS), bins: b.bins, binWidth: b.bin_width };
-    d.laneStart = offsets(d.buckets.lane, lanes);
+    d.buckets = { ...narrowColumns(b), bins: b.bins, binWidth: b.bin_width };
+    d.laneStart = d.buckets.lane_start;
     let max = 1;
     for (const n of d.buckets.n) if (n > max) max = n;
     d.buckets.logMax = Math.log(max + 1);

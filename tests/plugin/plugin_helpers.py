@@ -91,9 +91,18 @@ def refreshed_store(logdir) -> Any:
     return store
 
 
-def column(payload: dict, table: str, name: str, dtype: str) -> np.ndarray:
-    """Decode one base64 typed-array column of a timeline payload."""
-    return np.frombuffer(base64.b64decode(payload[table][name]), dtype=dtype)
+def column(payload: dict, table: str, name: str, dtype: str | None = None) -> np.ndarray:
+    """Decode one base64 typed-array column of a timeline payload (of the type the part's
+    ``types`` names, for a part of narrowed columns)."""
+    part = payload[table]
+    dtype = dtype or "<" + part["types"][name]
+    return np.frombuffer(base64.b64decode(part[name]), dtype=dtype)
+
+
+def bucket_lanes(payload: dict) -> np.ndarray:
+    """Each level-of-detail bucket's lane position, from the lanes' first buckets."""
+    lane_start = column(payload, "buckets", "lane_start")
+    return np.repeat(np.arange(len(lane_start) - 1), np.diff(lane_start))
 
 
 class GatedProvider:

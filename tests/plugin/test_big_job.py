@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from plugin_helpers import column, expected_lanes, refreshed_store
+from plugin_helpers import bucket_lanes, column, expected_lanes, refreshed_store
 from tensorboard import context as tb_context
 
 from tb_monitor import contract, export
@@ -82,7 +82,7 @@ def test_buckets_add_up_to_the_event_count(job, store, monkeypatch):
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 1000)
     payload = timeline_payload(store.snapshot(), Query(width=800))
     assert payload["mode"] == "buckets"
-    counts = column(payload, "buckets", "n", "<u4")
+    counts = column(payload, "buckets", "n")
     assert int(counts.sum()) == job.total_events == payload["in_window"]
 
 
@@ -93,7 +93,7 @@ def test_buckets_of_a_window_add_up_to_its_events(job, store, monkeypatch):
     payload = timeline_payload(store.snapshot(), Query(start=start, end=end, width=600))
     t = store.snapshot().columns.t
     inside = int(np.count_nonzero((t >= start) & (t <= end)))
-    assert int(column(payload, "buckets", "n", "<u4").sum()) == inside
+    assert int(column(payload, "buckets", "n").sum()) == inside
 
 
 def test_filtered_buckets_count_only_the_kind_asked_for(job, store, monkeypatch):
@@ -101,7 +101,7 @@ def test_filtered_buckets_count_only_the_kind_asked_for(job, store, monkeypatch)
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 100)
     payload = timeline_payload(store.snapshot(), Query(kind=contract.RENDEZVOUS))
     wanted = sum(n for (_, kind), n in job.counts.items() if kind == contract.RENDEZVOUS)
-    assert int(column(payload, "buckets", "n", "<u4").sum()) == wanted
+    assert int(column(payload, "buckets", "n").sum()) == wanted
 
 
 def test_any_event_has_its_details(job, store):
@@ -128,13 +128,13 @@ def test_each_lane_s_buckets_count_that_lane_s_events(job, store, monkeypatch):
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 1000)
     snap = store.snapshot()
     payload = timeline_payload(snap, Query(width=800))
-    lane = column(payload, "buckets", "lane", "<u4")
-    per_lane = np.bincount(lane, weights=column(payload, "buckets", "n", "<u4"))
+    lane = bucket_lanes(payload)
+    per_lane = np.bincount(lane, weights=column(payload, "buckets", "n"))
     labels = [entry["label"] for entry in payload["lanes"]]
     events = Counter(snap.lanes[i].label for i in snap.columns.lane.tolist())
     assert {labels[i]: int(n) for i, n in enumerate(per_lane)} == dict(events)
     failed = snap.states.index("FAILED")
-    assert failed in column(payload, "buckets", "state", "<u2").tolist()
+    assert failed in column(payload, "buckets", "state").tolist()
 
 
 RDZV = contract.timeline_tag(contract.RENDEZVOUS)

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from plugin_helpers import column, local_provider, small_job
+from plugin_helpers import bucket_lanes, column, local_provider, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor import contract, timeline
@@ -142,7 +142,7 @@ def test_bucket_counts_add_up_to_the_events_in_the_window(snap, monkeypatch):
     data = timeline_payload(snap, window)
     assert data["mode"] == "buckets"
     assert data["buckets"]["bins"] == 300 // BUCKET_PX
-    assert int(column(data, "buckets", "n", "<u4").sum()) == data["in_window"]
+    assert int(column(data, "buckets", "n").sum()) == data["in_window"]
     assert data["in_window"] == events["in_window"]
 
 
@@ -150,8 +150,8 @@ def test_a_bucket_takes_its_most_severe_state(snap, monkeypatch):
     """A bucket shows its most alarming state; a state outside STATES ranks as RUNNING."""
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 0)
     data = timeline_payload(snap, Query(width=2))  # one bucket per lane
-    lanes = column(data, "buckets", "lane", "<u4")
-    states = [data["states"][s] for s in column(data, "buckets", "state", "<u2")]
+    lanes = bucket_lanes(data)
+    states = [data["states"][s] for s in column(data, "buckets", "state")]
     by_lane = {
         data["lanes"][lane]["label"]: state for lane, state in zip(lanes, states, strict=True)
     }
@@ -179,6 +179,19 @@ def test_per_lane_buckets_are_the_buckets_of_a_pass_over_every_event(snap, width
         searched = query_module._lane_buckets(cols, lane_ids, start, end, width)
         assert searched == passed
         assert searched["count"] > 0
+
+
+def test_an_unfiltered_window_sends_exactly_the_events_inside_it(snap):
+    """Found lane by lane by bisection, a window's events are those a pass over every event
+    keeps (windows starting and ending on event times included), in the same order."""
+    cols = snap.columns
+    t = np.sort(cols.t)
+    for start, end in [(t[0], t[-1]), (t[len(t) // 3], t[len(t) // 3 + 40]), (t[7], t[7])]:
+        start, end = float(start), float(np.nextafter(end, np.inf) if start == end else end)
+        data = timeline_payload(snap, Query(start=start, end=end))
+        inside = (cols.t >= start) & (cols.t <= end)
+        assert data["in_window"] == int(inside.sum()) > 0
+        assert column(data, "events", "id", "<u4").tolist() == cols.ids[inside].tolist()
 
 
 def test_intervals_outside_the_window_are_left_out(snap):
