@@ -422,21 +422,22 @@ def search_segments(
         hi = np.where(searching & ~before, mid, hi)
 
 
-def lane_time_order(t: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    """The order sorting events by (lane, time): one stable sort of a 64-bit key of lane and
+def lane_time_order(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.ndarray:
+    """The order sorting events (times ``t``, records ``rec``) by their record's lane
+    (``rec_lane``, per record) and time: one stable sort of a 64-bit key of lane and
     microseconds (events arrive in runs already sorted, which a stable sort merges in near
     linear time: 4x faster than ``np.lexsort`` at 18M events), unless the key would not fit."""
     if not len(t):
         return np.zeros(0, dtype=np.int64)
     lo, hi = float(t.min()), float(t.max())
     time_bits = max(1, math.ceil(math.log2((hi - lo) * 1e6 + 2)))
-    lane_bits = max(1, int(lane.max()).bit_length())
+    lane_bits = max(1, int(rec_lane.max()).bit_length())
     if time_bits + lane_bits > 62 or not math.isfinite(hi - lo):
-        return np.lexsort((t, lane))
+        return np.lexsort((t, rec_lane[rec]))
     micros = np.subtract(t, lo)  # in place from here: each pass over 18M events costs ~30 ms
     micros *= 1e6
-    np.rint(micros, out=micros)
-    key = micros.astype(np.int64)
+    key = micros.astype(np.int64)  # truncated, as rounded: in time order, ties kept as read
     del micros
-    key |= lane.astype(np.int64) << time_bits  # below 2**time_bits: no carry into the lane
+    # Below 2**time_bits: no carry into the lane. Shifted per record, gathered once per event.
+    key |= (rec_lane.astype(np.int64) << time_bits)[rec]
     return np.argsort(key, kind="stable")

@@ -319,10 +319,13 @@ class TimelineStore(Ingest, ProviderStore):
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
             len(lanes)
         )
-        event_rank = lane_rank[column(self._records.columns["lane"], np.int64)][drawn]
+        record_rank = lane_rank[column(self._records.columns["lane"], np.int64)]
+        # Counted per record, then per rank: no rank gathered per event (18M of them).
+        per_record = np.bincount(drawn, minlength=len(record_rank))
+        per_rank = np.bincount(record_rank, weights=per_record, minlength=len(lanes))
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(event_rank, minlength=len(lanes)), out=rank_start[1:])
-        return lane_time_order(t, event_rank), lane_rank, rank_start
+        np.cumsum(per_rank.astype(np.int64), out=rank_start[1:])
+        return lane_time_order(t, drawn, record_rank), lane_rank, rank_start
 
     def _draw_collateral_stopped(
         self, found: list[Attempt], ids: np.ndarray, drawn: np.ndarray
@@ -369,6 +372,7 @@ class TimelineStore(Ingest, ProviderStore):
         lane_id = self._lanes(lane)
         if lane_id == len(self._lane_runs):
             self._lane_runs.append(run)
+            lane.sort_key()  # made (and kept) while reading, not in the sort after it
         return lane_id
 
     def _lane_from(self, lane: timeline.Lane, from_id: int) -> int:
