@@ -23,6 +23,7 @@ __all__ = [
     "FIELDS",
     "Columns",
     "EventIds",
+    "EventRecords",
     "Interner",
     "Records",
     "Snapshot",
@@ -153,35 +154,29 @@ class Texts(Sequence[str]):
         return (parts[p] + msgs[m].lower() + parts[q] for p, m, q in zip(*ids, strict=True))
 
 
-@dataclass(frozen=True)
-class EventIds:
-    """Sorted events' ids, kept as runs of consecutive ids: a TensorBoard record's events are
-    appended in a row and sorted in a row (a node's lane, in time), so a day's 17.8M ids are
-    ~300k runs, 2 MB instead of 71. Indexed like the int32 column it stands for."""
+class _Runs:
+    """A sorted int32 column kept as runs of events (``starts``: where each begins, ascending,
+    the first 0; ``length``: the events), indexed like the column it stands for. A subclass
+    says what a run holds (:meth:`_at`)."""
 
-    starts: np.ndarray  # int32: the position where each run begins (ascending; the first 0)
-    firsts: np.ndarray  # int32: each run's first id
+    starts: np.ndarray
     length: int
+    _WHAT = "event"
 
-    @classmethod
-    def of(cls, ids: np.ndarray) -> EventIds:
-        """The runs of an id column."""
-        starts = np.flatnonzero(np.diff(ids) != 1).astype(np.int32)
-        starts += 1
-        starts = np.concatenate((np.zeros(min(len(ids), 1), np.int32), starts))
-        return cls(starts, ids[starts].astype(np.int32), len(ids))
+    def _at(self, positions: np.ndarray, run: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return self.length
 
     def __getitem__(self, key: Any) -> Any:
-        """The ids at ``key`` (an integer, a slice, an index or boolean array)."""
+        """The values at ``key`` (an integer, a slice, an index or boolean array)."""
         if isinstance(key, (int, np.integer)):
             position = int(key) + (self.length if key < 0 else 0)
             if not 0 <= position < self.length:
                 raise IndexError(f"event position {key!r} out of range for {self.length} events")
-            run = int(np.searchsorted(self.starts, position, side="right")) - 1
-            return np.int32(self.firsts[run] + (position - self.starts[run]))
+            at = np.array([position])
+            return np.int32(self._at(at, self.run_of(at))[0])
         if isinstance(key, slice):
             positions = np.arange(*key.indices(self.length))
         else:
@@ -194,14 +189,48 @@ class EventIds:
                 positions = np.where(key < 0, key + self.length, key)
                 if len(positions) and not 0 <= positions.min() <= positions.max() < self.length:
                     raise IndexError(f"event positions out of range for {self.length} events")
-        run = np.searchsorted(self.starts, positions, side="right") - 1
-        return (self.firsts[run] + (positions - self.starts[run])).astype(np.int32)
+        return self._at(positions, self.run_of(positions)).astype(np.int32)
+
+    def run_of(self, positions: np.ndarray) -> np.ndarray:
+        """The run each (valid) event position is in."""
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+    def lengths(self) -> np.ndarray:
+        """How many events each run holds."""
+        return np.diff(self.starts, append=self.length)
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self[:] if dtype is None else self[:].astype(dtype)
 
     def tolist(self) -> list[int]:
         return self[:].tolist()
+
+
+def _run_starts(breaks: np.ndarray, length: int) -> np.ndarray:
+    """Run starts (int32) from where consecutive values break (``breaks[i]``: between i, i+1)."""
+    starts = np.flatnonzero(breaks).astype(np.int32)
+    starts += 1
+    return np.concatenate((np.zeros(min(length, 1), np.int32), starts))
+
+
+@dataclass(frozen=True)
+class EventIds(_Runs):
+    """Sorted events' ids, kept as runs of consecutive ids: a TensorBoard record's events are
+    appended in a row and sorted in a row (a node's lane, in time), so a day's 17.8M ids are
+    ~300k runs, 2 MB instead of 71. Indexed like the int32 column it stands for."""
+
+    starts: np.ndarray  # int32: the position where each run begins (ascending; the first 0)
+    firsts: np.ndarray  # int32: each run's first id
+    length: int
+
+    @classmethod
+    def of(cls, ids: np.ndarray) -> EventIds:
+        """The runs of an id column."""
+        starts = _run_starts(np.diff(ids) != 1, len(ids))
+        return cls(starts, ids[starts].astype(np.int32), len(ids))
+
+    def _at(self, positions: np.ndarray, run: np.ndarray) -> np.ndarray:
+        return self.firsts[run] + (positions - self.starts[run])
 
     def position(self, event_id: int) -> int:
         """Where the event with this id is; a KeyError naming it when none is."""
@@ -225,9 +254,54 @@ class EventIds:
         return self.starts.nbytes + self.firsts.nbytes
 
 
+@dataclass(frozen=True)
+class EventRecords(_Runs):
+    """Sorted events' records, kept as runs of events on one record: sorted by (lane, time), a
+    node's keep-alives are runs of a record's events, so a day's 17.8M are ~300k runs, 2.4 MB
+    instead of 71. Where runs would cost more than the column (distinct events, a record
+    each), every event is its own run and no starts are kept (``starts`` None): never more
+    than 4 bytes an event. Indexed like the int32 column it stands for; per-record columns
+    are gathered per event by run (:meth:`per_event`)."""
+
+    starts: np.ndarray | None  # int32: where each run begins (None: at every event)
+    records: np.ndarray  # int32: each run's record
+    length: int
+
+    @classmethod
+    def of(cls, rec: np.ndarray) -> EventRecords:
+        """The runs of a record column."""
+        starts = _run_starts(np.diff(rec) != 0, len(rec))
+        if 2 * len(starts) > len(rec):
+            return cls(None, rec.astype(np.int32), len(rec))
+        return cls(starts, rec[starts].astype(np.int32), len(rec))
+
+    def _at(self, positions: np.ndarray, run: np.ndarray) -> np.ndarray:
+        return self.records[run]
+
+    def run_of(self, positions: np.ndarray) -> np.ndarray:
+        return positions if self.starts is None else super().run_of(positions)
+
+    def lengths(self) -> np.ndarray:
+        if self.starts is None:
+            return np.ones(self.length, dtype=np.int64)
+        return super().lengths()
+
+    def per_event(self, per_record: np.ndarray) -> np.ndarray:
+        """``per_record[rec]`` for every event, made run by run."""
+        if self.starts is None:
+            return per_record[self.records]
+        return np.repeat(per_record[self.records], self.lengths())
+
+    @property
+    def nbytes(self) -> int:
+        return self.records.nbytes + (0 if self.starts is None else self.starts.nbytes)
+
+
 def _per_event(name: str) -> property:
     """The ``rec_<name>`` column gathered per event (sorted like ``t``)."""
-    return property(lambda self: getattr(self, f"rec_{name}")[self.rec], doc=f"Per event: {name}.")
+    return property(
+        lambda self: self.rec.per_event(getattr(self, f"rec_{name}")), doc=f"Per event: {name}."
+    )
 
 
 @dataclass(frozen=True)
@@ -240,7 +314,7 @@ class Columns:
     """
 
     t: np.ndarray
-    rec: np.ndarray
+    rec: EventRecords
     ids: EventIds  # each one's position in the order the store read them
     lane_rank: np.ndarray  # lane id -> display position
     rank_start: np.ndarray  # display position -> its first event (one more: the end)
@@ -299,10 +373,10 @@ class Columns:
         )
 
     @functools.cached_property
-    def event_severity(self) -> np.ndarray:
-        """Per event its record's severity, and a 0 after the last event (so a range may end
-        with the column): what a bucket's most severe state is a max over. Made once."""
-        return np.append(self.rec_severity[self.rec], np.uint8(0))
+    def run_severity(self) -> np.ndarray:
+        """Per run of ``rec``, its record's severity, and a 0 after the last run (so a range of
+        runs may end with them): what a bucket's most severe state is a max over. Made once."""
+        return np.append(self.rec_severity[self.rec.records], np.uint8(0))
 
 
 @dataclass(frozen=True)
@@ -350,7 +424,7 @@ class SortedEvents:
     (``redrawn``, ascending) and own records (``own``), which a new sort starts from."""
 
     t: np.ndarray
-    rec: np.ndarray
+    rec: EventRecords
     ids: EventIds
     redrawn: np.ndarray
     own: np.ndarray
@@ -359,13 +433,24 @@ class SortedEvents:
     def empty(cls) -> SortedEvents:
         """No events: a store's before its first sort."""
         none = np.zeros(0, np.int32)
-        return cls(np.zeros(0), none, EventIds.of(none), np.zeros(0, np.int64), none)
+        return cls(
+            np.zeros(0), EventRecords.of(none), EventIds.of(none), np.zeros(0, np.int64), none
+        )
 
     @classmethod
-    def of(cls, t: np.ndarray, drawn: np.ndarray, ids: EventIds, own: np.ndarray) -> SortedEvents:
-        """Sorted events drawn on ``drawn``, whose own records are ``own``."""
+    def of(
+        cls,
+        t: np.ndarray,
+        drawn: np.ndarray,
+        ids: EventIds,
+        own: np.ndarray,
+        runs: EventRecords | None = None,
+    ) -> SortedEvents:
+        """Sorted events drawn on ``drawn`` (as runs: ``runs``, made if not given), whose own
+        records are ``own``."""
         redrawn = np.flatnonzero(drawn != own)
-        return cls(t, drawn, ids, redrawn, own[redrawn])
+        runs = EventRecords.of(drawn) if runs is None else runs
+        return cls(t, runs, ids, redrawn, own[redrawn])
 
     def __len__(self) -> int:
         return len(self.t)
@@ -379,7 +464,7 @@ class SortedEvents:
         ids = np.arange(len(self), len(self) + len(t), dtype=np.int32)
         if not len(self):  # a first sort: nothing to join (the caller's arrays, as they are)
             return t, rec, ids
-        own = np.concatenate([self.rec, rec])
+        own = np.concatenate([self.rec[:], rec])
         own[self.redrawn] = self.own
         return np.concatenate([self.t, t]), own, np.concatenate([self.ids[:], ids])
 

@@ -48,7 +48,7 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         lane_ids, every = cols.lanes_shown, True
     position = np.full(len(snap.lanes), -1, dtype=np.int64)
     position[lane_ids] = np.arange(len(lane_ids))
-    shown = None if every else wanted[cols.rec]
+    shown = None if every else cols.rec.per_event(wanted)
     if shown is None:
         total, extent = len(cols.t), cols.extent
     else:
@@ -128,7 +128,7 @@ def _window_buckets(
         if buckets is not None:
             return buckets
     if in_window == len(cols.t):
-        t, rec = cols.t, cols.rec
+        t, rec = cols.t, cols.rec[:]
     else:
         rows = inside()
         t, rec = cols.t[rows], cols.rec[rows]
@@ -232,8 +232,7 @@ def _bucket_runs(cols: Columns, t, rec, lane, start: float, scale: float, bins: 
     starts = np.concatenate(([0], starts)) if len(key) else starts
     keys = key[starts]
     counts = np.diff(np.append(starts, len(key)))
-    every = rec is cols.rec  # the whole column: its severities are made once
-    severity = cols.event_severity[:-1] if every else cols.rec_severity[rec]
+    severity = cols.rec_severity[rec]
     worst = np.maximum.reduceat(severity, starts) if len(key) else severity[:0]
     return keys // bins, keys % bins, counts, worst
 
@@ -275,11 +274,11 @@ def _searched_runs(cols: Columns, rows, firsts, lasts, edges: np.ndarray):
     bounds += firsts[:, None]
     row, bucket = np.nonzero(np.diff(bounds, axis=1))
     begin, stop = bounds[row, bucket], bounds[row, bucket + 1]
-    # The most severe state of each bucket's events: a max over [begin, stop), the ranges
-    # between buckets (every other one) dropped.
-    severity = cols.event_severity
-    ranges = np.column_stack((begin, stop)).ravel()
-    worst = np.maximum.reduceat(severity, ranges)[::2] if len(ranges) else severity[:0]
+    # The most severe state of each bucket's events: a max over the runs of records its events
+    # [begin, stop) are in, the ranges between buckets (every other one) dropped.
+    severity = cols.run_severity
+    runs = np.column_stack((cols.rec.run_of(begin), cols.rec.run_of(stop - 1) + 1)).ravel()
+    worst = np.maximum.reduceat(severity, runs)[::2] if len(runs) else severity[:0]
     return rows[row], bucket, stop - begin, worst
 
 

@@ -1,4 +1,4 @@
-"""Sorted events' ids kept as runs of consecutive ids: indexed like the column they stand for."""
+"""Sorted events' ids and records kept as runs: indexed like the columns they stand for."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import EventIds
+from tb_plugin.columns import EventIds, EventRecords
 
 #: Permutations of event ids made of runs, as a sort by (lane, time) leaves them.
 _PIECES = st.lists(st.integers(1, 40), min_size=0, max_size=30)
@@ -74,3 +74,58 @@ def test_an_index_array_out_of_range_is_an_index_error(key):
     """Positions past either end, or a mask of another length, raise as for a numpy column."""
     with pytest.raises(IndexError):
         EventIds.of(np.arange(10, dtype=np.int32))[key]
+
+
+def _records(lengths: list[int], seed: int) -> np.ndarray:
+    """Runs of ``lengths`` events on one record each, records drawn from few (so neighbouring
+    runs may share one: a node's record seen again after another's)."""
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 6, size=len(lengths))
+    return np.repeat(values, lengths).astype(np.int32)
+
+
+@given(_PIECES, st.integers(0, 2**16))
+def test_every_way_of_indexing_gives_the_column_s_records(lengths, seed):
+    """Whole, sliced, by index array, by mask and one by one: the records of the plain column."""
+    rec = _records(lengths, seed)
+    runs = EventRecords.of(rec)
+    assert len(runs) == len(rec) and np.array_equal(runs[:], rec)
+    assert np.array_equal(runs[2:-3], rec[2:-3])
+    picks = np.random.default_rng(seed).integers(0, max(len(rec), 1), size=min(len(rec), 7))
+    assert np.array_equal(runs[picks], rec[picks])
+    assert np.array_equal(runs[rec % 2 == 0], rec[rec % 2 == 0])
+    assert [int(runs[i]) for i in range(-len(rec), len(rec))] == [*rec.tolist(), *rec.tolist()]
+
+
+@given(_PIECES, st.integers(0, 2**16))
+def test_a_per_record_column_gathered_by_runs_is_gathered_per_event(lengths, seed):
+    """``per_event`` of a per-record column is that column indexed by every event's record."""
+    rec = _records(lengths, seed)
+    per_record = np.random.default_rng(seed).integers(0, 100, size=6)
+    assert np.array_equal(EventRecords.of(rec).per_event(per_record), per_record[rec])
+
+
+@given(_PIECES, st.integers(0, 2**16))
+def test_each_event_s_run_holds_its_record(lengths, seed):
+    """``run_of`` puts every event in a run whose record is the event's, runs covering all."""
+    rec = _records(lengths, seed)
+    runs = EventRecords.of(rec)
+    positions = np.arange(len(rec))
+    assert np.array_equal(runs.records[runs.run_of(positions)], rec)
+    assert int(runs.lengths().sum()) == len(rec)
+
+
+def test_a_record_s_events_in_a_row_cost_one_run():
+    """However many events a record has in a row, they cost two integers."""
+    rec = np.repeat(np.arange(1000, dtype=np.int32) % 2, 60)  # alternating: no two runs merge
+    runs = EventRecords.of(rec)
+    assert len(runs.starts) == 1000 and runs.nbytes == 8000
+
+
+def test_records_no_run_would_save_cost_what_the_column_costs():
+    """A record per event (distinct messages): no starts kept, 4 bytes an event, indexed alike."""
+    rec = np.arange(1000, dtype=np.int32)[::-1].copy()
+    runs = EventRecords.of(rec)
+    assert runs.starts is None and runs.nbytes == 4000
+    assert np.array_equal(runs[::3], rec[::3]) and int(runs[-1]) == 0
+    assert np.array_equal(runs.per_event(np.arange(1000) * 2), rec * 2)
