@@ -76,9 +76,13 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
 
 def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
     """What a payload says besides its events: its lanes, states, colours, labels, facets."""
-    states, lane_fields = snap.states, snap.lane_fields
+    states, fields = snap.states, snap.lane_fields
     return {
-        "lanes": [lane_fields[i] for i in lane_ids.tolist()],
+        # Columns, not an object per lane: a day's 5,000 lanes are 0.2 MB of JSON, not 0.9.
+        "lanes": {
+            "count": len(lane_ids),
+            **{name: values[lane_ids].tolist() for name, values in fields.items()},
+        },
         "states": states,
         "colors": [timeline.state_color(state) for state in states],
         "labels": snap.labels,

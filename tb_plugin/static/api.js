@@ -174,12 +174,25 @@ export function lowerBound(arr, value, lo, hi) {
   return lo;
 }
 
+// The payload's lanes, sent as columns (labels; group, kind and run as positions in the
+// facets' run ids, the kinds and the facets' runs), as one object per lane.
+function laneObjects(payload) {
+  const l = payload.lanes;
+  const { run_ids: groups, runs } = payload.facets;
+  return Array.from({ length: l.count }, (_, i) => ({
+    label: l.label[i],
+    group: groups[l.group[i]],
+    kind: payload.kinds[l.kind[i]],
+    run: runs[l.run[i]],
+  }));
+}
+
 // The timeline payload with its columns as typed arrays: `events` or `buckets` (with
 // `laneStart`), and `intervals` (with their own `laneStart` and `order`). `states[i]` is drawn
 // in `colors[i]`.
 export function decodePayload(payload) {
-  const d = { ...payload };
-  const lanes = payload.lanes.length;
+  const d = { ...payload, lanes: laneObjects(payload) };
+  const lanes = d.lanes.length;
   if (payload.mode === "events") {
     d.events = { ...columns(payload.events, EVENT_COLUMNS), names: payload.events.names, msgs: payload.events.msgs };
     d.laneStart = offsets(d.events.lane, lanes);

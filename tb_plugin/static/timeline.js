@@ -214,8 +214,8 @@ export class Timeline {
       this.home = { start: payload.extent[0] - padding, end: payload.extent[1] + padding };
     }
     for (const panel of this.panels) if (panel.update) panel.update(this.data);
-    this.buildRows(payload.lanes);
-    this.summary.textContent = `${count(payload.total, "event")}, ${count(payload.lanes.length, "lane")}`;
+    this.buildRows(this.data.lanes);
+    this.summary.textContent = `${count(payload.total, "event")}, ${count(this.data.lanes.length, "lane")}`;
     this.empty.hidden = payload.total > 0;
     this.empty.textContent = payload.total
       ? ""

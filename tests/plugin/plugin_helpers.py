@@ -99,6 +99,21 @@ def column(payload: dict, table: str, name: str, dtype: str | None = None) -> np
     return np.frombuffer(base64.b64decode(part[name]), dtype=dtype)
 
 
+def lanes(payload: dict) -> list[dict]:
+    """A timeline payload's lanes, sent as columns, as one dict per lane (as ``api.js`` makes
+    them): label, group, kind, run."""
+    columns, facets = payload["lanes"], payload["facets"]
+    return [
+        {
+            "label": columns["label"][i],
+            "group": facets["run_ids"][columns["group"][i]],
+            "kind": payload["kinds"][columns["kind"][i]],
+            "run": facets["runs"][columns["run"][i]],
+        }
+        for i in range(columns["count"])
+    ]
+
+
 def bucket_lanes(payload: dict) -> np.ndarray:
     """Each level-of-detail bucket's lane position, from the lanes' first buckets."""
     lane_start = column(payload, "buckets", "lane_start")

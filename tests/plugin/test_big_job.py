@@ -10,7 +10,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from plugin_helpers import bucket_lanes, column, expected_lanes, refreshed_store
+from plugin_helpers import bucket_lanes, column, expected_lanes, lanes, refreshed_store
 from tensorboard import context as tb_context
 
 from tb_monitor import contract, export
@@ -73,7 +73,7 @@ def test_every_event_reaches_the_store_through_tensorboard(job, store):
 def test_every_lane_is_there(job, store):
     """A rendezvous and an agent lane per node, a worker and a monitor lane per rank."""
     payload = timeline_payload(store.snapshot(), Query())
-    assert len(payload["lanes"]) == expected_lanes(NODES, NODES * WORKERS)
+    assert len(lanes(payload)) == expected_lanes(NODES, NODES * WORKERS)
     assert payload["total"] == job.total_events
 
 
@@ -130,7 +130,7 @@ def test_each_lane_s_buckets_count_that_lane_s_events(job, store, monkeypatch):
     payload = timeline_payload(snap, Query(width=800))
     lane = bucket_lanes(payload)
     per_lane = np.bincount(lane, weights=column(payload, "buckets", "n"))
-    labels = [entry["label"] for entry in payload["lanes"]]
+    labels = [entry["label"] for entry in lanes(payload)]
     events = Counter(snap.lanes[i].label for i in snap.columns.lane.tolist())
     assert {labels[i]: int(n) for i, n in enumerate(per_lane)} == dict(events)
     failed = snap.states.index("FAILED")

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from plugin_helpers import bucket_lanes, column, local_provider, small_job
+from plugin_helpers import bucket_lanes, column, lanes, local_provider, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor import contract, timeline
@@ -94,7 +94,7 @@ def test_state_filter_keeps_only_that_state(snap):
 def test_unknown_state_filter_matches_nothing(snap):
     """A well-formed state name no record carries gives an empty timeline, not an error."""
     data = timeline_payload(snap, Query(state="NO_SUCH_STATE"))
-    assert data["total"] == 0 and data["lanes"] == [] and data["extent"] is None
+    assert data["total"] == 0 and lanes(data) == [] and data["extent"] is None
 
 
 def test_colours_line_up_with_states(snap):
@@ -150,10 +150,9 @@ def test_a_bucket_takes_its_most_severe_state(snap, monkeypatch):
     """A bucket shows its most alarming state; a state outside STATES ranks as RUNNING."""
     monkeypatch.setattr(query_module, "DETAIL_LIMIT", 0)
     data = timeline_payload(snap, Query(width=2))  # one bucket per lane
-    lanes = bucket_lanes(data)
-    states = [data["states"][s] for s in column(data, "buckets", "state")]
+    shown, states = lanes(data), [data["states"][s] for s in column(data, "buckets", "state")]
     by_lane = {
-        data["lanes"][lane]["label"]: state for lane, state in zip(lanes, states, strict=True)
+        shown[lane]["label"]: state for lane, state in zip(bucket_lanes(data), states, strict=True)
     }
     assert by_lane["rank 6"] == "FAILED"
     assert by_lane["node-x (pid 9999)"] == "RUNNING"

@@ -9,6 +9,7 @@ import json
 
 import numpy as np
 import pytest
+from plugin_helpers import lanes
 from tensorboard import context as tb_context
 from test_routes import App
 from two_jobs import HUNG_RANK, SLOW_RANK, write_two_jobs
@@ -77,7 +78,7 @@ def test_each_job_has_its_own_lanes(two_jobs):
     2 nodes' rendezvous and agent lanes and 4 ranks' two lanes each, per job."""
     body = two_jobs.json(f"{TIMELINE_ROUTE}?width=800")
     jobs = [j["job"] for j in two_jobs.json(RANKS_ROUTE)["jobs"]]
-    groups = [lane["group"] for lane in body["lanes"]]
+    groups = [lane["group"] for lane in lanes(body)]
     assert sorted(set(groups)) == jobs and [groups.count(job) for job in jobs] == [12, 12]
     assert body["facets"]["run_ids"] == ["none", *jobs]  # the run id picks both jobs
 
@@ -87,8 +88,8 @@ def test_a_run_id_filter_keeps_every_job_of_it(two_jobs):
     jobs = [j["job"] for j in two_jobs.json(RANKS_ROUTE)["jobs"]]
     both = two_jobs.json(f"{TIMELINE_ROUTE}?width=800&run_id=none")
     one = two_jobs.json(f"{TIMELINE_ROUTE}?width=800&run_id={jobs[0]}")
-    assert {lane["group"] for lane in both["lanes"]} == set(jobs)
-    assert {lane["group"] for lane in one["lanes"]} == {jobs[0]}
+    assert {lane["group"] for lane in lanes(both)} == set(jobs)
+    assert {lane["group"] for lane in lanes(one)} == {jobs[0]}
     assert [a["job"] for a in one["attempts"]] == [jobs[0]]
 
 

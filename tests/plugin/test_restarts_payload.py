@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from plugin_helpers import column, refreshed_store, small_job
+from plugin_helpers import column, lanes, refreshed_store, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.analysis.health import job_report
@@ -52,7 +52,7 @@ def test_payload_attempts_are_the_job_reports(job, payload):
 def test_root_cause_points_at_its_event_and_lane(store, payload):
     """The root cause names its record's event id and the position of its lane in the payload."""
     cause = payload["attempts"][0]["root_cause"]
-    assert payload["lanes"][cause["lane"]]["label"] == f"rank {cause['rank']}"
+    assert lanes(payload)[cause["lane"]]["label"] == f"rank {cause['rank']}"
     ids = column(payload, "events", "id", "<u4")
     assert cause["event"] in ids.tolist()
     event = store.event(tb_context.RequestContext(), cause["event"])
@@ -68,7 +68,7 @@ def test_collateral_ranks_are_stopped_by_restart(payload):
     iv_state = column(payload, "intervals", "state", "<u2")
     iv_label = column(payload, "intervals", "label", "<u4")
     iv_t0 = column(payload, "intervals", "t0", "<f8")
-    labels = [lane["label"] for lane in payload["lanes"]]
+    labels = [lane["label"] for lane in lanes(payload)]
     for rank in first["collateral_ranks"]:
         lane = labels.index(f"rank {rank}")
         mine = np.flatnonzero(iv_lane == lane)
@@ -84,7 +84,7 @@ def test_collateral_ranks_are_stopped_by_restart(payload):
 def test_failed_filter_shows_only_root_causes(store):
     """Filtering on FAILED keeps the root cause's records, not the collateral ranks' ends."""
     filtered = timeline_payload(store.snapshot(), Query(state="FAILED"))
-    assert {lane["label"] for lane in filtered["lanes"]} == {
+    assert {lane["label"] for lane in lanes(filtered)} == {
         f"rank {a['root_cause']['rank']}" for a in filtered["attempts"] if a["root_cause"]
     }
 
@@ -110,7 +110,7 @@ def test_the_last_attempts_collateral_ranks_stopped_when_the_job_ended(tmp_path)
     iv_lane = column(payload, "intervals", "lane", "<u4")
     iv_state = column(payload, "intervals", "state", "<u2")
     iv_t0 = column(payload, "intervals", "t0", "<f8")
-    labels = [lane["label"] for lane in payload["lanes"]]
+    labels = [lane["label"] for lane in lanes(payload)]
     for rank in last["collateral_ranks"]:
         mine = np.flatnonzero(iv_lane == labels.index(f"rank {rank}"))
         assert payload["states"][iv_state[mine[np.argmax(iv_t0[mine])]]] == STOPPED_AT_END

@@ -14,6 +14,7 @@ from plugin_helpers import (
     GatedProvider,
     column,
     expected_lanes,
+    lanes,
     local_provider,
     small_job,
     wait_for,
@@ -178,18 +179,18 @@ def test_timeline_holds_every_event(app, job):
     assert data["total"] == job.total_events
     assert data["mode"] == "events"
     assert data["events"]["count"] == job.total_events
-    assert len(data["lanes"]) == expected_lanes(NODES, NODES * WORKERS)
+    assert len(lanes(data)) == expected_lanes(NODES, NODES * WORKERS)
 
 
 def test_lanes_are_grouped_and_ordered(app, job):
     """Lanes come grouped by job, rendezvous then agents, workers and monitor, ranks in order."""
-    lanes = app.json(f"{PREFIX}/timeline")["lanes"]
-    kinds = [lane["kind"] for lane in lanes]
+    shown = lanes(app.json(f"{PREFIX}/timeline"))
+    kinds = [lane["kind"] for lane in shown]
     assert kinds == sorted(kinds, key=contract.KINDS.index)
-    assert {lane["group"] for lane in lanes} == {job.run_id}
-    workers = [lane["label"] for lane in lanes if lane["kind"] == contract.WORKER]
+    assert {lane["group"] for lane in shown} == {job.run_id}
+    workers = [lane["label"] for lane in shown if lane["kind"] == contract.WORKER]
     assert workers == [f"rank {r}" for r in range(NODES * WORKERS)]
-    nodes = [lane["label"] for lane in lanes if lane["kind"] == contract.RENDEZVOUS]
+    nodes = [lane["label"] for lane in shown if lane["kind"] == contract.RENDEZVOUS]
     assert nodes[0].startswith("node-000 (pid ")
 
 
@@ -206,9 +207,9 @@ def test_worker_attempts_and_rendezvous_rounds_are_intervals(app):
     """Each rank has one interval per attempt and each node one per rendezvous round."""
     data = app.json(f"{PREFIX}/timeline")
     labels = data["labels"]
-    lanes = column(data, "intervals", "lane", "<u4")
+    lane_of = column(data, "intervals", "lane", "<u4")
     names = [labels[i] for i in column(data, "intervals", "label", "<u4")]
-    kinds = [data["lanes"][i]["kind"] for i in lanes]
+    kinds = [lanes(data)[i]["kind"] for i in lane_of]
     attempts = [n for n, k in zip(names, kinds, strict=True) if k == contract.WORKER]
     rounds = [n for n, k in zip(names, kinds, strict=True) if k == contract.RENDEZVOUS]
     world = NODES * WORKERS
