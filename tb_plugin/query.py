@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.columns import Columns, Snapshot
+from tb_plugin.columns import Columns, LaneFields, Snapshot
 from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
 
@@ -76,12 +76,13 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
 
 def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
     """What a payload says besides its events: its lanes, states, colours, labels, facets."""
-    states, fields = snap.states, snap.lane_fields
+    states = snap.states
+    fields = snap.lane_fields or LaneFields.of(snap.lanes, snap.lane_runs, snap.runs)
     return {
         # Columns, not an object per lane: a day's 5,000 lanes are 0.2 MB of JSON, not 0.9.
         "lanes": {
             "count": len(lane_ids),
-            **{name: values[lane_ids].tolist() for name, values in fields.items()},
+            **{name: values[lane_ids].tolist() for name, values in fields.columns.items()},
         },
         "states": states,
         "colors": [timeline.state_color(state) for state in states],
@@ -89,7 +90,7 @@ def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
         "kinds": list(contract.KINDS),
         "facets": {
             "runs": sorted(snap.runs),
-            "run_ids": snap.run_ids,
+            "run_ids": fields.run_ids,
             "states": sorted({states[s] for s in snap.columns.states_shown} - {""}),
         },
     }

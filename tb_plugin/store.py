@@ -52,11 +52,13 @@ from tb_plugin.columns import (
     EventIds,
     EventRecords,
     Interner,
+    LaneFields,
     Records,
     Snapshot,
     SortedEvents,
     Texts,
     column,
+    exact_time_order,
     lane_time_order,
 )
 from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk, kept_events
@@ -140,6 +142,7 @@ class TimelineStore(Ingest, ProviderStore):
         self._lanes = Interner()  # tb_monitor.timeline.Lane values
         self._lane_runs: list[str] = []  # the first run each lane was seen in
         self._runs = Interner()
+        self._lane_fields: tuple[tuple[int, int], LaneFields] | None = None
         self._states = Interner()
         self._names = Interner()
         self._msgs = Interner()
@@ -228,7 +231,17 @@ class TimelineStore(Ingest, ProviderStore):
                 texts=self._texts,
                 labels=list(self._labels.values),
                 attempts=self._attempts,
+                lane_fields=self._current_lane_fields(),
             )
+
+    def _current_lane_fields(self) -> LaneFields:
+        """The lanes' payload fields, made again only when lanes or runs were added (both
+        only grow, so their counts say whether they changed)."""
+        lanes, runs = self._lanes.values, self._runs.values
+        key = (len(lanes), len(runs))
+        if self._lane_fields is None or self._lane_fields[0] != key:
+            self._lane_fields = (key, LaneFields.of(lanes, self._lane_runs, runs))
+        return self._lane_fields[1]
 
     def job_spans(self) -> list[JobSpan]:
         """The jobs of the logdir (``tb_monitor.analysis.jobs``), as of the last snapshot."""
@@ -272,15 +285,15 @@ class TimelineStore(Ingest, ProviderStore):
             lanes = len(self._lanes.values)
             with futures.ThreadPoolExecutor(1, thread_name_prefix="tb-monitor-analysis") as beside:
                 analysed = beside.submit(self._analysis, float(t.max()) if len(t) else 0.0)
-                order, lane_rank, rank_start = self._lane_order(t, rec)
-                in_order = t[order], ids[order], rec[order]
+                order, in_time, lane_rank, rank_start = self._lane_order(t, rec)
+                in_order = in_time, ids[order], rec[order]
                 found, intervals = analysed.result()
             drawn = rec  # each event's record as drawn: a shared run id's on its job's lanes
             if self._shared:
                 drawn = job_lanes(t, rec, self._shared, records, self._lanes, self._lane_from)
             if drawn is not rec or len(self._lanes.values) != lanes:
-                order, lane_rank, rank_start = self._lane_order(t, drawn)
-                in_order = t[order], ids[order], rec[order]
+                order, in_time, lane_rank, rank_start = self._lane_order(t, drawn)
+                in_order = in_time, ids[order], rec[order]
             moved = drawn is not rec
             t, ids, rec = in_order
             drawn = drawn[order] if moved else rec
@@ -313,9 +326,10 @@ class TimelineStore(Ingest, ProviderStore):
 
     def _lane_order(
         self, t: np.ndarray, drawn: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The order of events drawn on records ``drawn`` by lane and time, each lane's rank
-        among the lanes, and where each rank's events start in that order."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The order of events drawn on records ``drawn`` by lane and time, their times in
+        that order, each lane's rank among the lanes, and where each rank's events start in
+        that order."""
         lanes = list(self._lanes.values)
         lane_rank = np.empty(len(lanes), dtype=np.int64)
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
@@ -327,7 +341,10 @@ class TimelineStore(Ingest, ProviderStore):
         per_rank = np.bincount(record_rank, weights=per_record, minlength=len(lanes))
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(per_rank.astype(np.int64), out=rank_start[1:])
-        return lane_time_order(t, drawn, record_rank), lane_rank, rank_start
+        order = lane_time_order(t, drawn, record_rank)
+        in_time = t[order]
+        exact_time_order(in_time, order, rank_start)
+        return order, in_time, lane_rank, rank_start
 
     def _draw_collateral_stopped(
         self, found: list[Attempt], ids: np.ndarray, drawn: np.ndarray

@@ -30,6 +30,8 @@ def test_every_way_of_indexing_gives_the_column_s_ids(lengths, seed):
     assert np.array_equal(runs[:], ids) and runs[:].dtype == np.int32
     assert runs.tolist() == ids.tolist()
     assert np.array_equal(runs[3:-2], ids[3:-2])
+    a, b = sorted(np.random.default_rng(seed).integers(0, len(ids) + 1, size=2).tolist())
+    assert np.array_equal(runs[a:b], ids[a:b]) and np.array_equal(runs[b:a], ids[b:a])
     picks = np.random.default_rng(seed).integers(0, max(len(ids), 1), size=min(len(ids), 7))
     assert np.array_equal(runs[picks], ids[picks])
     mask = ids % 3 == 0
@@ -91,6 +93,8 @@ def test_every_way_of_indexing_gives_the_column_s_records(lengths, seed):
     runs = EventRecords.of(rec)
     assert len(runs) == len(rec) and np.array_equal(runs[:], rec)
     assert np.array_equal(runs[2:-3], rec[2:-3])
+    a, b = sorted(np.random.default_rng(seed).integers(0, len(rec) + 1, size=2).tolist())
+    assert np.array_equal(runs[a:b], rec[a:b]) and runs[a:b].dtype == np.int32
     picks = np.random.default_rng(seed).integers(0, max(len(rec), 1), size=min(len(rec), 7))
     assert np.array_equal(runs[picks], rec[picks])
     assert np.array_equal(runs[rec % 2 == 0], rec[rec % 2 == 0])

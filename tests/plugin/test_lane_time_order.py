@@ -1,4 +1,4 @@
-"""Events sorted by their record's lane and time with one key: as a lexsort sorts them."""
+"""Events sorted by their record's lane and time with one key, then exactly: as a lexsort."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import lane_time_order
+from tb_plugin.columns import exact_time_order, lane_time_order
 
 
 @given(st.integers(0, 2**16), st.integers(1, 300), st.integers(1, 12), st.integers(1, 5))
@@ -32,3 +32,32 @@ def test_no_events_give_an_empty_order():
     """A store before its first event sorts nothing."""
     empty = np.zeros(0, dtype=np.int32)
     assert lane_time_order(np.zeros(0), empty, np.zeros(0, dtype=np.int64)).tolist() == []
+
+
+def _exactly(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.ndarray:
+    """The store's order: the one-key sort, then each lane put exactly in time order."""
+    order = lane_time_order(t, rec, rec_lane)
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(rec_lane[rec], minlength=4))))
+    in_time = t[order]
+    exact_time_order(in_time, order, bounds)
+    assert np.array_equal(in_time, t[order])
+    return order
+
+
+def test_events_under_a_microsecond_apart_are_put_in_time_order():
+    """Two records' events on one lane, 0.7 us apart, one key apart from none: the later one
+    read first still comes second (a window starting between them must count one)."""
+    a = 1.7e9
+    t = np.array([a + 0.9e-6, a + 10 + 0.9e-6, a + 10 + 0.2e-6])
+    rec = np.array([0, 0, 1], dtype=np.int32)
+    assert _exactly(t, rec, np.array([0, 0])).tolist() == [0, 2, 1]
+
+
+@given(st.integers(0, 2**16), st.integers(1, 300), st.integers(1, 12))
+def test_with_sub_microsecond_times_the_order_is_the_lexsort(seed, events, records):
+    """Times a fraction of a microsecond apart, any lanes: the exact lexsort by lane, time."""
+    rng = np.random.default_rng(seed)
+    t = 1.7e9 + rng.integers(0, 40, size=events) * 3e-7
+    rec = rng.integers(0, records, size=events).astype(np.int32)
+    rec_lane = rng.integers(0, 4, size=records).astype(np.int64)
+    assert _exactly(t, rec, rec_lane).tolist() == np.lexsort((t, rec_lane[rec])).tolist()

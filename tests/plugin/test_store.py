@@ -76,6 +76,26 @@ def test_snapshot_is_reused_until_records_arrive(store):
     assert store.snapshot().columns is store.snapshot().columns
 
 
+def test_lane_fields_are_made_again_only_when_a_lane_or_run_is_added(tmp_path):
+    """Snapshots share their lanes' payload fields until a new run brings a new lane."""
+    job = small_job(tmp_path / "logs", nodes=2, workers_per_node=1)
+    provider = local_provider(job.logdir)
+    store = TimelineStore(provider)
+    store.refresh(tb_context.RequestContext(), force=True)
+    first = store.snapshot().lane_fields
+    assert store.snapshot().lane_fields is first
+    beat = RdzvEvent("x._keep_alive", job.run_id, "", "node-new", 7000, "RUNNING", local_id=0)
+    with AsyncWriter(f"{job.logdir}/{job.runs[0]}-extra") as writer:
+        writer.add_timeline(contract.RENDEZVOUS, beat.serialize(), job.end + 1)
+    provider._multiplexer.AddRunsFromDirectory(str(job.logdir))
+    provider._multiplexer.Reload()
+    store.refresh(tb_context.RequestContext(), force=True)
+    fields = store.snapshot().lane_fields
+    assert fields is not first
+    assert "node-new (pid 7000)" in fields.columns["label"].tolist()
+    assert len(fields.columns["label"]) == len(first.columns["label"]) + 1
+
+
 def test_a_refresh_within_the_interval_does_not_list_the_provider(job):
     """An unforced refresh less than REFRESH_INTERVAL_S after the last one is free."""
     now = [100.0]
