@@ -33,6 +33,7 @@ __all__ = [
     "column",
     "exact_time_order",
     "lane_time_order",
+    "ranges",
     "search_segments",
 ]
 
@@ -193,6 +194,11 @@ class _Runs:
                 positions = np.where(key < 0, key + self.length, key)
                 if len(positions) and not 0 <= positions.min() <= positions.max() < self.length:
                     raise IndexError(f"event positions out of range for {self.length} events")
+        runs = self.length if self.starts is None else len(self.starts)
+        if len(positions) * runs.bit_length() > self.length:
+            # Many positions (a wide window's events): the whole column made run by run and
+            # gathered from costs less than a binary search each.
+            return self._span(0, self.length)[positions] if self.length else positions
         return self._at(positions, self.run_of(positions)).astype(np.int32)
 
     def _span(self, start: int, stop: int) -> np.ndarray:
@@ -316,6 +322,23 @@ class EventRecords(_Runs):
         if self.starts is None:
             return np.ones(self.length, dtype=np.int64)
         return super().lengths()
+
+    def spans(self, firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+        """The records of events ``firsts[i]`` .. ``lasts[i] - 1`` for each i, one span after
+        another (a window's events, lane by lane), made run by run: a search per span, not
+        per event."""
+        keep = lasts > firsts
+        firsts, lasts = firsts[keep], lasts[keep]
+        if self.starts is None or not len(firsts):
+            return self.records[ranges(firsts, lasts)]
+        first_run, last_run = self.run_of(firsts), self.run_of(lasts - 1)
+        pieces = ranges(first_run, last_run + 1)  # every run a span crosses, span by span
+        crossed = last_run - first_run + 1
+        begins = np.maximum(self.starts[pieces], np.repeat(firsts, crossed))
+        ends = np.minimum(
+            np.append(self.starts, self.length)[pieces + 1], np.repeat(lasts, crossed)
+        )
+        return np.repeat(self.records[pieces], ends - begins)
 
     def per_event(self, per_record: np.ndarray) -> np.ndarray:
         """``per_record[rec]`` for every event, made run by run."""
@@ -528,6 +551,12 @@ def column(values: array.array, dtype: type) -> np.ndarray:
     """A numpy copy of an append-only array: it keeps growing, and a buffer it exported
     could not be resized."""
     return np.frombuffer(values, dtype=dtype).copy()
+
+
+def ranges(firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
+    """``firsts[i] .. lasts[i] - 1`` for each i, one after another."""
+    lengths = lasts - firsts
+    return np.repeat(firsts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
 
 
 def search_segments(

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.columns import Columns, LaneFields, Snapshot
+from tb_plugin.columns import Columns, LaneFields, Snapshot, ranges
 from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
 
@@ -56,7 +56,7 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         total = int(len(times))
         extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
-    in_window, inside = _inside(cols, shown, start, end)
+    in_window, inside, inside_records = _inside(cols, shown, start, end)
     payload = _description(snap, lane_ids)
     payload.update(generation=snap.generation, total=total, extent=extent, window=[start, end])
     payload.update(in_window=in_window, loading=snap.loading)
@@ -67,7 +67,7 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         payload["mode"] = "buckets"
         window = (start, end, q.width)
         payload["buckets"] = _window_buckets(
-            cols, shown, inside, in_window, position, lane_ids, window
+            cols, shown, (inside, inside_records), in_window, position, lane_ids, window
         )
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
     payload["attempts"] = _attempts_payload(snap.attempts, position, q, snap.lanes)
@@ -98,26 +98,22 @@ def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
 
 def _inside(
     cols: Columns, shown: np.ndarray | None, start: float, end: float
-) -> tuple[int, Callable[[], np.ndarray]]:
-    """How many shown events the window holds, and a function listing their positions
-    (ascending). Unfiltered, each lane's sorted times are bisected: no pass over every event."""
+) -> tuple[int, Callable[[], np.ndarray], Callable[[], np.ndarray]]:
+    """How many shown events the window holds, and functions listing their positions
+    (ascending) and their records (in that order). Unfiltered, each lane's sorted times are
+    bisected and its records taken run by run: no pass over every event."""
     if shown is None:
         firsts, lasts = cols.between(start, end)
-        return int((lasts - firsts).sum()), lambda: _ranges(firsts, lasts)
+        count = int((lasts - firsts).sum())
+        return count, lambda: ranges(firsts, lasts), lambda: cols.rec.spans(firsts, lasts)
     inside = (cols.t >= start) & (cols.t <= end) & shown
-    return int(np.count_nonzero(inside)), lambda: np.flatnonzero(inside)
-
-
-def _ranges(firsts: np.ndarray, lasts: np.ndarray) -> np.ndarray:
-    """``firsts[i] .. lasts[i] - 1`` for each i, one after another."""
-    lengths = lasts - firsts
-    return np.repeat(firsts - np.cumsum(lengths) + lengths, lengths) + np.arange(lengths.sum())
+    return int(np.count_nonzero(inside)), lambda: np.flatnonzero(inside), lambda: cols.rec[inside]
 
 
 def _window_buckets(
     cols: Columns,
     shown,
-    inside: Callable[[], np.ndarray],
+    inside: tuple[Callable[[], np.ndarray], Callable[[], np.ndarray]],
     in_window: int,
     position,
     lane_ids,
@@ -135,8 +131,8 @@ def _window_buckets(
     if in_window == len(cols.t):
         t, rec = cols.t, cols.rec[:]
     else:
-        rows = inside()
-        t, rec = cols.t[rows], cols.rec[rows]
+        rows, records = inside
+        t, rec = cols.t[rows()], records()
     return _buckets(cols, t, rec, position, start, end, width)
 
 
@@ -258,7 +254,7 @@ def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int)
     edges = np.concatenate(([start], inner, [np.nextafter(end, np.inf)]))
     searched = _searched_runs(cols, np.flatnonzero(big), firsts[big], lasts[big], edges)
     rows, firsts, lasts = np.flatnonzero(~big), firsts[~big], lasts[~big]
-    events = _ranges(firsts, lasts)
+    events = ranges(firsts, lasts)
     lane = np.repeat(rows, lasts - firsts)
     t = cols.t[events]
     kept = (t >= start) & (t <= end)

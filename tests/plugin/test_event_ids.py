@@ -133,3 +133,17 @@ def test_records_no_run_would_save_cost_what_the_column_costs():
     assert runs.starts is None and runs.nbytes == 4000
     assert np.array_equal(runs[::3], rec[::3]) and int(runs[-1]) == 0
     assert np.array_equal(runs.per_event(np.arange(1000) * 2), rec * 2)
+
+
+@given(_PIECES, st.integers(0, 2**16), st.booleans())
+def test_spans_records_are_the_column_s_over_each_span_in_turn(lengths, seed, singletons):
+    """The records of spans (a window's events lane by lane; some empty) are the column's
+    over each span, one after another, with or without run starts kept."""
+    rec = _records(lengths, seed) if not singletons else np.arange(sum(lengths), dtype=np.int32)
+    runs = EventRecords.of(rec)
+    rng = np.random.default_rng(seed)
+    bounds = np.sort(rng.integers(0, len(rec) + 1, size=2 * rng.integers(0, 6)))
+    firsts, lasts = bounds[0::2], bounds[1::2]
+    expected = [rec[a:b] for a, b in zip(firsts, lasts, strict=True)]
+    found = runs.spans(firsts, lasts)
+    assert found.tolist() == (np.concatenate(expected).tolist() if expected else [])
