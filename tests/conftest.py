@@ -58,3 +58,31 @@ def _fresh_metrics_routes(monkeypatch):
 
     monkeypatch.setattr(api, "_metrics_map", {})
     monkeypatch.setattr(api, "_streams", {})
+
+
+#: The xdist group whose tests run one after another on one worker, as they would without xdist.
+SERIAL = "serial"
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Group the tests for ``-n 2 --dist loadgroup`` (pyproject's addopts): those that run a
+    real job, a server or a browser, or share a session-scoped fixture (a torchrun job, an
+    object store), in one group that runs serially, as without xdist (their time bounds were
+    set for it, and a session fixture is made once per worker); every other module's tests
+    together (its module fixtures made once), beside them on the other worker."""
+    group = SERIAL if _serial(item) else item.path.stem
+    item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _serial(item: pytest.Item) -> bool:
+    if any(item.get_closest_marker(name) for name in ("slow", "browser")):
+        return True
+    if "integration" in item.path.parts:
+        return True
+    definitions = getattr(item, "_fixtureinfo", None)
+    return definitions is not None and any(
+        fixture.scope == "session"
+        for fixtures in definitions.name2fixturedefs.values()
+        for fixture in fixtures
+        if not fixture.func.__module__.startswith("_pytest")  # not tmp_path_factory and such
+    )
