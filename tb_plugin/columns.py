@@ -13,6 +13,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -104,16 +105,24 @@ class Records:
     def twin(self, rec: int, name: str, value: int) -> int:
         """The record drawn like ``rec`` but with field ``name``'s id ``value`` (made once): a
         collateral rank's end drawn in its own state, a job's event on its own lane."""
-        key = (rec, name, value)
-        found = self.twins.get(key)
-        if found is None:
-            fields = dict(zip(self.columns, self.fields(rec), strict=True))
-            fields[name] = value
-            found = self.twins[key] = self.add(tuple(fields.values()), None)
-        return found
+        return int(self.twins_of(np.asarray([rec]), name, np.asarray([value]))[0])
 
-    def fields(self, rec: int) -> tuple[int, ...]:
-        return tuple(values[rec] for values in self.columns.values())
+    def twins_of(self, recs: np.ndarray, name: str, values: np.ndarray) -> np.ndarray:
+        """:meth:`twin` of each ``recs[i]`` with ``values[i]``, the new ones appended as whole
+        columns (a day's 12k collateral ends drawn stopped: no Python record per twin)."""
+        keys = list(zip(recs.tolist(), repeat(name), values.tolist()))
+        out = np.fromiter((self.twins.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        missing = np.flatnonzero(out < 0)
+        if len(missing):
+            fresh = list(dict.fromkeys(keys[i] for i in missing.tolist()))
+            of = np.fromiter((rec for rec, _, _ in fresh), dtype=np.int64, count=len(fresh))
+            columns = [np.frombuffer(ids, dtype=np.int64)[of] for ids in self.columns.values()]
+            fields = np.stack(columns, axis=1)
+            fields[:, FIELDS.index(name)] = [value for _, _, value in fresh]
+            first = self.extend(fields, [None] * len(fresh))
+            self.twins.update(zip(fresh, range(first, first + len(fresh)), strict=True))
+            out[missing] = [self.twins[keys[i]] for i in missing.tolist()]
+        return out
 
     def get(self, name: str, rec: int) -> int:
         """Record ``rec``'s id of field ``name``."""

@@ -357,10 +357,8 @@ class TimelineStore(Ingest, ProviderStore):
         wanted[np.fromiter(stopped, dtype=np.int64, count=len(stopped))] = True
         where = np.flatnonzero(wanted[ids])
         before = drawn[where]
-        drawn[where] = [
-            self._records.twin(int(r), "state", self._states(stopped[int(event)]))
-            for r, event in zip(before, ids[where], strict=True)
-        ]
+        states = [self._states(stopped[event]) for event in ids[where].tolist()]
+        drawn[where] = self._records.twins_of(before, "state", np.asarray(states, dtype=np.int64))
         return where, before
 
     def _fold(self, events: SortedEvents) -> None:
