@@ -16,6 +16,15 @@ CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 #: and real torchrun jobs, one per scenario for the session (restarted, always_failing, ...).
 pytest_plugins = ["object_store", "torchrun_jobs"]
 
+try:  # hypothesis's per-example deadline is a timing test: this 2-core machine is noisy, and
+    # the unit tests run beside real jobs (``-n 2``); a slow example is no failure here.
+    from hypothesis import HealthCheck, settings
+except ImportError:  # a test that needs it says so
+    pass
+else:
+    settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    settings.load_profile("suite")
+
 
 def need(module: str) -> ModuleType:
     """Import an optional dependency; skip without it, but fail in CI where it must be present."""
@@ -66,7 +75,8 @@ SERIAL = "serial"
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """Group the tests for ``-n 2 --dist loadgroup`` (pyproject's addopts): those that run a
-    real job, a server or a browser, or share a session-scoped fixture (a torchrun job, an
+    real job, a server or a browser, are held to wall-clock bounds of seconds (``timed``), or
+    share a session-scoped fixture (a torchrun job, an
     object store), in one group that runs serially, as without xdist (their time bounds were
     set for it, and a session fixture is made once per worker); every other module's tests
     together (its module fixtures made once), beside them on the other worker."""
@@ -75,7 +85,7 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 
 
 def _serial(item: pytest.Item) -> bool:
-    if any(item.get_closest_marker(name) for name in ("slow", "browser")):
+    if any(item.get_closest_marker(name) for name in ("slow", "browser", "timed")):
         return True
     if "integration" in item.path.parts:
         return True

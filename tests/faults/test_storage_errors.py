@@ -17,6 +17,9 @@ import tb_monitor
 from tb_monitor.cli import export, report
 from tb_monitor.logdir import fs
 
+#: Deadlines of a second or two decide what these errors say: never beside a real job.
+pytestmark = pytest.mark.timed
+
 #: Each attempt's deadline in these tests, so a store that never answers fails in about a second.
 DEADLINE_S = 0.5
 

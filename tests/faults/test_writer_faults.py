@@ -13,8 +13,13 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import DROPPED_TAG
+
+#: Stalls and exits are timed against bounds of a few seconds: never beside a real job.
+pytestmark = pytest.mark.timed
 
 
 def _run(source: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
