@@ -34,6 +34,21 @@ def test_an_absent_or_null_field_decodes_as_empty():
         assert contract.decode_record(contract.AGENT, json.dumps(record))["metadata"] == {}
 
 
+def test_decoded_records_share_their_metadata_keys():
+    """Two decoded worker records hold one copy of each metadata key, nested ones too (a store
+    keeps every distinct worker event's metadata), and the same values as their JSON."""
+    nested = json.dumps({"rdzv_backend": "c10d", "agent_restarts": 0})
+    records = [
+        {"name": "x", "source": "WORKER", "metadata": {"group_rank": r, "metadata": nested}}
+        for r in (0, 1)
+    ]
+    first, second = (
+        contract.decode_record(contract.WORKER, json.dumps(r))["metadata"] for r in records
+    )
+    assert first == {"group_rank": 0, "rdzv_backend": "c10d", "agent_restarts": 0}
+    assert all(a is b for a, b in zip(first, second, strict=True))
+
+
 @pytest.mark.parametrize(("role", "rank"), [("default", "3"), ("trainer", "12")])
 def test_rank_of_reads_the_run_a_worker_writes(role, rank):
     """The rank comes back from the run name a torchelastic worker's environment gives."""
