@@ -62,6 +62,8 @@ class DecodedChunk:
     columnar: ColumnarChunk | None = None
     newest: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # step read
     errors: list[tuple[str, str, int, str]] = dataclasses.field(default_factory=list)
+    #: Read from event files: where each file's next read starts (``EventFiles.advance``).
+    ends: dict[str, int] = dataclasses.field(default_factory=dict)
 
 
 def decode_chunk(

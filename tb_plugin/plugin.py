@@ -39,6 +39,7 @@ from tb_monitor import contract
 from tb_monitor.logdir import fs
 from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
+from tb_plugin.event_files import EventFiles, sampling
 from tb_plugin.query import UnknownRunError, timeline_payload
 from tb_plugin.ranks import RankStore, ranks_payload
 from tb_plugin.read_workers import ReadWorkers
@@ -130,8 +131,15 @@ class TimelinePlugin(base_plugin.TBPlugin):
         self._static = _static_files(_STATIC_DIR)
         self._payloads = _Payloads()
         # Each view's stores, one per experiment, each kept fresh by its own refresher.
-        helpers = ReadWorkers.of(provider, getattr(context.flags, "grpc_creds_type", None))
-        self._timelines = Refreshers(lambda eid: TimelineStore(provider, eid, helpers=helpers))
+        flags = context.flags
+        reads_files = EventFiles.of_flags(flags) is not None  # else through the provider
+        creds = getattr(flags, "grpc_creds_type", None)
+        helpers = ReadWorkers.of(provider, creds, files=reads_files)
+        self._timelines = Refreshers(
+            lambda eid: TimelineStore(
+                provider, eid, helpers=helpers, files=EventFiles.of_flags(flags)
+            )
+        )
         self._ranks = Refreshers(lambda eid: RankStore(provider, eid))
         if provider is not None:  # a local TensorBoard's one experiment: warm it up now
             self._timelines.get("")
@@ -247,29 +255,32 @@ class _Payloads:
         return {**payload, "loading": snap.loading}
 
 
-def _lift_sampling(samples_per_plugin: Any) -> dict[str, int]:
+def _lift_sampling(samples_per_plugin: Any, keep: int) -> dict[str, int]:
     if isinstance(samples_per_plugin, str):  # set programmatically, not parsed by argparse
         pairs = (item.split("=", 1) for item in samples_per_plugin.split(",") if item.strip())
         samples_per_plugin = {k.strip(): int(v) for k, v in pairs}
     samples = dict(samples_per_plugin or {})
-    samples.setdefault(metadata.PLUGIN_NAME, 0)
+    samples.setdefault(metadata.PLUGIN_NAME, keep)
     return samples
 
 
 class TimelineLoader(base_plugin.TBLoader):
-    """Loads the Timeline plugin and keeps every one of its records (no sampling)."""
+    """Loads the Timeline plugin and sets how many of its records TensorBoard keeps."""
 
     def fix_flags(self, flags: Any) -> None:
-        """Keep all timeline records (``samples_per_plugin`` 0) unless the user chose a number.
+        """TensorBoard keeps what the plugin needs of its records unless the user chose a number.
 
-        TensorBoard keeps 10 tensor summaries per tag by default (100 with ``--load_fast``); a
-        timeline with holes would mislead, so the plugin lifts the limit for its own tag only.
-        Both loaders honour ``samples_per_plugin``: the Python one as its tensor size guidance,
-        the Rust one as ``--samples-per-plugin``. An ``s3://`` logdir gives TensorBoard's boto3
-        reader the deadline of tb-monitor's own remote reads (``TB_MONITOR_REMOTE_TIMEOUT_S``).
+        TensorBoard keeps 10 tensor summaries per tag by default (100 with ``--load_fast``).
+        Reading a local logdir's event files itself (:mod:`tb_plugin.event_files`), the plugin
+        needs only each series' newest record, for the listing (``samples_per_plugin`` 1);
+        otherwise it reads every record through the data provider, and a timeline with holes
+        would mislead, so it lifts the limit for its own tag only (0). Both loaders honour
+        ``samples_per_plugin``: the Python one as its tensor size guidance, the Rust one as
+        ``--samples-per-plugin``. An ``s3://`` logdir gives TensorBoard's boto3 reader the
+        deadline of tb-monitor's own remote reads (``TB_MONITOR_REMOTE_TIMEOUT_S``).
         """
         if hasattr(flags, "samples_per_plugin"):
-            flags.samples_per_plugin = _lift_sampling(flags.samples_per_plugin)
+            flags.samples_per_plugin = _lift_sampling(flags.samples_per_plugin, sampling(flags))
         logdirs = f"{getattr(flags, 'logdir', '') or ''} {getattr(flags, 'logdir_spec', '') or ''}"
         if "s3://" in logdirs:  # TensorBoard's own S3 reader: the deadline of our reads
             fs.bound_boto3_requests()

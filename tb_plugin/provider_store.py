@@ -50,11 +50,13 @@ class Want(enum.Enum):
 
 class ChunkRequest(NamedTuple):
     """Stale runs read together: their runs, the tags of any of them, and about how many
-    points they hold."""
+    points they hold; read from event files, the files' ``ranges`` to read
+    (``tb_plugin.event_files.FileRange``)."""
 
     runs: list[str]
     tags: list[str]
     points: int
+    ranges: tuple[Any, ...] = ()
 
 
 def chunk_requests(stale: dict[str, list[str]], listing: Listing, limit: int) -> list[ChunkRequest]:

@@ -3,12 +3,14 @@
 A cold TensorBoard on a 1,024-node day reads ~300k timeline records, and decoding them is
 Python: one core busy for seconds while the others wait. Decoding a chunk is pure
 (:func:`tb_plugin.ingest.decode_chunk`), so a read of many chunks deals them out to helper
-processes (``python -m tb_plugin.read_workers``), each with its own channel to TensorBoard's data
-server: a helper reads its chunk there, decodes it and hands the decoded columns back pickled
-through a pipe, while the store keeps the chunk before. Chunks are kept in their order, so the
+processes (``python -m tb_plugin.read_workers``): a helper reads its chunk, from the event files
+(:mod:`tb_plugin.event_files`) or over its own channel to TensorBoard's data server, decodes it
+and hands the decoded columns back pickled through a pipe, while the store keeps the chunk
+before. Chunks are kept in their order, so the
 store holds the same events, with the same ids, as a read in its own process (tested).
 
-Helpers are used only with TensorBoard's gRPC data provider (``--load_fast``), for a read of at
+Helpers are used when the plugin reads the event files itself, or else with TensorBoard's
+gRPC data provider (``--load_fast``), for a read of at
 least :data:`MIN_CHUNKS` chunks (a helper's start, ~0.5 s, is worth it then), and they exit when
 the read is done. A helper that fails is a warning, not a failed read: its chunk, and once a
 helper is gone every chunk after it, is decoded in TensorBoard's process instead.
@@ -29,9 +31,10 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from typing import IO, Any
 
+from tb_plugin.event_files import decode_files
 from tb_plugin.ingest import DecodedChunk, decode_chunk
 from tb_plugin.metadata import PLUGIN_NAME
 from tb_plugin.provider_store import ChunkRequest
@@ -45,7 +48,8 @@ _MAX_PROCESSES = 4
 _AHEAD = 2  # chunks asked of each helper before its first answer is kept
 _MAX_REPLY = 256 << 20  # the data server's reply a helper takes: TensorBoard's own channel's
 _ENV = "TB_MONITOR_READ_PROCESSES"
-_COMMAND = [sys.executable, "-m", __name__]  # a helper, given the address and credentials
+_COMMAND = [sys.executable, "-m", __name__]  # a helper, given what it reads
+_FILES = "files"  # a helper's argument: it reads event files
 _log = logging.getLogger(__name__)
 
 
@@ -69,16 +73,22 @@ def _processes() -> int:
 
 class ReadWorkers:
     """Helper processes for the reads of one data server (``address``, over ``creds``:
-    TensorBoard's ``--grpc_creds_type``)."""
+    TensorBoard's ``--grpc_creds_type``), or of event files (``address`` None: each chunk
+    names its files' ranges)."""
 
-    def __init__(self, address: str, creds: str = "local", processes: int | None = None) -> None:
+    def __init__(
+        self, address: str | None, creds: str = "local", processes: int | None = None
+    ) -> None:
         self.address = address
         self.creds = creds
         self.processes = _processes() if processes is None else processes
 
     @classmethod
-    def of(cls, data_provider: Any, creds: Any = None) -> ReadWorkers | None:
-        """Helpers for ``data_provider`` when it is TensorBoard's gRPC provider, else None."""
+    def of(cls, data_provider: Any, creds: Any = None, files: bool = False) -> ReadWorkers | None:
+        """Helpers reading event files (``files``), else for ``data_provider`` when it is
+        TensorBoard's gRPC provider, else None."""
+        if files:
+            return cls(None)
         address = grpc_attribute(data_provider, "_addr")
         return cls(str(address), str(creds or "local")) if address else None
 
@@ -100,7 +110,8 @@ class ReadWorkers:
             for at, chunk in enumerate(chunks):
                 while helpers and sent < min(len(chunks), at + _AHEAD * len(helpers)):
                     wanted = chunks[sent]
-                    known = {key: last[key] for key in _series(wanted) if key in last}
+                    runs = set(wanted.runs)
+                    known = {key: step for key, step in last.items() if key[0] in runs}
                     helpers[sent % len(helpers)].ask((experiment_id, wanted, known))
                     sent += 1
                 decoded = helpers[at % len(helpers)].answer() if helpers else None
@@ -124,11 +135,6 @@ class ReadWorkers:
         return helpers
 
 
-def _series(chunk: ChunkRequest) -> Iterator[tuple[str, str]]:
-    """The (run, tag) pairs a chunk may hold: what its helper needs of ``last``."""
-    return ((run, tag) for run in chunk.runs for tag in chunk.tags)
-
-
 def _stop(helpers: list[_Helper]) -> None:
     """Every helper told to go at once (each exits as its stdin ends), then reaped."""
     for helper in helpers:
@@ -140,10 +146,10 @@ def _stop(helpers: list[_Helper]) -> None:
 class _Helper:
     """One helper process: asked chunks through its stdin, answering each in turn on stdout."""
 
-    def __init__(self, address: str, creds: str) -> None:
+    def __init__(self, address: str | None, creds: str) -> None:
         path = os.pathsep.join(p for p in sys.path if p)  # the modules TensorBoard runs with
         self.process = subprocess.Popen(
-            [*_COMMAND, address, creds],
+            [*_COMMAND, *((_FILES,) if address is None else (address, creds))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": path},
@@ -189,12 +195,11 @@ class _Helper:
 # -- the helper process ---------------------------------------------------------------------
 
 
-def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) -> None:
-    """Answer each chunk asked on ``requests`` with ``("ok", DecodedChunk)`` or ``("error",
-    why)`` on ``answers``, until ``requests`` ends: then the process exits at once, as
-    TensorBoard reads no more answers (it may be gone), whatever it was still asked or doing.
-    Requests are taken off the pipe as they come (a thread), so TensorBoard never waits to ask
-    while an answer is being written."""
+Decode = Callable[[str, ChunkRequest, Mapping[tuple[str, str], int]], DecodedChunk]
+
+
+def _grpc_decoder(address: str, creds: str) -> Decode:
+    """A chunk read from the data server at ``address`` over its own channel, then decoded."""
     import grpc
     from tensorboard.data import grpc_provider
     from tensorboard.util import grpc_util
@@ -202,6 +207,20 @@ def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) ->
     credentials, channel_options = grpc_util.ChannelCredsType(creds).channel_config()
     channel_options.append(("grpc.max_receive_message_length", _MAX_REPLY))
     stub = grpc_provider.make_stub(grpc.secure_channel(address, credentials, channel_options))
+
+    def decode(experiment_id: str, chunk: ChunkRequest, last: Any) -> DecodedChunk:
+        data = read_grpc(stub, experiment_id, PLUGIN_NAME, chunk.runs, chunk.tags)
+        return decode_chunk(data, chunk.runs, chunk.tags, last)
+
+    return decode
+
+
+def _serve(decode: Decode, requests: IO[bytes], answers: IO[bytes]) -> None:
+    """Answer each chunk asked on ``requests`` with ``("ok", DecodedChunk)`` or ``("error",
+    why)`` on ``answers``, until ``requests`` ends: then the process exits at once, as
+    TensorBoard reads no more answers (it may be gone), whatever it was still asked or doing.
+    Requests are taken off the pipe as they come (a thread), so TensorBoard never waits to ask
+    while an answer is being written."""
     asked: queue.Queue[Any] = queue.Queue()
 
     def take() -> None:
@@ -214,23 +233,27 @@ def _serve(address: str, creds: str, requests: IO[bytes], answers: IO[bytes]) ->
     while True:
         experiment_id, chunk, last = asked.get()
         try:
-            data = read_grpc(stub, experiment_id, PLUGIN_NAME, chunk.runs, chunk.tags)
-            answer: tuple[str, Any] = ("ok", decode_chunk(data, chunk.runs, chunk.tags, last))
+            answer: tuple[str, Any] = ("ok", decode(experiment_id, chunk, last))
         except Exception:  # noqa: BLE001 - said to TensorBoard's process, which decodes it there
             answer = ("error", traceback.format_exc(limit=5))
         pickle.dump(answer, answers, protocol=pickle.HIGHEST_PROTOCOL)
         answers.flush()
 
 
+def _files_decoder(_: str, chunk: ChunkRequest, last: Any) -> DecodedChunk:
+    return decode_files(chunk, last)
+
+
 def main(argv: list[str]) -> None:
-    """``python -m tb_plugin.read_workers ADDRESS CREDS``: a helper on stdin and stdout."""
-    address, creds = argv
+    """``python -m tb_plugin.read_workers ADDRESS CREDS`` (a data server's reads) or ``...
+    files`` (event files' reads): a helper on stdin and stdout."""
     gc.disable()  # a helper lives one read: what it drops in cycles goes with it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a ^C is TensorBoard's to act on; it exits
     answers = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())  # a stray print never garbles an answer
     with contextlib.suppress(BrokenPipeError):  # TensorBoard is gone: so is its helper
-        _serve(address, creds, sys.stdin.buffer, answers)
+        decode = _grpc_decoder(*argv) if argv != [_FILES] else _files_decoder
+        _serve(decode, sys.stdin.buffer, answers)
 
 
 if __name__ == "__main__":

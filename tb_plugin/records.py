@@ -18,7 +18,14 @@ from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 from tensorboard.util import tensor_util
 
-__all__ = ["MAX_STEPS", "Series", "grpc_attribute", "read_grpc", "read_series"]
+__all__ = [
+    "MAX_STEPS",
+    "Series",
+    "grpc_attribute",
+    "read_grpc",
+    "read_series",
+    "tensor_strings",
+]
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
 MAX_STEPS = 2**31 - 1
@@ -97,14 +104,14 @@ def read_grpc(
             by_tag[tag_entry.tag_name] = Series(
                 list(data.step),
                 [
-                    _tensor_strings(value, wall_time)
+                    tensor_strings(value, wall_time)
                     for wall_time, value in zip(data.wall_time, data.value, strict=True)
                 ],
             )
     return out
 
 
-def _tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes], float, bool]:
+def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes], float, bool]:
     """A ``TensorProto``'s strings as ``make_ndarray`` would flatten them, read straight off a
     string tensor of scalar or vector shape that lists every element; anything else (another
     dtype, packed content, a repeated-value shorthand) through ``make_ndarray`` itself."""

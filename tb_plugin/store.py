@@ -15,11 +15,13 @@ kept as runs of consecutive ids (a record's events, sorted in a row: a few bits)
 (:mod:`tb_plugin.batch_events`): one decode per group of alike events, a rendezvous message
 apart, so a million distinct events cost no Python object each but their messages.
 
-A record under a timeline tag whose payload cannot be decoded (not JSON, not an object, not
-text) is skipped, never fatal: it is logged with its run, tag and step (the provider knows no
-file or offset) and counted in :meth:`TimelineStore.skipped` (the ``status`` route says how
-many). Damage in the files themselves is the data provider's to skip: what it hands over is
-kept whole.
+With a local logdir the records come from the event files themselves
+(:mod:`tb_plugin.event_files`: the data server keeps only each series' newest record, for its
+listing), else from the data provider. A record under a timeline tag whose payload cannot be
+decoded (not JSON, not an object, not text) is skipped, never fatal: it is logged with its run,
+tag and step and counted in :meth:`TimelineStore.skipped` (the ``status`` route says how
+many). Damage in the files themselves is skipped by whoever reads them (``tfrecord``, or the
+data provider): every whole record is kept.
 
 Lanes, intervals and the order of states are :mod:`tb_monitor.timeline`'s (``lane_of``,
 ``spans``, ``STATES``), so the tab, the Perfetto export and the notebook figure always agree.
@@ -61,6 +63,7 @@ from tb_plugin.columns import (
     exact_time_order,
     lane_time_order,
 )
+from tb_plugin.event_files import EventFiles, decode_files
 from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk, kept_events
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.provider_store import (
@@ -118,9 +121,11 @@ class TimelineStore(Ingest, ProviderStore):
         experiment_id: str = "",
         clock: Callable[[], float] = time.monotonic,
         helpers: ReadWorkers | None = None,
+        files: EventFiles | None = None,
     ) -> None:
         super().__init__(data_provider, experiment_id, clock)
         self._helpers = helpers  # processes that decode a big read's chunks (None: all here)
+        self._files = files  # the event files records are read from (None: the provider)
         self._lock = threading.RLock()  # the columns, interners and snapshot
         # Events are kept once, sorted (``_base``: the columns last made at rest, their drawn
         # records and the original records of those drawn otherwise), and the ones appended
@@ -179,6 +184,8 @@ class TimelineStore(Ingest, ProviderStore):
     ) -> None:
         fetch = functools.partial(self._fetch, ctx)
         chunks = chunk_requests(stale, listing, CHUNK_RECORDS)
+        if self._files is not None:  # what grew of each chunk's files, planned now for helpers
+            chunks = [c._replace(ranges=tuple(self._files.ranges(c.runs))) for c in chunks]
         if self._helpers is None:
             fetched: Iterable[DecodedChunk] = map(fetch, chunks)
         else:
@@ -187,12 +194,16 @@ class TimelineStore(Ingest, ProviderStore):
 
     def _fetch(self, ctx: Any, chunk: ChunkRequest) -> DecodedChunk:
         """A chunk read and decoded here, in TensorBoard's process."""
+        if self._files is not None:
+            return decode_files(chunk, self._last_step)
         runs, tags = chunk.runs, chunk.tags
         data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, runs, tags)
         return decode_chunk(data, runs, tags, self._last_step)
 
     def _keep_chunk(self, chunk: DecodedChunk) -> None:
         with self._lock:
+            if self._files is not None:
+                self._files.advance(chunk.ends)
             if self._keep(chunk):
                 self.generation += 1
                 self._columns = None
@@ -486,13 +497,18 @@ class TimelineStore(Ingest, ProviderStore):
 
     def _read_back(self, ctx: Any, run: str, kind: str, step: int, index: int) -> str:
         """The JSON of the ``index``-th kept event of ``run``'s record of ``kind`` at ``step``,
-        from the data provider (outside the lock: a read). The series last read is kept, so
-        the details of a record's neighbouring events cost no read."""
+        from the event files or the data provider (outside the lock: a read). The series last
+        read is kept, so the details of a record's neighbouring events cost no read."""
         tag = contract.timeline_tag(kind)
         recent = self._recent_series
         if recent is None or recent[0] != (run, tag) or step not in recent[1]:
-            data = read_series(self._provider, ctx, self._eid, contract.PLUGIN_NAME, [run], [tag])
-            series = data.get(run, {}).get(tag)
+            if self._files is not None:
+                series = self._files.read_series(run, tag)
+            else:
+                found = read_series(
+                    self._provider, ctx, self._eid, contract.PLUGIN_NAME, [run], [tag]
+                )
+                series = found.get(run, {}).get(tag)
             steps = series.steps if series is not None else []
             positions = {found: position for position, found in enumerate(steps)}
             recent = self._recent_series = ((run, tag), positions, series)
@@ -506,6 +522,10 @@ class TimelineStore(Ingest, ProviderStore):
         if not 0 <= index < len(events):
             raise UnknownEventError(
                 f"run {run!r}, tag {tag!r}: the record at step {step} is no longer held by "
-                "TensorBoard's data provider (sampled out?)"
+                + (
+                    "its event files"
+                    if self._files
+                    else "TensorBoard's data provider (sampled out?)"
+                )
             )
         return events[index]

@@ -57,6 +57,7 @@ __all__ = [
     "iter_timeline",
     "need_pandas",
     "next_steps",
+    "parse_event",
     "read_events",
     "read_scalars",
 ]
@@ -126,21 +127,28 @@ def _iter_located_events(
     """``(file, byte offset, Event)`` of every intact event of one run directory; with a
     ``needle``, only of the records whose bytes contain it (the rest are not parsed)."""
     for path in fs.event_files(os.fspath(run_dir)):
-        for offset, data in tfrecord.iter_records_at(path, report):
-            if needle not in data:
-                continue
-            try:
-                if not data:
-                    raise DecodeError("an empty record")
-                event = event_pb2.Event.FromString(data)
-            except DecodeError as exc:
-                _log.warning(
-                    "%s: the record at byte %d is not an Event (%s); skipping it", path, offset, exc
-                )
-                if report is not None:
-                    report.add(path, offset, len(data) + 16, tfrecord.NOT_AN_EVENT, str(exc))
-                continue
-            yield path, offset, event
+        for offset, data in tfrecord.iter_records_at(path, report, needle):
+            event = parse_event(path, offset, data, report)
+            if event is not None:
+                yield path, offset, event
+
+
+def parse_event(
+    path: str, offset: int, data: bytes, report: DamageReport | None = None
+) -> event_pb2.Event | None:
+    """The ``Event`` a whole record at ``offset`` of ``path`` holds; None (logged, and counted
+    in ``report``) when it holds none (an empty record, or not an ``Event``)."""
+    try:
+        if not data:
+            raise DecodeError("an empty record")
+        return event_pb2.Event.FromString(data)
+    except DecodeError as exc:
+        _log.warning(
+            "%s: the record at byte %d is not an Event (%s); skipping it", path, offset, exc
+        )
+        if report is not None:
+            report.add(path, offset, len(data) + 16, tfrecord.NOT_AN_EVENT, str(exc))
+        return None
 
 
 def iter_events(

@@ -58,6 +58,7 @@ __all__ = [
     "iter_records",
     "iter_records_at",
     "masked_crc32c",
+    "read_records_from",
 ]
 
 _log = logging.getLogger(__name__)
@@ -193,12 +194,44 @@ def iter_records(
 
 
 def iter_records_at(
-    path: str | os.PathLike[str], report: DamageReport | None = None
+    path: str | os.PathLike[str], report: DamageReport | None = None, needle: bytes = b""
 ) -> Iterator[tuple[int, bytes]]:
-    """``(byte offset, data)`` of every whole record of the file at ``path``; as ``iter_records``."""
+    """``(byte offset, data)`` of every whole record of the file at ``path``; as ``iter_records``.
+    With a ``needle``, only of the records whose data hold it (as ``read_records_from``)."""
     path = os.fspath(path)
     with fs.open_file(path) as file:
         buffer = file.read()
+    yield from _walk(buffer, 0, path, report, [0], needle)
+
+
+def read_records_from(
+    path: str | os.PathLike[str],
+    start: int = 0,
+    report: DamageReport | None = None,
+    needle: bytes = b"",
+) -> tuple[list[tuple[int, bytes]], int]:
+    """``(byte offset, data)`` of every whole record of the file at ``path`` from byte ``start``
+    (a record's first byte) on, and the offset the next read goes on from: a torn tail's first
+    byte (the writer may still be writing it), else the file's end. One read of what grew:
+    remotely, one ranged request. With a ``needle``, only the records whose data hold it: the
+    others are stepped over, neither copied nor checksummed."""
+    path = os.fspath(path)
+    stop = [start]
+    records = list(_walk(fs.read_bytes(path, start), start, path, report, stop, needle))
+    return records, stop[0]
+
+
+def _walk(
+    buffer: bytes,
+    base: int,
+    path: str,
+    report: DamageReport | None,
+    stop: list[int],
+    needle: bytes = b"",
+) -> Iterator[tuple[int, bytes]]:
+    """The whole records of ``buffer`` (the file's bytes from ``base`` on), as ``(file offset,
+    data)``, those without ``needle`` left out; ``stop[0]`` is left where reading ends: a torn
+    tail's first byte, else the end."""
     size, offset = len(buffer), 0
     unpack_length, unpack_crc, masked = _LENGTH.unpack_from, _CRC.unpack_from, masked_crc32c
     sound: set[bytes] = set()  # headers already checked: record lengths repeat
@@ -208,8 +241,9 @@ def iter_records_at(
         if head not in sound:
             problem = _header_problem(head, length)
             if problem is not None:
-                found = _skip_to_next_record(buffer, offset, problem, path, report)
+                found = _skip_to_next_record(buffer, offset, problem, path, report, base)
                 if found is None:
+                    stop[0] = base + size  # the rest is ignored for good (logged)
                     return
                 offset = found
                 continue
@@ -217,15 +251,20 @@ def iter_records_at(
         start = offset + _HEADER
         end = start + length
         if end + _FOOTER > size:
-            return  # torn tail: checked before slicing, so a huge length reads nothing
+            break  # torn tail: checked before slicing, so a huge length reads nothing
+        if needle and buffer.find(needle, start, end) < 0:
+            offset = end + _FOOTER
+            continue
         data = buffer[start:end]
         if masked(data) == unpack_crc(buffer, end)[0]:
-            yield offset, data
+            yield base + offset, data
         else:
-            _log.warning("%s: corrupt record data at byte %d; skipping that record", path, offset)
+            where = base + offset
+            _log.warning("%s: corrupt record data at byte %d; skipping that record", path, where)
             if report is not None:
-                report.add(path, offset, end + _FOOTER - offset, DATA_CRC)
+                report.add(path, where, end + _FOOTER - offset, DATA_CRC)
         offset = end + _FOOTER
+    stop[0] = base + offset
 
 
 def _header_problem(head: bytes, length: int) -> tuple[str, str] | None:
@@ -243,8 +282,10 @@ def _skip_to_next_record(
     problem: tuple[str, str],
     path: str,
     report: DamageReport | None,
+    base: int = 0,
 ) -> int | None:
-    """Log and count the damage at ``offset``; return the next whole record's offset, or None."""
+    """Log and count the damage at ``offset`` of ``buffer`` (the file's bytes from ``base`` on);
+    return the next whole record's offset in ``buffer``, or None."""
     reason, what = problem
     size = len(buffer)
     found = _resync(buffer, offset + 1)
@@ -254,7 +295,7 @@ def _skip_to_next_record(
             "%s: %s at byte %d; no whole record follows, ignoring the rest of the file (%d bytes)",
             path,
             what,
-            offset,
+            base + offset,
             skipped,
         )
     else:
@@ -262,12 +303,12 @@ def _skip_to_next_record(
             "%s: %s at byte %d; skipped %d bytes to the next whole record at byte %d",
             path,
             what,
-            offset,
+            base + offset,
             skipped,
-            found,
+            base + found,
         )
     if report is not None:
-        report.add(path, offset, skipped, reason, what)
+        report.add(path, base + offset, skipped, reason, what)
     return found
 
 

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 from conftest import need  # noqa: E402
 from plugin_helpers import local_provider  # noqa: E402
 
+from tb_plugin.event_files import EventFiles  # noqa: E402
 from tb_plugin.store import TimelineStore  # noqa: E402
 
 N = 20  # scalars and timeline events per run
@@ -296,6 +297,46 @@ def test_garbage_after_the_last_record_is_counted_once(logdir, run):
     assert [(d.offset, d.size, d.reason) for d in report] == [(size, 100_000, "length_crc")]
 
 
+def test_a_read_from_an_offset_ends_where_the_next_one_starts(logdir, run):
+    """A read from a record's offset gives that record and those after it, with their offsets,
+    and ends where the file ends."""
+    path, recs = run
+    found, end = tfrecord.read_records_from(str(path), recs[3][0])
+    assert found == recs[3:] and end == path.stat().st_size
+
+
+def test_a_torn_tail_is_where_the_next_read_starts(logdir, run):
+    """A read of a file cut inside its last record ends at that record's first byte, and a
+    read from there, once the record is whole, gives it."""
+    path, recs = run
+    raw = path.read_bytes()
+    path.write_bytes(raw[:-7])
+    found, end = tfrecord.read_records_from(str(path), 0)
+    assert found == recs[:-1] and end == recs[-1][0]
+    path.write_bytes(raw)
+    assert tfrecord.read_records_from(str(path), end) == ([recs[-1]], len(raw))
+
+
+def test_a_read_for_a_needle_steps_over_the_other_records(logdir, run):
+    """A read for a needle gives only the records holding it, with their offsets, and ends
+    where the file ends."""
+    path, recs = run
+    found, end = tfrecord.read_records_from(str(path), 0, needle=b"timeline/")
+    assert found == [(o, d) for o, d in recs if b"timeline/" in d] and end == path.stat().st_size
+    assert 0 < len(found) < len(recs)
+
+
+def test_a_read_past_damage_names_file_offsets(logdir, run, caplog):
+    """Damage met by a read from an offset is reported at its offset in the file."""
+    path, recs = run
+    offset, data = recs[5]
+    _patch(path, offset + 12 + len(data) // 2, 0x10)
+    report = readers.DamageReport()
+    found, _ = tfrecord.read_records_from(str(path), recs[2][0], report)
+    assert [o for o, _ in found] == [o for o, _ in recs[2:] if o != offset]
+    assert [(d.offset, d.reason) for d in report] == [(offset, "data_crc")]
+
+
 def test_damage_report_counts_each_reason_across_files(logdir, run):
     """damage(logdir) counts each piece per reason, over every run, and str() names the files."""
     path, recs = run
@@ -527,6 +568,18 @@ def test_store_keeps_what_tensorboard_delivers_around_a_flipped_bit(logdir, run)
     assert {json.loads(p)["name"] for p in before} <= names
     assert snap_runs == {"rank-0", "rank-1"}
     assert len(names) >= len(before)
+
+
+def test_store_reading_the_files_keeps_every_whole_record_around_a_flipped_bit(logdir, run):
+    """Reading the event files itself, the store keeps every whole record, before the damage
+    and after it."""
+    path, recs = run
+    offset, data = recs[len(recs) // 2]
+    _patch(path, offset + 12 + len(data) // 2, 0x10)
+    store = TimelineStore(local_provider(logdir), files=EventFiles(str(logdir)))
+    store.refresh(tb_context.RequestContext(), force=True)
+    kept = contents_of_records("rank-0", [d for o, d in recs if o != offset])[1]
+    assert _names(store) == {json.loads(p)["name"] for p in kept}
 
 
 @pytest.mark.xfail(

@@ -61,14 +61,14 @@ def store_at(monkeypatch):
     """Point S3 clients at an endpoint, with test credentials and a short deadline."""
     need("s3fs")
 
-    def point(endpoint: str) -> str:
+    def point(endpoint: str, deadline_s: float = DEADLINE_S) -> str:
         for name, value in {
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_ACCESS_KEY_ID": S3_KEY,
             "AWS_SECRET_ACCESS_KEY": "secret",
             "AWS_REGION": "us-east-1",
             "AWS_EC2_METADATA_DISABLED": "true",
-            "TB_MONITOR_REMOTE_TIMEOUT_S": str(DEADLINE_S),
+            "TB_MONITOR_REMOTE_TIMEOUT_S": str(deadline_s),
         }.items():
             monkeypatch.setenv(name, value)
         return endpoint
@@ -165,7 +165,9 @@ def test_refused_credentials_at_init_are_named_as_such(s3_server, s3_bucket, mon
 
 def test_an_unreachable_endpoint_at_init_is_named_as_such(store_at):
     """init() against a closed port says the store cannot be reached, naming the endpoint."""
-    endpoint = store_at(closed_port())
+    # A refused connection fails at once: the deadline only has to outlast a busy machine's
+    # first client (seconds beside other tests), or the words would be "did not answer".
+    endpoint = store_at(closed_port(), deadline_s=30.0)
     with pytest.raises(fs.LogdirError) as raised:
         tb_monitor.init("s3://bucket/x")
     message = str(raised.value)

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import pytest
 from conftest import need, need_chromium
+from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
 from tb_monitor import contract
@@ -46,6 +47,49 @@ def small_job(logdir, **overrides) -> SyntheticJob:
     return generate_job(logdir, **options)
 
 
+def job_and_extra_run(logdir) -> SyntheticJob:
+    """A small job written by two processes of our writer (columnar records), and a run
+    ``extra`` holding an undecodable payload and a monitor event of its own (single-event
+    records)."""
+    from tb_monitor.sinks.writer import AsyncWriter
+
+    job = small_job(logdir, processes=2)
+    with AsyncWriter(f"{job.logdir}/extra") as writer:
+        writer.add_timeline(contract.RENDEZVOUS, "not json", job.end + 1)
+        writer.add_timeline(contract.MONITOR, '{"name": "late", "timestamp": 1}', job.end + 2)
+    return job
+
+
+def loaded_data_server(job: SyntheticJob, keep: int = 0) -> Any:
+    """``data_server_provider`` over a ``job_and_extra_run`` job, once its listing holds the
+    run ``extra`` and has stopped growing."""
+    provider = data_server_provider(job.logdir, keep)
+    ctx = tb_context.RequestContext()
+
+    def listed():
+        listing = provider.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
+        steps = sum(s.max_step + 1 for tags in listing.values() for s in tags.values())
+        return "extra" in listing and steps
+
+    wait_for(lambda: (n := listed()) and n == listed(), what="the data server to load the job")
+    return provider
+
+
+def assert_same_store(ours: Any, theirs: Any) -> None:
+    """Two timeline stores hold the same events (times, records, ids, in order), lanes, runs,
+    messages, attempts and skipped records."""
+    a, b = ours.snapshot(), theirs.snapshot()
+    for name in ("t", "rec", "ids"):
+        assert np.array_equal(getattr(a.columns, name), getattr(b.columns, name)), name
+    assert (a.lanes, a.runs, list(a.msgs), a.attempts) == (
+        b.lanes,
+        b.runs,
+        list(b.msgs),
+        b.attempts,
+    )
+    assert ours.skipped() == theirs.skipped()
+
+
 def expected_lanes(nodes: int, world: int) -> int:
     """Lanes of a synthetic job: a rendezvous and an agent lane per node, two per worker rank."""
     return 2 * nodes + 2 * world
@@ -61,10 +105,11 @@ def local_provider(logdir) -> data_provider.MultiplexerDataProvider:
     return data_provider.MultiplexerDataProvider(multiplexer, str(logdir))
 
 
-def data_server_provider(logdir) -> Any:
+def data_server_provider(logdir, keep: int = 0) -> Any:
     """TensorBoard's Rust data server (what ``--load_fast=true`` runs) over a logdir, loaded
-    once with every timeline record kept, and the ``GrpcDataProvider`` talking to it. The server
-    exits with the test process (it dies when its stdin closes)."""
+    once with ``keep`` timeline records kept per series (0: every one), and the
+    ``GrpcDataProvider`` talking to it. The server exits with the test process (it dies when
+    its stdin closes)."""
     from tensorboard.data import server_ingester
     from tensorboard.util import grpc_util
 
@@ -74,7 +119,7 @@ def data_server_provider(logdir) -> Any:
         str(logdir),
         reload_interval=0,  # load once
         channel_creds_type=grpc_util.ChannelCredsType.LOCAL,
-        samples_per_plugin={contract.PLUGIN_NAME: 0},
+        samples_per_plugin={contract.PLUGIN_NAME: keep},
     )
     ingester.start()
     return ingester.data_provider
@@ -82,13 +127,33 @@ def data_server_provider(logdir) -> Any:
 
 def refreshed_store(logdir) -> Any:
     """A TimelineStore over ``logdir`` through TensorBoard's own data provider, refreshed once."""
-    from tensorboard import context as tb_context
-
     from tb_plugin.store import TimelineStore
 
     store = TimelineStore(local_provider(logdir))
     store.refresh(tb_context.RequestContext(), force=True)
     return store
+
+
+def picture(store: Any) -> list[tuple]:
+    """Every event as drawn (time, lane, state) with its details (run, step, raw), unordered."""
+    snap, ctx = store.snapshot(), tb_context.RequestContext()
+    cols = snap.columns
+    drawn = (cols.t.tolist(), cols.lane.tolist(), cols.state.tolist(), cols.ids.tolist())
+    out = []
+    for t, lane, state, event_id in zip(*drawn, strict=True):
+        details = store.event(ctx, event_id)
+        assert details["wall_time"] == t
+        out.append(
+            (
+                t,
+                snap.lanes[lane],
+                snap.states[state],
+                details["run"],
+                details["step"],
+                details["raw"],
+            )
+        )
+    return sorted(out, key=repr)
 
 
 def column(payload: dict, table: str, name: str, dtype: str | None = None) -> np.ndarray:

@@ -7,14 +7,18 @@ import select
 import sys
 import time
 
-import numpy as np
 import pytest
-from plugin_helpers import data_server_provider, local_provider, small_job, wait_for
+from plugin_helpers import (
+    assert_same_store,
+    job_and_extra_run,
+    loaded_data_server,
+    local_provider,
+    wait_for,
+)
 from tensorboard import context as tb_context
 
 import tb_plugin.store
 from tb_monitor import contract
-from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import read_workers
 from tb_plugin.provider_store import ChunkRequest
 from tb_plugin.read_workers import ReadWorkers
@@ -23,29 +27,14 @@ from tb_plugin.store import TimelineStore
 
 @pytest.fixture(scope="module")
 def job(tmp_path_factory):
-    """A job written by two processes of our writer (columnar records), and a run holding an
-    undecodable payload and a rendezvous event of its own (single-event records)."""
-    job = small_job(tmp_path_factory.mktemp("logs"), processes=2)
-    with AsyncWriter(f"{job.logdir}/extra") as writer:
-        writer.add_timeline(contract.RENDEZVOUS, "not json", job.end + 1)
-        writer.add_timeline(contract.MONITOR, '{"name": "late", "timestamp": 1}', job.end + 2)
-    return job
+    """A job written by two processes of our writer, and a run ``extra`` of its own."""
+    return job_and_extra_run(tmp_path_factory.mktemp("logs"))
 
 
 @pytest.fixture(scope="module")
 def provider(job):
     """TensorBoard's gRPC provider over the job, its Rust data server loaded."""
-    found = data_server_provider(job.logdir)
-    ctx = tb_context.RequestContext()
-
-    def loaded():
-        listing = found.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
-        return "extra" in listing and sum(
-            s.max_step + 1 for tags in listing.values() for s in tags.values()
-        )
-
-    wait_for(lambda: (n := loaded()) and n == loaded(), what="the data server to load the job")
-    return found
+    return loaded_data_server(job)
 
 
 @pytest.fixture
@@ -85,19 +74,6 @@ def _read(provider, helpers=None) -> TimelineStore:
     return store
 
 
-def _same(ours: TimelineStore, theirs: TimelineStore) -> None:
-    a, b = ours.snapshot(), theirs.snapshot()
-    for name in ("t", "rec", "ids"):
-        assert np.array_equal(getattr(a.columns, name), getattr(b.columns, name)), name
-    assert (a.lanes, a.runs, list(a.msgs), a.attempts) == (
-        b.lanes,
-        b.runs,
-        list(b.msgs),
-        b.attempts,
-    )
-    assert ours.skipped() == theirs.skipped()
-
-
 def test_helpers_decode_the_same_events_with_the_same_ids(job, provider, small_chunks, counting):
     """A read dealt out to two helper processes holds every event, in the same order and with
     the same ids, records and skipped records as a read in TensorBoard's process."""
@@ -107,7 +83,7 @@ def test_helpers_decode_the_same_events_with_the_same_ids(job, provider, small_c
     assert counting.decoded >= read_workers.MIN_CHUNKS
     assert len(ours.snapshot().columns.t) == job.total_events + 1  # and "late"
     assert ours.skipped()["count"] == 1
-    _same(ours, theirs)
+    assert_same_store(ours, theirs)
 
 
 def test_a_helper_that_dies_leaves_its_chunks_to_tensorboards_process(
@@ -119,7 +95,7 @@ def test_a_helper_that_dies_leaves_its_chunks_to_tensorboards_process(
     with caplog.at_level(logging.WARNING, logger=read_workers.__name__):
         ours = _read(provider, ReadWorkers.of(provider))
     assert "a read helper is gone" in caplog.text
-    _same(ours, _read(provider))
+    assert_same_store(ours, _read(provider))
 
 
 def test_a_chunk_a_helper_fails_is_decoded_in_tensorboards_process(provider, small_chunks, caplog):
@@ -129,7 +105,7 @@ def test_a_chunk_a_helper_fails_is_decoded_in_tensorboards_process(provider, sma
     with caplog.at_level(logging.WARNING, logger=read_workers.__name__):
         ours = _read(provider, helpers)
     assert "a read helper failed a chunk" in caplog.text
-    _same(ours, _read(provider))
+    assert_same_store(ours, _read(provider))
 
 
 def test_a_small_read_starts_no_helper(provider, monkeypatch):

@@ -10,7 +10,7 @@ from tensorboard.compat.proto import tensor_pb2, types_pb2
 from tensorboard.util import tensor_util
 
 from tb_monitor import contract
-from tb_plugin.records import _tensor_strings, read_series
+from tb_plugin.records import read_series, tensor_strings
 from tb_plugin.store import TimelineStore
 
 
@@ -88,7 +88,7 @@ def test_a_string_tensor_reads_as_make_ndarray_flattens_it(values, shape):
     for size in shape:
         proto.tensor_shape.dim.add(size=size)
     array = tensor_util.make_ndarray(proto)
-    strings, wall_time, batched = _tensor_strings(proto, 12.5)
+    strings, wall_time, batched = tensor_strings(proto, 12.5)
     assert (list(strings), wall_time, batched) == (array.reshape(-1).tolist(), 12.5, array.ndim > 0)
 
 
@@ -96,5 +96,5 @@ def test_a_tensor_that_is_not_strings_reads_as_make_ndarray_gives_it():
     """A foreign float tensor under a timeline tag comes out as its numbers, for the decoder to
     name and skip, as on the public path."""
     proto = tensor_util.make_tensor_proto(np.array([1.5, 2.5]))
-    strings, _, batched = _tensor_strings(proto, 0.0)
+    strings, _, batched = tensor_strings(proto, 0.0)
     assert (list(strings), batched) == ([1.5, 2.5], True)

@@ -8,7 +8,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from plugin_helpers import local_provider, refreshed_store, small_job
+from plugin_helpers import local_provider, picture, refreshed_store, small_job
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.data.provider import RunTagFilter
@@ -231,28 +231,6 @@ def test_a_read_in_several_chunks_gives_freed_memory_back_once_at_its_end(job, m
     assert trims == [1]
 
 
-def _picture(store: TimelineStore) -> list[tuple]:
-    """Every event as drawn (time, lane, state) with its details (run, step, raw), unordered."""
-    snap, ctx = store.snapshot(), tb_context.RequestContext()
-    cols = snap.columns
-    drawn = (cols.t.tolist(), cols.lane.tolist(), cols.state.tolist(), cols.ids.tolist())
-    out = []
-    for t, lane, state, event_id in zip(*drawn, strict=True):
-        details = store.event(ctx, event_id)
-        assert details["wall_time"] == t
-        out.append(
-            (
-                t,
-                snap.lanes[lane],
-                snap.states[state],
-                details["run"],
-                details["step"],
-                details["raw"],
-            )
-        )
-    return sorted(out, key=repr)
-
-
 def test_events_read_after_the_columns_were_sorted_join_their_one_sorted_copy(tmp_path):
     """A store that sorted half a job's runs and then read the rest (keeping one sorted copy
     of its events) draws and details every event as a store that read them all at once."""
@@ -271,7 +249,7 @@ def test_events_read_after_the_columns_were_sorted_join_their_one_sorted_copy(tm
         store.refresh(tb_context.RequestContext(), force=True)
         sorted_once = store.snapshot().columns
     assert len(sorted_once.t) == job.total_events
-    assert _picture(store) == _picture(refreshed_store(job.logdir))
+    assert picture(store) == picture(refreshed_store(job.logdir))
 
 
 def test_sorted_events_give_back_each_event_s_own_record():

@@ -1,0 +1,209 @@
+"""Timeline records read from the event files themselves: the same store as through the provider."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+
+import pytest
+from plugin_helpers import (
+    assert_same_store,
+    job_and_extra_run,
+    loaded_data_server,
+    local_provider,
+    picture,
+)
+from tensorboard import context as tb_context
+
+import tb_plugin.store
+from tb_monitor import contract
+from tb_monitor.logdir import fs, tfrecord
+from tb_plugin import event_files, read_workers
+from tb_plugin.event_files import EventFiles
+from tb_plugin.read_workers import ReadWorkers
+from tb_plugin.store import TimelineStore, UnknownEventError
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    """A job written by two processes of our writer, and a run ``extra`` of its own."""
+    return job_and_extra_run(tmp_path_factory.mktemp("logs"))
+
+
+@pytest.fixture(scope="module")
+def sampled(job):
+    """TensorBoard's Rust data server over the job keeping one record per timeline series (what
+    the plugin asks of it when it reads the files), loaded."""
+    return loaded_data_server(job, keep=1)
+
+
+def _read(provider, logdir, helpers=None) -> TimelineStore:
+    store = TimelineStore(provider, helpers=helpers, files=EventFiles(str(logdir)))
+    store.refresh(tb_context.RequestContext(), force=True)
+    return store
+
+
+def _through_provider(logdir) -> TimelineStore:
+    store = TimelineStore(local_provider(logdir))
+    store.refresh(tb_context.RequestContext(), force=True)
+    return store
+
+
+def test_the_files_give_the_store_a_read_through_the_provider_gives(job, sampled):
+    """Over a data server that keeps one record per series, the store reads from the files every
+    event, with the same ids, records, details and skipped records as one that read every record
+    through TensorBoard's provider."""
+    ours, theirs = _read(sampled, job.logdir), _through_provider(job.logdir)
+    assert len(ours.snapshot().columns.t) == job.total_events + 1  # and "late"
+    assert_same_store(ours, theirs)
+    assert picture(ours) == picture(theirs)
+
+
+def test_the_sampled_data_server_holds_only_each_series_newest_record(job, sampled):
+    """The data server the plugin reads beside keeps one record per series, but lists each
+    series' newest step, which says what grew."""
+    ctx = tb_context.RequestContext()
+    listing = sampled.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
+    run = next(iter(sorted(listing)))
+    tag = next(iter(sorted(listing[run])))
+    data = sampled.read_tensors(
+        ctx,
+        experiment_id="",
+        plugin_name=contract.PLUGIN_NAME,
+        downsample=2**31 - 1,
+        run_tag_filter=tb_plugin.store.tb_provider.RunTagFilter(runs=[run], tags=[tag]),
+    )
+    assert [d.step for d in data[run][tag]] == [listing[run][tag].max_step]
+
+
+def test_helpers_read_the_files_into_the_same_store(job, sampled, monkeypatch):
+    """A read of many chunks dealt out to helper processes reading the files holds the same
+    events, ids and records as one read in TensorBoard's process."""
+    monkeypatch.setattr(tb_plugin.store, "CHUNK_RECORDS", 2)
+    started, helper = [], read_workers._Helper
+    monkeypatch.setattr(
+        read_workers, "_Helper", lambda *a: started.append(helper(*a)) or started[-1]
+    )
+    ours = _read(sampled, job.logdir, ReadWorkers(None, processes=2))
+    assert len(started) == 2 and [h.process.returncode for h in started] == [0, 0]
+    assert_same_store(ours, _read(sampled, job.logdir))
+
+
+def _copy_job(job, logdir, runs) -> None:
+    for run in runs:
+        shutil.copytree(os.path.join(job.logdir, run), logdir / run)
+
+
+def test_a_file_that_grows_is_read_from_where_its_last_read_ended(job, tmp_path, monkeypatch):
+    """Files that grow, a torn record at an end included, are read on from where they were:
+    every event once, as a store that read them whole."""
+    runs = sorted(job.runs)
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, runs)
+    files = {}
+    for run in runs:  # each file cut in the middle of its last timeline record
+        (name,) = [n for n in os.listdir(logdir / run) if fs.is_event_file(n)]
+        path = logdir / run / name
+        whole = path.read_bytes()
+        found = tfrecord.iter_records_at(str(path))
+        cut = [o for o, data in found if contract.TIMELINE_PREFIX.encode() in data][-1] + 20
+        path.write_bytes(whole[:cut])
+        files[path] = whole
+    reads = []
+    real_read = tfrecord.read_records_from
+    monkeypatch.setattr(
+        tfrecord,
+        "read_records_from",
+        lambda p, start=0, **kw: reads.append((p, start)) or real_read(p, start, **kw),
+    )
+    store = _read(local_provider(logdir), logdir)
+    half = len(store.snapshot().columns.t)
+    for path, whole in files.items():
+        path.write_bytes(whole)
+    first, reads[:] = dict(reads), []
+    store._provider = local_provider(logdir)  # TensorBoard's reload: the listing grew
+    store.refresh(tb_context.RequestContext(), force=True)
+    # Each file read before is read on from where it was cut; one whose timeline records were
+    # all cut off was not listed, hence not read, before.
+    assert len(reads) == len(runs)
+    assert all(start > 0 if path in first else start == 0 for path, start in reads)
+    assert any(path in first for path, _ in reads)
+    assert half < len(store.snapshot().columns.t) == job.total_events
+    assert picture(store) == picture(_through_provider(logdir))
+
+
+def test_runs_that_come_later_are_read_when_the_listing_shows_them(job, tmp_path):
+    """A run written after the first read is read at the next refresh, nothing read twice."""
+    runs = sorted(job.runs)
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, runs[::2])
+    store = _read(local_provider(logdir), logdir)
+    _copy_job(job, logdir, runs[1::2])
+    store._provider = local_provider(logdir)  # TensorBoard's reload, as its multiplexer does it
+    store.refresh(tb_context.RequestContext(), force=True)
+    assert len(store.snapshot().columns.t) == job.total_events
+    assert picture(store) == picture(_through_provider(logdir))
+
+
+def test_an_event_whose_file_is_gone_is_named_when_asked_for(job, tmp_path):
+    """The details of an event whose run's files were deleted since are an UnknownEventError
+    naming the run, tag and step, not a crash."""
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, sorted(job.runs))
+    store = _read(local_provider(logdir), logdir)
+    shutil.rmtree(logdir)
+    with pytest.raises(UnknownEventError, match="no longer held by its event files"):
+        store.event(tb_context.RequestContext(), 0)
+
+
+def test_a_file_gone_between_listing_and_read_is_a_warning(job, tmp_path, caplog):
+    """A file deleted after it was planned is passed over with a warning naming it."""
+    missing = str(tmp_path / "gone" / "events.out.tfevents.1.host")
+    with caplog.at_level(logging.WARNING, logger=event_files.__name__):
+        found = event_files.read_ranges([event_files.FileRange("gone", missing, 0)])
+    assert found == event_files.FilesRead({}, {})
+    assert missing in caplog.text
+
+
+def _flags(**values) -> argparse.Namespace:
+    return argparse.Namespace(**{"logdir": "", "logdir_spec": "", **values})
+
+
+def test_a_local_logdir_is_read_from_its_files(tmp_path):
+    """TensorBoard's local ``--logdir`` is read from its files; the data server keeps one record
+    per timeline series."""
+    files = EventFiles.of_flags(_flags(logdir=str(tmp_path)))
+    assert files is not None and files.logdir == str(tmp_path)
+    assert event_files.sampling(_flags(logdir=str(tmp_path))) == 1
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        {"logdir": "s3://bucket/job"},
+        {"logdir_spec": "a:/tmp/a,b:/tmp/b"},
+        {"logdir": ""},
+    ],
+    ids=["remote", "logdir_spec", "none"],
+)
+def test_what_the_plugin_cannot_map_to_files_is_read_through_the_provider(flags):
+    """A remote logdir, ``--logdir_spec`` (the data server's run names) or none: every record
+    is read through the data provider, and kept by it."""
+    assert EventFiles.of_flags(_flags(**flags)) is None
+    assert event_files.sampling(_flags(**flags)) == 0
+
+
+def test_the_environment_turns_file_reads_off(tmp_path, monkeypatch):
+    """``TB_MONITOR_READ_FILES=0`` reads a local logdir through the data provider."""
+    monkeypatch.setenv(event_files.ENV, "0")
+    assert EventFiles.of_flags(_flags(logdir=str(tmp_path))) is None
+    assert event_files.sampling(_flags(logdir=str(tmp_path))) == 0
+
+
+def test_run_names_map_to_their_directories(tmp_path):
+    """TensorBoard's run names (``.``, ``a/b``) are the logdir and its subdirectories."""
+    files = EventFiles(str(tmp_path))
+    assert files.directory(".") == str(tmp_path)
+    assert files.directory("a/b") == os.path.join(str(tmp_path), "a", "b")
