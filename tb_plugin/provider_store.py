@@ -6,7 +6,8 @@ lives here once: list the provider's series (cheap), keep those whose ``max_step
 the last read, read them in chunks a request can watch the progress of, and say when a refresh
 has read everything it listed. A poll (``settled_only``) leaves behind a series read whole
 (:data:`WHOLE`) that is still growing: the provider hands back whole series, so reading each
-while TensorBoard still loads it would decode it many times over. A subclass says which series
+while TensorBoard still loads it would decode it many times over. A series read from the
+event files (:data:`APPENDED`) is read on from where it was, so it is read as it grows. A subclass says which series
 it reads and how (:meth:`ProviderStore._wants`), lists them (``_list``) and reads them
 (``_read``); a :class:`~tb_plugin.refresher.Refresher` runs its refreshes off the request
 threads.
@@ -46,6 +47,7 @@ class Want(enum.Enum):
 
     WHOLE = "whole"  # every point: a poll reads it only once it stopped growing
     NEWEST = "newest"  # only its newest point (a heartbeat): read whenever it grew
+    APPENDED = "appended"  # every point, what is new of it read whenever it grew (from files)
 
 
 class ChunkRequest(NamedTuple):

@@ -177,7 +177,11 @@ class TimelineStore(Ingest, ProviderStore):
         )
 
     def _wants(self, run: str, tag: str) -> Want | None:
-        return None if contract.kind_of_tag(tag) is None else Want.WHOLE
+        if contract.kind_of_tag(tag) is None:
+            return None
+        # From the files, what grew is read on from where it was: no need to wait for a
+        # series to settle (and the read overlaps TensorBoard's first load).
+        return Want.WHOLE if self._files is None else Want.APPENDED
 
     def _read(
         self, ctx: Any, stale: dict[str, list[str]], listing: Mapping[str, Mapping[str, Any]]
