@@ -20,6 +20,8 @@ data server's to map.
 
 from __future__ import annotations
 
+import array
+import bisect
 import logging
 import os
 from collections.abc import Iterable, Mapping
@@ -27,6 +29,7 @@ from typing import Any, NamedTuple
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
+from tb_plugin.columns import Interner
 from tb_plugin.ingest import DecodedChunk, decode_chunk
 from tb_plugin.provider_store import ChunkRequest
 from tb_plugin.records import Series, tensor_strings
@@ -55,20 +58,30 @@ class FileRange(NamedTuple):
     start: int
 
 
+#: Where each record of a series was read: its step, its file and its byte offset there.
+Places = dict[tuple[str, str], list[tuple[int, str, int]]]
+
+
 class FilesRead(NamedTuple):
-    """Timeline records read from files (``{run: {tag: Series}}``, each series in step order)
-    and, per file, where its next read starts."""
+    """Timeline records read from files (``{run: {tag: Series}}``, each series in step order),
+    per file where its next read starts, and per series where each record was."""
 
     series: dict[str, dict[str, Series]]
     ends: dict[str, int]
+    places: Places
 
 
 class EventFiles:
-    """The event files of a local logdir's runs, and where the next read of each starts."""
+    """The event files of a local logdir's runs, where the next read of each starts, and where
+    each record kept was (for the details panel: one record read back, not a run)."""
 
     def __init__(self, logdir: str) -> None:
         self.logdir = logdir
         self._ends: dict[str, int] = {}  # path -> the offset its next read starts from
+        self._paths = Interner()  # the files records were kept from
+        # (run, tag) -> each record's step, file (in _paths) and offset, in step order: ~20
+        # bytes a record (a day's 300k: 6 MB), against a run's files read whole per lookup.
+        self._places: dict[tuple[str, str], tuple[array.array, array.array, array.array]] = {}
 
     @classmethod
     def of_flags(cls, flags: Any) -> EventFiles | None:
@@ -98,17 +111,56 @@ class EventFiles:
                     out.append(FileRange(run, path, start))
         return out
 
-    def advance(self, ends: dict[str, int]) -> None:
-        """Files read up to ``ends`` (path -> offset): their next reads start there."""
+    def advance(self, ends: dict[str, int], places: Places) -> None:
+        """Files read up to ``ends`` (path -> offset): their next reads start there; the
+        records at ``places`` are kept (those past each series' last step known)."""
         self._ends.update(ends)
+        for key, found in places.items():
+            steps, files, offsets = self._places.get(key) or self._places.setdefault(
+                key, (array.array("q"), array.array("i"), array.array("q"))
+            )
+            for step, path, offset in found:
+                if not steps or step > steps[-1]:
+                    files.append(self._paths(path))
+                    offsets.append(offset)
+                    steps.append(step)  # last: a read-back finds no step without its place
 
-    def read_series(self, run: str, tag: str) -> Series | None:
-        """Every record of one series, from its run's files whole (the details panel's
-        read-back); None when the run holds none."""
+    def nbytes(self) -> int:
+        """About how many bytes the places of the records kept hold."""
+        return sum(20 * len(steps) + 250 for steps, _, _ in self._places.values())
+
+    def read_series(self, run: str, tag: str, step: int) -> Series | None:
+        """The record of one series at ``step`` (the details panel's read-back): read alone
+        where it was kept from, else (its place unknown or changed) from its run's files
+        whole; None when the run holds none."""
+        found = self._read_place(run, tag, step)
+        if found is not None:
+            return found
         sizes = fs.listing(self.directory(run))
         names = sorted(n for n in sizes if fs.is_event_file(n))
         found = read_ranges(FileRange(run, os.path.join(self.directory(run), n), 0) for n in names)
         return found.series.get(run, {}).get(tag)
+
+    def _read_place(self, run: str, tag: str, step: int) -> Series | None:
+        place = self._places.get((run, tag))
+        if place is None:
+            return None
+        steps, files, offsets = place
+        at = bisect.bisect_left(steps, step)
+        if at == len(steps) or steps[at] != step:
+            return None
+        path, offset = self._paths.values[files[at]], offsets[at]
+        try:
+            data = tfrecord.read_record_at(path, offset)
+        except OSError:
+            return None
+        event = None if data is None else readers.parse_event(path, offset, data)
+        if event is None or event.step != step:
+            return None
+        for value in event.summary.value:
+            if value.tag == tag and value.HasField("tensor"):
+                return Series([step], [tensor_strings(value.tensor, event.wall_time)])
+        return None
 
 
 def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
@@ -117,6 +169,7 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
     passed over (a warning): nothing of it is read."""
     series: dict[str, dict[str, Series]] = {}
     ends: dict[str, int] = {}
+    places: Places = {}
     for found in ranges:
         try:
             read = tfrecord.read_records_from(found.path, found.start, needle=_NEEDLE)
@@ -126,11 +179,18 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
             continue
         by_tag = series.setdefault(found.run, {})
         for offset, data in records:
-            _keep_event(by_tag, found.path, offset, data)
-    for by_tag in series.values():
+            _keep_event(by_tag, places, found.run, found.path, offset, data)
+    for run, by_tag in series.items():
         for tag, kept in by_tag.items():
-            by_tag[tag] = _in_step_order(kept)
-    return FilesRead(series, ends)
+            if not all(a <= b for a, b in zip(kept.steps, kept.steps[1:], strict=False)):
+                # A file written after another may hold earlier steps: in step order, as the
+                # provider hands a series over (stable: one step's records keep file order).
+                order = sorted(range(len(kept.steps)), key=kept.steps.__getitem__)
+                by_tag[tag] = Series(
+                    [kept.steps[i] for i in order], [kept.records[i] for i in order]
+                )
+                places[(run, tag)] = [places[(run, tag)][i] for i in order]
+    return FilesRead(series, ends, places)
 
 
 def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> DecodedChunk:
@@ -139,31 +199,26 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
     found = read_ranges(chunk.ranges)
     tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
     decoded = decode_chunk(found.series, chunk.runs, tags, last)
-    decoded.ends = found.ends
+    decoded.ends, decoded.places = found.ends, found.places
     return decoded
 
 
-def _keep_event(by_tag: dict[str, Series], path: str, offset: int, data: bytes) -> None:
+def _keep_event(
+    by_tag: dict[str, Series], places: Places, run: str, path: str, offset: int, data: bytes
+) -> None:
     event = readers.parse_event(path, offset, data)
     if event is None:
         return
     for value in event.summary.value:
-        if contract.kind_of_tag(value.tag) is not None and value.HasField("tensor"):
-            kept = by_tag.get(value.tag)
+        tag = value.tag
+        if contract.kind_of_tag(tag) is not None and value.HasField("tensor"):
+            kept = by_tag.get(tag)
             if kept is None:
-                kept = by_tag[value.tag] = Series([], [])
+                kept = by_tag[tag] = Series([], [])
+                places[(run, tag)] = []
             kept.steps.append(event.step)
             kept.records.append(tensor_strings(value.tensor, event.wall_time))
-
-
-def _in_step_order(series: Series) -> Series:
-    """A series sorted by step as the data provider hands it over (a file written after
-    another may hold earlier steps); stable, so records of one step keep their file order."""
-    steps = series.steps
-    if all(a <= b for a, b in zip(steps, steps[1:], strict=False)):
-        return series
-    order = sorted(range(len(steps)), key=steps.__getitem__)
-    return Series([steps[i] for i in order], [series.records[i] for i in order])
+            places[(run, tag)].append((event.step, path, offset))
 
 
 def _local_logdir(flags: Any) -> str | None:

@@ -62,8 +62,12 @@ class DecodedChunk:
     columnar: ColumnarChunk | None = None
     newest: dict[tuple[str, str], int] = dataclasses.field(default_factory=dict)  # step read
     errors: list[tuple[str, str, int, str]] = dataclasses.field(default_factory=list)
-    #: Read from event files: where each file's next read starts (``EventFiles.advance``).
+    #: Read from event files: where each file's next read starts, and where each record of
+    #: each series was (``EventFiles.advance``).
     ends: dict[str, int] = dataclasses.field(default_factory=dict)
+    places: dict[tuple[str, str], list[tuple[int, str, int]]] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 def decode_chunk(

@@ -207,7 +207,7 @@ class TimelineStore(Ingest, ProviderStore):
     def _keep_chunk(self, chunk: DecodedChunk) -> None:
         with self._lock:
             if self._files is not None:
-                self._files.advance(chunk.ends)
+                self._files.advance(chunk.ends, chunk.places)
             if self._keep(chunk):
                 self.generation += 1
                 self._columns = None
@@ -459,6 +459,7 @@ class TimelineStore(Ingest, ProviderStore):
                 + _RECORD_BYTES * len(self._records)
                 + _STRING_BYTES * strings
                 + _ROW_BYTES * rows
+                + (0 if self._files is None else self._files.nbytes())
             )
 
     def runs(self) -> list[str]:
@@ -507,7 +508,7 @@ class TimelineStore(Ingest, ProviderStore):
         recent = self._recent_series
         if recent is None or recent[0] != (run, tag) or step not in recent[1]:
             if self._files is not None:
-                series = self._files.read_series(run, tag)
+                series = self._files.read_series(run, tag, step)
             else:
                 found = read_series(
                     self._provider, ctx, self._eid, contract.PLUGIN_NAME, [run], [tag]

@@ -154,15 +154,16 @@ def open_file(path: str) -> IO[bytes]:
     return io.BytesIO(read_bytes(path)) if is_remote(path) else open(path, "rb")
 
 
-def read_bytes(path: str, start: int = 0) -> bytes:
-    """The bytes of a file from ``start`` on: remotely one (ranged) request, under the deadline."""
+def read_bytes(path: str, start: int = 0, end: int | None = None) -> bytes:
+    """The bytes of a file from ``start`` on (up to ``end``, when given): remotely one (ranged)
+    request, under the deadline."""
     if not is_remote(path):
         with open(path, "rb") as file:
             file.seek(start)
-            return file.read()
+            return file.read() if end is None else file.read(max(0, end - start))
     filesystem, key = _split(path)
     with stores.reading(path):
-        return stores.call(filesystem, filesystem.cat_file, key, start=start or None)
+        return stores.call(filesystem, filesystem.cat_file, key, start=start or None, end=end)
 
 
 def replace_file(path: str, data: bytes) -> None:

@@ -58,6 +58,7 @@ __all__ = [
     "iter_records",
     "iter_records_at",
     "masked_crc32c",
+    "read_record_at",
     "read_records_from",
 ]
 
@@ -219,6 +220,24 @@ def read_records_from(
     stop = [start]
     records = list(_walk(fs.read_bytes(path, start), start, path, report, stop, needle))
     return records, stop[0]
+
+
+def read_record_at(path: str | os.PathLike[str], offset: int) -> bytes | None:
+    """The data of the record at byte ``offset`` of ``path`` (two small reads), or None when
+    no whole record with sound checksums is there (the file changed, or was cut)."""
+    path = os.fspath(path)
+    head = fs.read_bytes(path, offset, offset + _HEADER)
+    if len(head) < _HEADER:
+        return None
+    (length,) = _LENGTH.unpack_from(head)
+    if _header_problem(head, length) is not None:
+        return None
+    start = offset + _HEADER
+    body = fs.read_bytes(path, start, start + length + _FOOTER)
+    if len(body) < length + _FOOTER:
+        return None
+    data = body[:length]
+    return data if masked_crc32c(data) == _CRC.unpack_from(body, length)[0] else None
 
 
 def _walk(

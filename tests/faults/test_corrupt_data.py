@@ -326,6 +326,18 @@ def test_a_read_for_a_needle_steps_over_the_other_records(logdir, run):
     assert 0 < len(found) < len(recs)
 
 
+def test_a_record_is_read_back_alone_at_its_offset(logdir, run):
+    """The record at an offset is read back alone; at an offset where no whole record with
+    sound checksums starts, nothing is."""
+    path, recs = run
+    offset, data = recs[4]
+    assert tfrecord.read_record_at(str(path), offset) == data
+    assert tfrecord.read_record_at(str(path), offset + 1) is None
+    assert tfrecord.read_record_at(str(path), path.stat().st_size - 3) is None
+    _patch(path, offset + 12 + len(data) // 2, 0x10)
+    assert tfrecord.read_record_at(str(path), offset) is None
+
+
 def test_a_read_past_damage_names_file_offsets(logdir, run, caplog):
     """Damage met by a read from an offset is reported at its offset in the file."""
     path, recs = run

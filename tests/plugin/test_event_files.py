@@ -158,12 +158,42 @@ def test_an_event_whose_file_is_gone_is_named_when_asked_for(job, tmp_path):
         store.event(tb_context.RequestContext(), 0)
 
 
+def test_an_events_details_are_read_from_its_record_alone(job, sampled, monkeypatch):
+    """The details panel reads back the one record an event came in, where it was read: no
+    run's files are read whole."""
+    store = _read(sampled, job.logdir)
+
+    def whole_run(*args):
+        raise AssertionError("a run's files read whole")
+
+    monkeypatch.setattr(event_files, "read_ranges", whole_run)
+    ctx = tb_context.RequestContext()
+    ids = store.snapshot().columns.ids.tolist()
+    for event_id in ids[:: max(1, len(ids) // 50)]:
+        assert store.event(ctx, event_id)["id"] == event_id
+
+
+def test_a_record_whose_place_changed_is_found_in_its_runs_files(job, tmp_path):
+    """A file rewritten since it was read (its records moved) still gives every event's
+    details, from its run's files read again."""
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, sorted(job.runs))
+    store = _read(local_provider(logdir), logdir)
+    before = picture(store)
+    for run in job.runs:  # a record put in front: every record after it moves
+        (name,) = [n for n in os.listdir(logdir / run) if fs.is_event_file(n)]
+        path = logdir / run / name
+        head = next(tfrecord.iter_records_at(str(path)))[1]
+        path.write_bytes(tfrecord.frame(head) + path.read_bytes())
+    assert picture(store) == before
+
+
 def test_a_file_gone_between_listing_and_read_is_a_warning(job, tmp_path, caplog):
     """A file deleted after it was planned is passed over with a warning naming it."""
     missing = str(tmp_path / "gone" / "events.out.tfevents.1.host")
     with caplog.at_level(logging.WARNING, logger=event_files.__name__):
         found = event_files.read_ranges([event_files.FileRange("gone", missing, 0)])
-    assert found == event_files.FilesRead({}, {})
+    assert found == event_files.FilesRead({}, {}, {})
     assert missing in caplog.text
 
 
