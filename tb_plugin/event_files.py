@@ -136,10 +136,8 @@ class EventFiles:
         found = self._read_place(run, tag, step)
         if found is not None:
             return found
-        sizes = fs.listing(self.directory(run))
-        names = sorted(n for n in sizes if fs.is_event_file(n))
-        found = read_ranges(FileRange(run, os.path.join(self.directory(run), n), 0) for n in names)
-        return found.series.get(run, {}).get(tag)
+        paths = fs.event_files(self.directory(run))
+        return read_ranges(FileRange(run, p, 0) for p in paths).series.get(run, {}).get(tag)
 
     def _read_place(self, run: str, tag: str, step: int) -> Series | None:
         place = self._places.get((run, tag))
