@@ -1,8 +1,8 @@
 """Only the optional C accelerators live here; the metadata is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and tb_monitor uses its
-pure-Python accumulator, encoder and step hook (identical behaviour and bytes). All three share
-``tb_monitor/_module.h``, their module init.
+pure-Python accumulator, encoder, step hook and event-file reader (identical behaviour, bytes and
+records). All four share ``tb_monitor/_module.h``, their module init.
 """
 
 from setuptools import Extension, setup
@@ -24,5 +24,6 @@ setup(
         _accelerator("_accumulator"),
         _accelerator("sinks._encoding"),
         _accelerator("integrations._stepclock"),
+        _accelerator("logdir._string_tensors"),
     ],
 )

@@ -32,7 +32,7 @@ def flag(name: str, default: bool) -> bool:
 
 def pure_python() -> bool:
     """Whether ``TB_MONITOR_PURE_PYTHON`` asks for the pure-Python twins of the C extensions
-    (the Stat accumulator, the step clock): for debugging, and for testing the twins."""
+    (the Stat accumulator, the step clock, the event-file reader): for debugging, and for testing the twins."""
     return flag("TB_MONITOR_PURE_PYTHON", False)
 
 

@@ -24,8 +24,10 @@ import array
 import bisect
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
@@ -47,7 +49,12 @@ __all__ = [
 #: ``TB_MONITOR_READ_FILES=0``: read timeline records through TensorBoard's data provider.
 ENV = "TB_MONITOR_READ_FILES"
 _NEEDLE = contract.TIMELINE_PREFIX.encode()  # bytes every timeline record holds
+#: A record's step, and its timeline tags' tensors (``tag, (strings, wall_time, batched)``).
+_Tensors = tuple[int, list[tuple[str, tuple[Sequence[str | bytes], float, bool]]]]
 _log = logging.getLogger(__name__)
+
+#: The C twin of :func:`_parsed_tensors` for the common case, None where it is not built.
+_string_tensors = readers.c_string_tensors
 
 
 class FileRange(NamedTuple):
@@ -116,14 +123,23 @@ class EventFiles:
         records at ``places`` are kept (those past each series' last step known)."""
         self._ends.update(ends)
         for key, found in places.items():
+            if not found:
+                continue
             steps, files, offsets = self._places.get(key) or self._places.setdefault(
                 key, (array.array("q"), array.array("i"), array.array("q"))
             )
-            for step, path, offset in found:
-                if not steps or step > steps[-1]:
-                    files.append(self._paths(path))
-                    offsets.append(offset)
-                    steps.append(step)  # last: a read-back finds no step without its place
+            found_steps, paths, found_offsets = zip(*found, strict=True)
+            new = np.asarray(found_steps, dtype=np.int64)
+            # Each step past the greatest before it (the last kept's included): whole columns
+            # at a time, a day holds 300k records.
+            last = steps[-1] if steps else np.iinfo(np.int64).min
+            keep = new > np.maximum.accumulate(np.concatenate([[last], new[:-1]]))
+            ids = {path: self._paths(path) for path in dict.fromkeys(paths)}
+            path_ids = np.fromiter(map(ids.__getitem__, paths), dtype=np.int32, count=len(paths))
+            files.frombytes(path_ids[keep].tobytes())
+            offsets.frombytes(np.asarray(found_offsets, dtype=np.int64)[keep].tobytes())
+            # last: a read-back finds no step without its place
+            steps.frombytes(new[keep].tobytes())
 
     def nbytes(self) -> int:
         """About how many bytes the places of the records kept hold."""
@@ -204,19 +220,42 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
 def _keep_event(
     by_tag: dict[str, Series], places: Places, run: str, path: str, offset: int, data: bytes
 ) -> None:
-    event = readers.parse_event(path, offset, data)
-    if event is None:
+    found = _record_tensors(path, offset, data)
+    if found is None:
         return
-    for value in event.summary.value:
-        tag = value.tag
-        if contract.kind_of_tag(tag) is not None and value.HasField("tensor"):
+    step, values = found
+    for tag, record in values:
+        if contract.kind_of_tag(tag) is not None:
             kept = by_tag.get(tag)
             if kept is None:
                 kept = by_tag[tag] = Series([], [])
                 places[(run, tag)] = []
-            kept.steps.append(event.step)
-            kept.records.append(tensor_strings(value.tensor, event.wall_time))
-            places[(run, tag)].append((event.step, path, offset))
+            kept.steps.append(step)
+            kept.records.append(record)
+            places[(run, tag)].append((step, path, offset))
+
+
+def _record_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:
+    """A record's step and its tensors under timeline tags, each as ``(tag, (strings,
+    wall_time, batched))``; None when it holds no ``Event`` (logged). The C reader takes the
+    common case (~1 µs a record); protobuf the rest, and everything when C is not built."""
+    if _string_tensors is not None:
+        found = _string_tensors(data, _NEEDLE)
+        if found is not None:
+            return found
+    return _parsed_tensors(path, offset, data)
+
+
+def _parsed_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:
+    """:func:`_record_tensors` by protobuf (~16 µs a record)."""
+    event = readers.parse_event(path, offset, data)
+    if event is None:
+        return None
+    return event.step, [
+        (value.tag, tensor_strings(value.tensor, event.wall_time))
+        for value in event.summary.value
+        if value.tag.startswith(contract.TIMELINE_PREFIX) and value.HasField("tensor")
+    ]
 
 
 def _local_logdir(flags: Any) -> str | None:

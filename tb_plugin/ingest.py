@@ -7,7 +7,7 @@ core (:mod:`tb_plugin.read_workers`) while the store keeps the chunk before. Kee
 decoded chunk's events to the store's append-only columns, interning each distinct record's
 fields once. Versions 1 to 3 come as distinct payloads, each decoded once
 (``contract.decode_record``); versions 4 and 5 as numpy columns (:mod:`tb_plugin.batch_events`),
-one decode per group of alike events. The store owns the state it works on (see
+one decode per group of alike events, made with the chunk (in the helper that read it). The store owns the state it works on (see
 ``TimelineStore.__init__``) and the lock it runs under.
 """
 
@@ -48,7 +48,10 @@ class ColumnarChunk:
     """Many series' version-4 and -5 events, merged and grouped (``batch_events``)."""
 
     events: contract.ColumnarEvents  # its times and segments (the values are in ``groups``)
-    groups: Groups
+    groups: Groups  # without their payloads: ``rows`` holds them decoded
+    #: Per group, its payload decoded (``contract.decode_record``), or why it could not be:
+    #: decoded where the chunk is (a helper process), not in TensorBoard's, which only keeps.
+    rows: list[dict[str, Any] | str]
     runs: list[str]  # per series
     kinds: list[str]  # per series
     record_steps: np.ndarray  # uintc, per record: its TensorBoard step
@@ -88,10 +91,23 @@ def decode_chunk(
         events = contract.merge_columnar(pending.records)
         record_series = np.asarray(pending.record_series, dtype=np.int64)
         groups = group_events(events, record_series, pending.kinds)
+        rows = [
+            _row(pending.kinds[series], payload)
+            for series, payload in zip(groups.series, groups.payloads, strict=True)
+        ]
+        groups = dataclasses.replace(groups, payloads=[])
         steps = np.asarray(pending.record_steps, dtype=np.uintc)
         kept = dataclasses.replace(events, values={}, position={})  # grouped: not needed again
-        out.columnar = ColumnarChunk(kept, groups, pending.runs, pending.kinds, steps)
+        out.columnar = ColumnarChunk(kept, groups, rows, pending.runs, pending.kinds, steps)
     return out
+
+
+def _row(kind: str, payload: Any) -> dict[str, Any] | str:
+    """A group's payload decoded, or why it cannot be."""
+    try:
+        return contract.decode_record(kind, payload)
+    except _UNDECODABLE as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def kept_events(kind: str, record: tuple[Sequence[str | bytes], float, bool]) -> list[str]:
@@ -220,19 +236,18 @@ class Ingest:
         return self._append_events(times, record, steps, payload_rec[payload], bounding[payload])
 
     def _append_columnar(self, chunk: ColumnarChunk) -> int:
-        """Append many series' version-4 and -5 events at once: one decode per group of alike
-        events, then a record per (group, message), in numpy (a day's 7,000 series cost a few
-        numpy calls, not each its own); return how many were decodable."""
+        """Append many series' version-4 and -5 events at once: one row per group of alike
+        events (decoded with the chunk, ``ColumnarChunk.rows``), then a record per (group,
+        message), in numpy (a day's 7,000 series cost a few numpy calls, not each its own);
+        return how many were decodable."""
         events, groups = chunk.events, chunk.groups
         described: list[Described] = []
-        for series, payload in zip(groups.series, groups.payloads, strict=True):
+        for series, row in zip(groups.series, chunk.rows, strict=True):
             run, kind = chunk.runs[series], chunk.kinds[series]
-            try:
-                row = contract.decode_record(kind, payload)
-            except _UNDECODABLE as exc:
+            if isinstance(row, str):  # undecodable
                 segment = int(np.argmax(groups.group == len(described)))
                 step = int(chunk.record_steps[int(events.segment_record[segment])])
-                self._skip(run, contract.timeline_tag(kind), step, f"{type(exc).__name__}: {exc}")
+                self._skip(run, contract.timeline_tag(kind), step, row)
                 described.append(None)
                 continue
             row.update(run=run, kind=kind, wall_time=0.0)

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from google.protobuf.message import DecodeError
 from tensorboard.compat.proto import event_pb2
 
-from tb_monitor import contract
+from tb_monitor import _env, contract
 from tb_monitor.logdir import fs, tfrecord
 from tb_monitor.logdir.tfrecord import Damage, DamageReport
 
@@ -48,6 +48,7 @@ __all__ = [
     "SCALAR_COLUMNS",
     "Scalar",
     "TimelineRecord",
+    "c_string_tensors",
     "damage",
     "decode_timeline",
     "iter_events",
@@ -63,6 +64,13 @@ __all__ = [
 ]
 
 _log = logging.getLogger(__name__)
+
+try:  # an Event's string tensors read in C (_string_tensors.c): the plugin's file reads use it
+    from tb_monitor.logdir._string_tensors import string_tensors as c_string_tensors
+except ImportError:  # built without a C compiler: protobuf reads them all
+    c_string_tensors = None
+if _env.pure_python():
+    c_string_tensors = None
 
 _TIMELINE_BYTES = contract.TIMELINE_PREFIX.encode()
 
