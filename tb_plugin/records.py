@@ -16,7 +16,6 @@ from typing import Any, NamedTuple
 
 from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
-from tensorboard.util import tensor_util
 
 __all__ = [
     "MAX_STEPS",
@@ -122,6 +121,10 @@ def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes],
             return strings, wall_time, False
         if len(dims) == 1 and dims[0].size == len(strings):
             return strings, wall_time, True
+    # Imported here: tensorboard's tensor_util pulls in its TensorFlow stub (and boto3 with
+    # it), ~0.4 s a helper process spends at its start, for the rare record that needs it.
+    from tensorboard.util import tensor_util
+
     return _array_strings(tensor_util.make_ndarray(value), wall_time)
 
 

@@ -136,6 +136,14 @@ def test_cheap_entry_points_load_no_tensorboard_protos_torch_or_pandas(statement
     } == set()
 
 
+def test_a_read_helper_loads_no_tensorflow_stub_or_cloud_sdk():
+    """A read helper process starts without TensorBoard's TensorFlow stub (and the boto3 it
+    pulls in): ~0.7 s of CPU each at a cold TensorBoard's busiest moment."""
+    loaded = _loaded_after("import tb_plugin.read_workers, tb_plugin.event_files")
+    heavy = {m for m in loaded if m.startswith("tensorboard.compat.tensorflow_stub")}
+    assert heavy | {m for m in loaded if m.split(".")[0] in ("boto3", "botocore")} == set()
+
+
 def test_a_stat_and_an_event_load_only_the_monitor_surface():
     """Using Stat and log_event pulls in only the torch.monitor surface of tb_monitor."""
     loaded = _loaded_after(
