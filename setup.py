@@ -1,8 +1,9 @@
 """Only the optional C accelerators live here; the metadata is in pyproject.toml.
 
 ``optional=True``: without a C compiler the install still succeeds and tb_monitor uses its
-pure-Python accumulator, encoder, step hook and event-file reader (identical behaviour, bytes and
-records). All four share ``tb_monitor/_module.h``, their module init.
+pure-Python accumulator, encoder, step hook, event-file reader and columnar index reader
+(identical behaviour, bytes and records). All five share ``tb_monitor/_module.h``, their module
+init.
 """
 
 from setuptools import Extension, setup
@@ -25,5 +26,6 @@ setup(
         _accelerator("sinks._encoding"),
         _accelerator("integrations._stepclock"),
         _accelerator("logdir._string_tensors"),
+        _accelerator("contract._columnar_index"),
     ],
 )

@@ -162,6 +162,7 @@ def test_a_stat_and_an_event_load_only_the_monitor_surface():
         "tb_monitor._accumulator",
         "tb_monitor.contract",
         "tb_monitor.contract._binary",
+        "tb_monitor.contract._columnar_index",
         "tb_monitor.contract.batches",
         "tb_monitor.contract.columnar",
         "tb_monitor.contract.ranks",

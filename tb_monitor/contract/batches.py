@@ -29,7 +29,13 @@ from tb_monitor.contract._binary import (
     json_value,
     time_offsets,
 )
-from tb_monitor.contract.columnar import ColumnarBatch, ParsedRecord, is_columnar, parse_columnar
+from tb_monitor.contract.columnar import (
+    ColumnarBatch,
+    ParsedRecord,
+    is_columnar,
+    parse_columnar,
+    parse_steps_record,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -143,6 +149,10 @@ def _batch_index(
         raise ValueError(
             f"a batched timeline record needs an index and a payload, got {len(values)} values"
         )
+    if memo is not None and len(values) == 2:
+        record = parse_steps_record(values[0], values[1], memo)
+        if record is not None:
+            return record.t0, record, b""
     raw = _text(values[0])
     try:
         index = json_value(raw)

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tb_monitor import _env
 from tb_monitor.contract._binary import (
     base64_le,
     from_b64,
@@ -52,8 +53,16 @@ __all__ = [
     "is_columnar",
     "merge_columnar",
     "parse_columnar",
+    "parse_steps_record",
     "ParsedRecord",
 ]
+
+try:  # the commonest index read in C (_columnar_index.c); the JSON path reads every other
+    from tb_monitor.contract._columnar_index import steps_index as _steps_index
+except ImportError:  # built without a C compiler
+    _steps_index = None
+if _env.pure_python():
+    _steps_index = None
 
 _WIDTHS = ((0x100, "B"), (0x10000, "H"), (0x100000000, "I"))
 _MEMO = 4096  # parsed values remembered by ``parse_columnar``
@@ -223,6 +232,25 @@ def parse_columnar(
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise ValueError(f"columnar index does not describe its events ({exc})") from None
     return record
+
+
+def parse_steps_record(
+    raw_index: str | bytes, raw_values: str | bytes, memo: dict[Any, Any]
+) -> ParsedRecord | None:
+    """:func:`parse_columnar` of the commonest record, a run of alike events (``t0``,
+    ``dd_le32``, no varying column), whose values ``memo`` holds checked already, with its
+    index read in C; None for any other record, which the JSON path reads (the first of a
+    run's records too: it parses and checks the values the others share)."""
+    if _steps_index is None or type(raw_index) is not bytes:
+        return None
+    found = memo.get(raw_values)
+    if found is None or not found.checked:
+        return None
+    index = _steps_index(raw_index)
+    if index is None:
+        return None
+    t0, steps = index
+    return ParsedRecord(t0, len(steps) // 4 + 1, b"", found.shapes, None, found.values, {}, steps)
 
 
 def _times(index: dict[str, Any]) -> tuple[bytes, bytes | None]:
