@@ -13,7 +13,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import count, repeat
 from typing import Any
 
 import numpy as np
@@ -60,12 +60,25 @@ class Interner:
 
     def many(self, values: list[Any]) -> np.ndarray:
         """The ids of ``values``, new ones interned: C calls, no Python per value (a million
-        distinct messages)."""
-        ids = self.ids
-        fresh = [v for v in dict.fromkeys(values) if v not in ids]
-        ids.update(zip(fresh, range(len(self.values), len(self.values) + len(fresh)), strict=True))
-        self.values.extend(fresh)
-        return np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=len(values))
+        distinct messages). One pass over the dict: each value takes its id, or a new one
+        numbered by its position (its first one); those are then made dense, in order."""
+        ids, known = self.ids, len(self.values)
+        try:
+            out = np.fromiter(
+                map(ids.setdefault, values, count(known)), dtype=np.int64, count=len(values)
+            )
+        except BaseException:  # an unhashable value: the interner as it was
+            for value in [value for value, found in ids.items() if found >= known]:
+                del ids[value]
+            raise
+        new = out >= known
+        if new.any():
+            first, dense = np.unique(out[new], return_inverse=True)
+            out[new] = known + dense.reshape(-1)
+            fresh = [values[at] for at in (first - known).tolist()]
+            ids.update(zip(fresh, range(known, known + len(fresh)), strict=True))
+            self.values.extend(fresh)
+        return out
 
 
 class Records:
