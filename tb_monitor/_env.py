@@ -6,11 +6,13 @@ tb_monitor (docs/DESIGN.md, "Faults").
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
+from typing import Any
 
-__all__ = ["REMOTE_TIMEOUT_ENV", "flag", "pure_python", "remote_timeout_s", "seconds"]
+__all__ = ["REMOTE_TIMEOUT_ENV", "c_twin", "flag", "pure_python", "remote_timeout_s", "seconds"]
 
 _log = logging.getLogger("tb_monitor")
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
@@ -32,8 +34,21 @@ def flag(name: str, default: bool) -> bool:
 
 def pure_python() -> bool:
     """Whether ``TB_MONITOR_PURE_PYTHON`` asks for the pure-Python twins of the C extensions
-    (the Stat accumulator, the step clock, the event-file reader): for debugging, and for testing the twins."""
+    (the Stat accumulator, the step clock, the scalar encoder, the event-file and index
+    readers): for debugging, and for testing the twins."""
     return flag("TB_MONITOR_PURE_PYTHON", False)
+
+
+def c_twin(module: str, name: str) -> Any | None:
+    """``module.name`` from one of our optional C extensions, or None where it is not built (no
+    compiler at install time, a free-threaded build) or ``pure_python()`` asks for the Python
+    twin: every caller keeps one Python path that does the same, and takes it on None."""
+    if pure_python():
+        return None
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):  # AttributeError: built without it (off Linux)
+        return None
 
 
 def seconds(name: str, default: float) -> float:

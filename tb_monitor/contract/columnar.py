@@ -57,12 +57,8 @@ __all__ = [
     "ParsedRecord",
 ]
 
-try:  # the commonest index read in C (_columnar_index.c); the JSON path reads every other
-    from tb_monitor.contract._columnar_index import steps_index as _steps_index
-except ImportError:  # built without a C compiler
-    _steps_index = None
-if _env.pure_python():
-    _steps_index = None
+# The commonest index read in C (_columnar_index.c); the JSON path reads every other.
+_steps_index = _env.c_twin("tb_monitor.contract._columnar_index", "steps_index")
 
 _WIDTHS = ((0x100, "B"), (0x10000, "H"), (0x100000000, "I"))
 _MEMO = 4096  # parsed values remembered by ``parse_columnar``

@@ -123,14 +123,11 @@ class _PyStepClock:
 def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, Any], None]]:
     """The step clock for ``clock`` and its optimizer step post-hook: the C one where it is
     built and reads the same clock (``time.perf_counter`` on Linux), else ``_PyStepClock``."""
-    if clock is time.perf_counter and not _env.pure_python():
-        try:
-            from tb_monitor.integrations._stepclock import StepClock
-        except ImportError:  # not built, or not Linux, or a free-threaded build
-            pass
-        else:
-            c_clock = StepClock(_MAX_PENDING_STEPS)
-            return c_clock, c_clock
+    # The C one is not built without a compiler, off Linux, or on a free-threaded build.
+    c_step_clock = _env.c_twin("tb_monitor.integrations._stepclock", "StepClock")
+    if clock is time.perf_counter and c_step_clock is not None:
+        c_clock = c_step_clock(_MAX_PENDING_STEPS)
+        return c_clock, c_clock
     py_clock = _PyStepClock(clock, _MAX_PENDING_STEPS)
     return py_clock, py_clock.hook
 

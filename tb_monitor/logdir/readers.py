@@ -65,12 +65,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-try:  # an Event's string tensors read in C (_string_tensors.c): the plugin's file reads use it
-    from tb_monitor.logdir._string_tensors import string_tensors as c_string_tensors
-except ImportError:  # built without a C compiler: protobuf reads them all
-    c_string_tensors = None
-if _env.pure_python():
-    c_string_tensors = None
+#: An Event's string tensors read in C (_string_tensors.c), used by the plugin's file reads;
+#: where None, protobuf reads them all.
+c_string_tensors = _env.c_twin("tb_monitor.logdir._string_tensors", "string_tensors")
 
 _TIMELINE_BYTES = contract.TIMELINE_PREFIX.encode()
 

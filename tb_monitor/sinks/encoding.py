@@ -53,10 +53,8 @@ _log = logging.getLogger(__name__)
 #: for readers older than version 4 (and benchmarks comparing the two).
 COLUMNAR = _env.flag("TB_MONITOR_COLUMNAR", True)
 
-try:  # the C twin of append_scalars; byte-identical (see _encoding.c)
-    from tb_monitor.sinks._encoding import encode_scalars
-except ImportError:  # no compiler at install time, or a free-threaded build
-    encode_scalars = None
+#: The C twin of append_scalars, byte-identical (see _encoding.c), or None.
+encode_scalars = _env.c_twin("tb_monitor.sinks._encoding", "encode_scalars")
 
 _WALL_TIME = struct.Struct("<Bd")
 _FLOAT = struct.Struct("<f")
