@@ -7,6 +7,7 @@ here, so a lane, an attempt or a state's colour is the same thing wherever a use
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 from collections.abc import Iterable, Mapping
@@ -198,8 +199,22 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     ordered = sorted(rows, key=lambda row: row["wall_time"])
     rounds = _rounds_joined(ordered)
     by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
+    # lane_of's inputs -> its lane's rows: a lane is made once, not once per record (a
+    # 1,024-node day's 60k records are on 20k lanes).
+    lists: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in ordered:
-        by_lane.setdefault(lane_of(row), []).append(row)
+        try:
+            get = row.get
+            key = (row["run"], row["kind"], get("run_id"), get("hostname"), get("pid"))
+            key += (get("local_id"), get("rank"))
+            found = lists.get(key)
+        except TypeError:  # an unhashable field: lane_of says whether the lane can be one
+            found = key = None
+        if found is None:
+            found = by_lane.setdefault(lane_of(row), [])
+            if key is not None:
+                lists[key] = found
+        found.append(row)
     last = ordered[-1]["wall_time"] if ordered else 0.0
     out: list[Span] = []
     for lane, lane_rows in by_lane.items():
@@ -228,28 +243,40 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     return out
 
 
-def _rounds_joined(rows: list[Mapping[str, Any]]) -> dict[str, list[tuple[float, int]]]:
-    """Per run (agent), ``(time, round)`` of every rendezvous round it joined, in time order."""
-    joined: dict[str, list[tuple[float, int]]] = {}
+_Rounds = dict[str, tuple[list[float], list[int]]]
+
+
+def _rounds_joined(rows: list[Mapping[str, Any]]) -> _Rounds:
+    """Per run (agent), the times and numbers of the rendezvous rounds it joined, in the order
+    of ``rows`` (time order); a time that is not a number is before no record, so left out."""
+    joined: _Rounds = {}
     for row in rows:
         if row["kind"] == contract.RENDEZVOUS:
             role, number = _role(row)
-            if role == _CLOSE and number is not None and row.get("state") != "FAILED":
-                joined.setdefault(row["run"], []).append((row["wall_time"], number))
+            t = row["wall_time"]
+            if role == _CLOSE and number is not None and row.get("state") != "FAILED" and t == t:
+                times, numbers = joined.setdefault(row["run"], ([], []))
+                times.append(t)
+                numbers.append(number)
     return joined
 
 
-def _attempt(row: Mapping[str, Any], rounds: dict[str, list[tuple[float, int]]]) -> int | None:
+def _attempt(row: Mapping[str, Any], rounds: _Rounds) -> int | None:
     """A worker record's attempt: its agent's last round joined before it, else its restart count."""
-    before = [number for t, number in rounds.get(row["run"], ()) if t <= row["wall_time"]]
-    return before[-1] if before else attempt_of(row)
+    times, numbers = rounds.get(row["run"], _NO_ROUNDS)
+    t = row["wall_time"]
+    joined = bisect.bisect_right(times, t) if t == t else 0  # a NaN time: after no round
+    return numbers[joined - 1] if joined else attempt_of(row)
+
+
+_NO_ROUNDS: tuple[list[float], list[int]] = ([], [])
 
 
 def _point_number(
     lane: Lane,
     row: Mapping[str, Any],
     lane_number: int | None,
-    rounds: dict[str, list[tuple[float, int]]],
+    rounds: _Rounds,
 ) -> int | None:
     """A point's attempt: on a worker lane the lane's latest, on an agent lane its round."""
     if lane.kind == contract.WORKER:

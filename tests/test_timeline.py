@@ -40,3 +40,37 @@ def test_an_attempt_without_an_end_runs_open_to_the_last_record():
     found = timeline.spans([_worker("START", 10.0), {**_worker("HEALTHY", 11.0), "rank": 4}])
     attempt = next(s for s in found if s.lane.label == "rank 3")
     assert (attempt.begin, attempt.end, attempt.open) == (10.0, 11.0, True)
+
+
+def test_records_whose_lane_inputs_differ_in_form_share_their_lane():
+    """A run id given as a number and as its text, and a field the lane does not read (a
+    worker's hostname, here a list), leave records on one lane: one attempt interval."""
+    start = {**_worker("START", 10.0), "run_id": 7, "hostname": ["h", "h2"]}
+    end = {**_worker("FAILED", 12.5), "run_id": "7"}
+    found = timeline.spans([start, end])
+    assert [(s.lane.label, s.begin, s.end, s.state) for s in found] == [
+        ("rank 3", 10.0, 12.5, "FAILED")
+    ]
+
+
+def test_a_worker_attempt_is_numbered_by_its_agents_last_round_joined_before_it():
+    """Rounds joined at 5 and 20: a START at 10 is attempt of round 1, one at 20 of round 2,
+    whatever the restart count says; before any round, the restart count."""
+
+    def joined(number: int, wall_time: float) -> dict:
+        message = f"The node 'h' has joined round {number} of the rendezvous 'j' as rank 0."
+        return {
+            "run": "j/agent-h-1",
+            "kind": contract.RENDEZVOUS,
+            "run_id": "j",
+            "hostname": "h",
+            "pid": 1,
+            "message": message,
+            "wall_time": wall_time,
+        }
+
+    rows = [joined(1, 5.0), joined(2, 20.0), _worker("START", 2.0, restarts=9)]
+    rows += [_worker("FAILED", 3.0), _worker("START", 10.0), _worker("FAILED", 11.0)]
+    rows += [_worker("START", 20.0), _worker("SUCCEEDED", 30.0)]
+    attempts = [s for s in timeline.spans(rows) if s.lane.kind == contract.WORKER]
+    assert [(s.begin, s.number) for s in attempts] == [(2.0, 9), (10.0, 1), (20.0, 2)]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tb_monitor import contract
-from tb_monitor.analysis.jobs import is_agent_run, job_of
+from tb_monitor.analysis.jobs import is_agent_run, is_verdict, job_of
 from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, root_cause
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span, spans
 
@@ -35,8 +35,6 @@ __all__ = [
 ]
 
 _JOINED = re.compile(r"\bhas joined round (\d+)\b")
-#: An agent's final records of the run (TERMINATED: ``tb-monitor run``'s, a signal stopped it).
-_VERDICTS = ("SUCCEEDED", "FAILED", "TERMINATED")
 _Key = tuple[str, int]  # (job, attempt)
 
 
@@ -312,11 +310,11 @@ def finished_jobs(
         jobs.add(job)
         if is_agent_run(run) and row["kind"] in (contract.AGENT, contract.RENDEZVOUS):
             agents[job].add(run)
-            name = str(row.get("name") or "")
-            final = name in (f"{AGENT_PREFIX}{state}" for state in _VERDICTS)
-            if final and row.get("source") == "AGENT":
+            if is_verdict(row):
                 done[job].add(run)
-                if name.endswith(("FAILED", "TERMINATED")):  # one agent's end ends the job
+                if str(row.get("name")).endswith(
+                    ("FAILED", "TERMINATED")
+                ):  # one agent's end ends it
                     failed.add(job)
     found = attempts(rows) if found is None else found
     running = {a.job for a in found if a.outcome == "RUNNING"}

@@ -29,9 +29,18 @@ from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.root_cause import AGENT_PREFIX
 from tb_monitor.contract.runs import decode_part
 
-__all__ = ["JobSpan", "is_agent_run", "job_grid", "job_of", "job_spans", "separate_jobs"]
+__all__ = [
+    "JobSpan",
+    "is_agent_run",
+    "is_verdict",
+    "job_grid",
+    "job_of",
+    "job_spans",
+    "separate_jobs",
+]
 
-#: An agent's last record: its verdict on the whole run.
+#: An agent's last record: its verdict on the whole run (TERMINATED: ``tb-monitor run``'s, a
+#: signal stopped it).
 _VERDICTS = frozenset(f"{AGENT_PREFIX}{state}" for state in ("SUCCEEDED", "FAILED", "TERMINATED"))
 
 
@@ -75,7 +84,7 @@ def _lives(rows: list[Mapping[str, Any]]) -> dict[str, list[tuple[float, float]]
                 lives.setdefault(job_of(row), []).append((life[0], life[1]))
                 life, ended = [row["wall_time"], row["wall_time"]], False
             life[1] = row["wall_time"]
-            ended = ended or _is_verdict(row)
+            ended = ended or is_verdict(row)
         lives.setdefault(job_of(ordered[0]), []).append((life[0], life[1]))
     return lives
 
@@ -89,7 +98,7 @@ def _opens(row: Mapping[str, Any]) -> bool:
     )
 
 
-def _is_verdict(row: Mapping[str, Any]) -> bool:
+def is_verdict(row: Mapping[str, Any]) -> bool:
     """An agent's final record: torchelastic's SUCCEEDED or FAILED (or TERMINATED) with source
     AGENT."""
     name = str(row.get("name") or "")
