@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from conftest import need
 
 from tb_monitor import _env
 
@@ -39,8 +40,7 @@ def test_a_bad_switch_warns_naming_it_and_keeps_the_default(monkeypatch, caplog)
 def test_a_built_c_twin_is_found_by_module_and_name(monkeypatch):
     """``c_twin`` gives the C extension's callable where it is built and not switched off."""
     monkeypatch.delenv("TB_MONITOR_PURE_PYTHON", raising=False)
-    from tb_monitor.contract._columnar_index import steps_index
-
+    steps_index = need("tb_monitor.contract._columnar_index").steps_index
     assert _env.c_twin("tb_monitor.contract._columnar_index", "steps_index") is steps_index
 
 
