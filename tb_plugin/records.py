@@ -17,6 +17,8 @@ from typing import Any, NamedTuple
 from tensorboard.compat.proto import types_pb2
 from tensorboard.data import provider as tb_provider
 
+from tb_monitor import contract
+
 __all__ = [
     "MAX_STEPS",
     "Series",
@@ -113,7 +115,8 @@ def read_grpc(
 def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes], float, bool]:
     """A ``TensorProto``'s strings as ``make_ndarray`` would flatten them, read straight off a
     string tensor of scalar or vector shape that lists every element; anything else (another
-    dtype, packed content, a repeated-value shorthand) through ``make_ndarray`` itself."""
+    dtype, packed content, a repeated-value shorthand) through ``make_ndarray`` itself, and
+    a tensor it refuses as ``contract.Unreadable``: decoding leaves that record out, named."""
     strings = value.string_val
     dims = value.tensor_shape.dim
     if value.dtype == types_pb2.DT_STRING and not value.tensor_content:
@@ -125,7 +128,12 @@ def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes],
     # it), ~0.4 s a helper process spends at its start, for the rare record that needs it.
     from tensorboard.util import tensor_util
 
-    return _array_strings(tensor_util.make_ndarray(value), wall_time)
+    try:
+        array = tensor_util.make_ndarray(value)
+    except (TypeError, ValueError) as exc:  # a dtype or shape it refuses: this record alone
+        why = f"its tensor cannot be read ({type(exc).__name__}: {exc})"
+        return contract.Unreadable(why), wall_time, False
+    return _array_strings(array, wall_time)
 
 
 def _array_strings(array: Any, wall_time: float) -> tuple[Sequence[str | bytes], float, bool]:

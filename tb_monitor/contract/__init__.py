@@ -15,7 +15,13 @@ contract``; ``contract.stat_tag(...)``); its modules split it by job:
 See ``docs/DESIGN.md`` for the reasoning behind each rule.
 """
 
-from tb_monitor.contract.batches import DecodedRecords, decode_records, encode_batch, record_events
+from tb_monitor.contract.batches import (
+    DecodedRecords,
+    Unreadable,
+    decode_records,
+    encode_batch,
+    record_events,
+)
 from tb_monitor.contract.columnar import (
     ColumnarBatch,
     ColumnarEvents,
@@ -84,6 +90,7 @@ __all__ = [
     "ColumnarEvents",
     "DecodedRecords",
     "ParsedRecord",
+    "Unreadable",
     "agent_run_name",
     "beat_tag",
     "decode_record",

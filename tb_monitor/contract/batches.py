@@ -40,7 +40,7 @@ from tb_monitor.contract.columnar import (
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["DecodedRecords", "decode_records", "encode_batch", "record_events"]
+__all__ = ["DecodedRecords", "Unreadable", "decode_records", "encode_batch", "record_events"]
 
 
 def encode_batch(times: Sequence[float], payload_ids: Sequence[int]) -> str:
@@ -53,6 +53,21 @@ def encode_batch(times: Sequence[float], payload_ids: Sequence[int]) -> str:
     if any(payload_ids):
         index["p_le32"] = base64_le(array.array("I", payload_ids))
     return json.dumps(index, separators=(",", ":"))
+
+
+class Unreadable(tuple):  # type: ignore[type-arg]
+    """The strings of a record whose tensor cannot be read (a reader's own checks refused
+    it): none, and why, which ``decode_records`` gives as it leaves the record out."""
+
+    why: str
+
+    def __new__(cls, why: str) -> Unreadable:
+        self = super().__new__(cls)
+        self.why = why
+        return self
+
+    def __getnewargs__(self) -> tuple[str]:  # type: ignore[override]
+        return (self.why,)
 
 
 @dataclass
@@ -108,7 +123,7 @@ def decode_records(
             elif len(values):
                 t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, [_text(values[0])]
             else:
-                raise ValueError("a timeline record without a payload")
+                raise ValueError(getattr(values, "why", "a timeline record without a payload"))
         except ValueError as exc:
             errors.append((where, str(exc)))
             continue

@@ -594,6 +594,36 @@ def test_store_reading_the_files_keeps_every_whole_record_around_a_flipped_bit(l
     assert _names(store) == {json.loads(p)["name"] for p in kept}
 
 
+def _malformed_tensor_record(step: int) -> bytes:
+    """A framed Event under a timeline tag whose string tensor says 3 strings and holds 2: a
+    tensor ``make_ndarray`` refuses."""
+    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=3)])
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=shape, string_val=[b"{}", b"{}"])
+    value = summary_pb2.Summary.Value(tag=contract.timeline_tag(contract.MONITOR), tensor=tensor)
+    event = event_pb2.Event(wall_time=T0, step=step, summary=summary_pb2.Summary(value=[value]))
+    return tfrecord.frame(event.SerializeToString())
+
+
+def test_store_reading_the_files_skips_a_tensor_it_cannot_read_and_keeps_the_rest(
+    logdir, run, caplog
+):
+    """A timeline record whose tensor cannot be read is counted by run, tag and step; the
+    records around it in its file, and every other run of its chunk, are kept."""
+    path, recs = run
+    write_run(logdir / "rank-1")
+    _insert(path, recs[4][0], _malformed_tensor_record(step=1234))
+    store = TimelineStore(local_provider(logdir), files=EventFiles(str(logdir)))
+    with caplog.at_level(logging.WARNING):
+        store.refresh(tb_context.RequestContext(), force=True)
+    assert set(store.runs()) == {"rank-0", "rank-1"}
+    assert len(store.snapshot().columns.t) == 2 * N
+    skipped = store.skipped()
+    assert skipped["count"] == 1
+    [record] = skipped["records"]
+    assert (record["run"], record["tag"], record["step"]) == ("rank-0", "timeline/monitor", 1234)
+    assert "reshape" in record["error"]
+
+
 @pytest.mark.xfail(
     strict=True,
     raises=MemoryError,
