@@ -99,7 +99,9 @@ def one_line(err: str) -> str:
 )
 def test_an_unreachable_store_is_one_line_and_exit_2(command, store_at, tmp_path, capsys):
     """report/export of a logdir on a closed port: exit 2, one line naming logdir and endpoint."""
-    endpoint = store_at(closed_port())
+    # A refused connection fails at once: the deadline only has to outlast a busy machine's
+    # first S3 client start (0.5 s did not, once: "did not answer within").
+    endpoint = store_at(closed_port(), deadline_s=30.0)
     code = command("s3://bucket/job", tmp_path)
     line = one_line(capsys.readouterr().err)
     assert code == 2
