@@ -147,7 +147,13 @@ def test_serve_prints_the_timeline_url_and_stops_on_ctrl_c(tmp_path):
     logdir = tmp_path / "logs"
     generate_job(logdir, nodes=2, workers_per_node=2)
     port = _free_port()
-    code = f"import sys, tb_monitor.demo as d; sys.exit(d.serve({str(logdir)!r}, {port}))"
+    # SIGINT handled as a terminal's Ctrl-C, even where the suite runs in the background (its
+    # children then start with SIGINT ignored, and Python installs no handler).
+    code = (
+        "import signal, sys, tb_monitor.demo as d; "
+        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+        f"sys.exit(d.serve({str(logdir)!r}, {port}))"
+    )
     server = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
     )
