@@ -199,22 +199,8 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     ordered = sorted(rows, key=lambda row: row["wall_time"])
     rounds = _rounds_joined(ordered)
     by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
-    # lane_of's inputs -> its lane's rows: a lane is made once, not once per record (a
-    # 1,024-node day's 60k records are on 20k lanes).
-    lists: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
     for row in ordered:
-        try:
-            get = row.get
-            key = (row["run"], row["kind"], get("run_id"), get("hostname"), get("pid"))
-            key += (get("local_id"), get("rank"))
-            found = lists.get(key)
-        except TypeError:  # an unhashable field: lane_of says whether the lane can be one
-            found = key = None
-        if found is None:
-            found = by_lane.setdefault(lane_of(row), [])
-            if key is not None:
-                lists[key] = found
-        found.append(row)
+        by_lane.setdefault(lane_of(row), []).append(row)
     last = ordered[-1]["wall_time"] if ordered else 0.0
     out: list[Span] = []
     for lane, lane_rows in by_lane.items():
