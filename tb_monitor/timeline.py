@@ -196,12 +196,16 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     by another node's failure reports its second attempt as 0. Without rendezvous records, the
     restart count is used.
     """
-    ordered = sorted(rows, key=lambda row: row["wall_time"])
+    rows = list(rows)
+    # Records whose time is not a number go last: in the sort's key they would leave the
+    # others out of time order (every lane's intervals, and the rounds bisected below).
+    timed = sorted((row for row in rows if row["wall_time"] == row["wall_time"]), key=_time)
+    ordered = timed + [row for row in rows if row["wall_time"] != row["wall_time"]]
     rounds = _rounds_joined(ordered)
     by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
     for row in ordered:
         by_lane.setdefault(lane_of(row), []).append(row)
-    last = ordered[-1]["wall_time"] if ordered else 0.0
+    last = timed[-1]["wall_time"] if timed else ordered[-1]["wall_time"] if ordered else 0.0
     out: list[Span] = []
     for lane, lane_rows in by_lane.items():
         opened: Mapping[str, Any] | None = None
@@ -229,12 +233,17 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     return out
 
 
+def _time(row: Mapping[str, Any]) -> float:
+    return row["wall_time"]
+
+
 _Rounds = dict[str, tuple[list[float], list[int]]]
 
 
 def _rounds_joined(rows: list[Mapping[str, Any]]) -> _Rounds:
     """Per run (agent), the times and numbers of the rendezvous rounds it joined, in the order
-    of ``rows`` (time order); a time that is not a number is before no record, so left out."""
+    of ``rows`` (time order, those without a number last); a round whose time is not a number
+    is before no record, so left out."""
     joined: _Rounds = {}
     for row in rows:
         if row["kind"] == contract.RENDEZVOUS:

@@ -74,3 +74,29 @@ def test_a_worker_attempt_is_numbered_by_its_agents_last_round_joined_before_it(
     rows += [_worker("START", 20.0), _worker("SUCCEEDED", 30.0)]
     attempts = [s for s in timeline.spans(rows) if s.lane.kind == contract.WORKER]
     assert [(s.begin, s.number) for s in attempts] == [(2.0, 9), (10.0, 1), (20.0, 2)]
+
+
+def test_records_without_a_number_for_a_time_leave_the_others_in_time_order():
+    """Two records at NaN on another rank, wherever they come, leave rank 3's attempts as
+    its starts, ends and its agent's rounds say (a NaN in the sort's key would not)."""
+
+    def joined(number: int, wall_time: float) -> dict:
+        message = f"The node 'h' has joined round {number} of the rendezvous 'j' as rank 0."
+        return {
+            "run": "j/agent-h-1",
+            "kind": contract.RENDEZVOUS,
+            "run_id": "j",
+            "hostname": "h",
+            "pid": 1,
+            "message": message,
+            "wall_time": wall_time,
+        }
+
+    nan = {**_worker("HEALTHY", float("nan")), "rank": 5}
+    rows = [_worker("FAILED", 7.0), nan, joined(2, 20.0), _worker("SUCCEEDED", 30.0), dict(nan)]
+    rows += [joined(1, 5.0), _worker("START", 21.0), _worker("START", 6.0)]
+    attempts = [s for s in timeline.spans(rows) if s.lane.label == "rank 3" and s.end is not None]
+    assert [(s.begin, s.end, s.number, s.state) for s in attempts] == [
+        (6.0, 7.0, 1, "FAILED"),
+        (21.0, 30.0, 2, "SUCCEEDED"),
+    ]
