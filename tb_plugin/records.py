@@ -11,6 +11,7 @@ through the public path, so both give the same strings (tested).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -30,6 +31,11 @@ __all__ = [
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
 MAX_STEPS = 2**31 - 1
+
+#: The most elements a timeline tensor that does not list its strings may declare (one that
+#: does is read whatever its size): ``make_ndarray`` would expand a repeated-value shorthand
+#: of 2**40 in memory. Ours list theirs; none of ours holds a million.
+_MAX_ELEMENTS = 1 << 20
 
 
 class Series(NamedTuple):
@@ -124,13 +130,17 @@ def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes],
             return strings, wall_time, False
         if len(dims) == 1 and dims[0].size == len(strings):
             return strings, wall_time, True
+    elements = math.prod(dim.size for dim in dims)
+    if elements > _MAX_ELEMENTS:
+        why = f"its tensor declares {elements} elements, more than a timeline record holds"
+        return contract.Unreadable(why), wall_time, False
     # Imported here: tensorboard's tensor_util pulls in its TensorFlow stub (and boto3 with
     # it), ~0.4 s a helper process spends at its start, for the rare record that needs it.
     from tensorboard.util import tensor_util
 
     try:
         array = tensor_util.make_ndarray(value)
-    except (TypeError, ValueError) as exc:  # a dtype or shape it refuses: this record alone
+    except (TypeError, ValueError, MemoryError) as exc:  # refused: this record alone
         why = f"its tensor cannot be read ({type(exc).__name__}: {exc})"
         return contract.Unreadable(why), wall_time, False
     return _array_strings(array, wall_time)

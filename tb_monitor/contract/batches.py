@@ -69,6 +69,14 @@ class Unreadable(tuple):  # type: ignore[type-arg]
     def __getnewargs__(self) -> tuple[str]:  # type: ignore[override]
         return (self.why,)
 
+    def __repr__(self) -> str:
+        return f"Unreadable({self.why!r})"
+
+
+def _empty_record(values: Sequence[str | bytes]) -> str:
+    """Why a record holds no string: its reader's reason, else none given."""
+    return values.why if isinstance(values, Unreadable) else "a timeline record without a payload"
+
 
 @dataclass
 class DecodedRecords:
@@ -123,7 +131,7 @@ def decode_records(
             elif len(values):
                 t0, dt, ids, strings = wall_time, _ONE_OFFSET, _ONE_POSITION, [_text(values[0])]
             else:
-                raise ValueError(getattr(values, "why", "a timeline record without a payload"))
+                raise ValueError(_empty_record(values))
         except ValueError as exc:
             errors.append((where, str(exc)))
             continue
@@ -162,7 +170,9 @@ def _batch_index(
     first time ``memo`` meets it (a node's keep-alive runs share it, record after record)."""
     if len(values) < 2:
         raise ValueError(
-            f"a batched timeline record needs an index and a payload, got {len(values)} values"
+            _empty_record(values)
+            if not values
+            else f"a batched timeline record needs an index and a payload, got {len(values)} values"
         )
     if memo is not None and len(values) == 2:
         record = parse_steps_record(values[0], values[1], memo)

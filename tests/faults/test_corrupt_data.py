@@ -594,11 +594,11 @@ def test_store_reading_the_files_keeps_every_whole_record_around_a_flipped_bit(l
     assert _names(store) == {json.loads(p)["name"] for p in kept}
 
 
-def _malformed_tensor_record(step: int) -> bytes:
-    """A framed Event under a timeline tag whose string tensor says 3 strings and holds 2: a
-    tensor ``make_ndarray`` refuses."""
-    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=3)])
-    tensor = TensorProto(dtype=DT_STRING, tensor_shape=shape, string_val=[b"{}", b"{}"])
+def _malformed_tensor_record(step: int, size: int = 3, strings: int = 2) -> bytes:
+    """A framed Event under a timeline tag whose string tensor says ``size`` strings and holds
+    ``strings`` (3 and 2: a tensor ``make_ndarray`` refuses)."""
+    shape = TensorShapeProto(dim=[TensorShapeProto.Dim(size=size)])
+    tensor = TensorProto(dtype=DT_STRING, tensor_shape=shape, string_val=[b"{}"] * strings)
     value = summary_pb2.Summary.Value(tag=contract.timeline_tag(contract.MONITOR), tensor=tensor)
     event = event_pb2.Event(wall_time=T0, step=step, summary=summary_pb2.Summary(value=[value]))
     return tfrecord.frame(event.SerializeToString())
@@ -622,6 +622,20 @@ def test_store_reading_the_files_skips_a_tensor_it_cannot_read_and_keeps_the_res
     [record] = skipped["records"]
     assert (record["run"], record["tag"], record["step"]) == ("rank-0", "timeline/monitor", 1234)
     assert "reshape" in record["error"]
+
+
+def test_store_reading_the_files_skips_a_tensor_declaring_2_40_strings_without_making_them(
+    logdir, run
+):
+    """One string declared 2**40 times (a shorthand ``make_ndarray`` would expand in memory) is
+    a skipped record naming the count; the rest of the file is kept."""
+    path, recs = run
+    _insert(path, recs[4][0], _malformed_tensor_record(step=99, size=2**40, strings=1))
+    store = TimelineStore(local_provider(logdir), files=EventFiles(str(logdir)))
+    store.refresh(tb_context.RequestContext(), force=True)
+    assert len(store.snapshot().columns.t) == N
+    [record] = store.skipped()["records"]
+    assert record["step"] == 99 and f"declares {2**40} elements" in record["error"]
 
 
 @pytest.mark.xfail(

@@ -138,16 +138,16 @@ def test_an_index_that_does_not_match_its_payloads_is_left_out_and_named():
 
 
 def test_a_record_whose_tensor_could_not_be_read_is_left_out_with_why():
-    """An ``Unreadable`` record (a reader refused its tensor), pickled as a read helper hands
-    it over, is named with its reason; the records around it are kept."""
+    """An ``Unreadable`` record (a reader refused its tensor), batched or not and pickled, is
+    named with its reason; the records around it are kept."""
     import pickle
 
     good = [contract.encode_batch([T0], [0]), BEAT]
     unreadable = pickle.loads(pickle.dumps(contract.Unreadable("cannot reshape 2 into (3,)")))
-    records = [(good, T0, True), (unreadable, T0, False), (good, T0, True)]
+    records = [(good, T0, True), (unreadable, T0, False), (good, T0, True), (unreadable, T0, True)]
     decoded = contract.decode_records(records)
     assert decoded.record.tolist() == [0, 2]
-    assert decoded.errors == [(1, "cannot reshape 2 into (3,)")]
+    assert decoded.errors == [(1, "cannot reshape 2 into (3,)"), (3, "cannot reshape 2 into (3,)")]
 
 
 def _index(t0: float, offsets: list[int], positions: list[int], version: int) -> str:
