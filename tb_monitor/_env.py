@@ -46,9 +46,10 @@ def c_twin(module: str, name: str) -> Any | None:
     if pure_python():
         return None
     try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError):  # AttributeError: built without it (off Linux)
+        found = importlib.import_module(module)
+    except ImportError:
         return None
+    return getattr(found, name, None)  # built without it: the step clock off Linux
 
 
 def seconds(name: str, default: float) -> float:

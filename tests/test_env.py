@@ -56,5 +56,6 @@ def test_a_c_twin_not_built_is_none(monkeypatch, module, name):
 
 def test_pure_python_turns_every_c_twin_off(monkeypatch):
     """``TB_MONITOR_PURE_PYTHON=1`` makes even a built C twin None."""
+    need("tb_monitor.contract._columnar_index")
     monkeypatch.setenv("TB_MONITOR_PURE_PYTHON", "1")
     assert _env.c_twin("tb_monitor.contract._columnar_index", "steps_index") is None
