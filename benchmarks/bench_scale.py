@@ -169,10 +169,33 @@ def _baseline_source(rev: str, folder: str) -> str:
     os.makedirs(out)
     archive = subprocess.run(["git", "-C", ROOT, "archive", rev], check=True, capture_output=True)
     subprocess.run(["tar", "-x", "-C", out], input=archive.stdout, check=True)
-    if os.path.exists(os.path.join(out, "setup.py")):
+    if os.path.exists(os.path.join(out, "setup.py")):  # none before the first accelerator
         build = [sys.executable, "setup.py", "-q", "build_ext", "--inplace"]
-        subprocess.run(build, cwd=out, check=True, capture_output=True)
+        done = subprocess.run(build, cwd=out, capture_output=True, text=True)
+        missing = _unbuilt(out)
+        if done.returncode or missing:  # optional extensions fail quietly: say it, loudly
+            raise SystemExit(f"baseline {rev}: {missing or 'build'} failed\n{done.stderr}")
     return out
+
+
+def _unbuilt(tree: str) -> list[str]:
+    """The C accelerators of ``tree`` (each ``tb_monitor/**/<name>.c``) with no built module
+    beside them: measured on their Python twins, a tree would not be the one we ship."""
+    base = os.path.join(tree, "tb_monitor")
+    sources = [
+        os.path.join(folder, name)
+        for folder, _, names in os.walk(base)
+        for name in names
+        if name.endswith(".c")
+    ]
+    return [
+        os.path.relpath(source, tree)
+        for source in sources
+        if not any(
+            other.startswith(os.path.basename(source)[:-2] + ".") and other.endswith(".so")
+            for other in os.listdir(os.path.dirname(source))
+        )
+    ]
 
 
 def measure(src: str, shares: list[str] | None, events: int, folder: str) -> Figures:
@@ -242,6 +265,8 @@ def main() -> None:
     parser.add_argument("--baseline", default=BASELINE, help="the git revision of 'today'")
     args = parser.parse_args()
     results = []
+    if _unbuilt(ROOT):
+        raise SystemExit(f"ours: {_unbuilt(ROOT)} not built (python setup.py build_ext --inplace)")
     with tempfile.TemporaryDirectory() as folder:
         today_src = _baseline_source(args.baseline, folder)
         sizes = [(_size(s), False) for s in args.sizes.split(",") if s.strip()]
