@@ -608,7 +608,7 @@ def exact_time_order(t: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> No
     pass finds them (rarely any); only their lanes are sorted again."""
     if len(t) < 2:
         return
-    back = t[1:] < t[:-1]  # one pass: no 18M-event difference made
+    back = t[1:] < t[:-1]  # one pass, no float difference of every neighbour made
     between = bounds[(bounds > 0) & (bounds < len(t))] - 1  # a lane's first after another's last
     back[between] = False
     if not back.any():

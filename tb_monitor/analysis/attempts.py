@@ -312,9 +312,8 @@ def finished_jobs(
             agents[job].add(run)
             if is_verdict(row):
                 done[job].add(run)
-                if str(row.get("name")).endswith(
-                    ("FAILED", "TERMINATED")
-                ):  # one agent's end ends it
+                verdict = str(row.get("name"))
+                if verdict.endswith(("FAILED", "TERMINATED")):  # one agent's end ends the job
                     failed.add(job)
     found = attempts(rows) if found is None else found
     running = {a.job for a in found if a.outcome == "RUNNING"}
