@@ -27,6 +27,20 @@ def _worker(state: str, wall_time: float, restarts: int = 0) -> dict:
     }
 
 
+def _joined(number: int, wall_time: float) -> dict:
+    """The agent of ``_worker``'s records joining rendezvous round ``number``."""
+    message = f"The node 'h' has joined round {number} of the rendezvous 'j' as rank 0."
+    return {
+        "run": "j/agent-h-1",
+        "kind": contract.RENDEZVOUS,
+        "run_id": "j",
+        "hostname": "h",
+        "pid": 1,
+        "message": message,
+        "wall_time": wall_time,
+    }
+
+
 def test_a_worker_start_and_its_end_form_one_attempt_interval():
     """START then FAILED on one rank's lane is one interval, coloured by its outcome."""
     found = timeline.spans([_worker("START", 10.0), _worker("FAILED", 12.5)])
@@ -57,19 +71,7 @@ def test_a_worker_attempt_is_numbered_by_its_agents_last_round_joined_before_it(
     """Rounds joined at 5 and 20: a START at 10 is attempt of round 1, one at 20 of round 2,
     whatever the restart count says; before any round, the restart count."""
 
-    def joined(number: int, wall_time: float) -> dict:
-        message = f"The node 'h' has joined round {number} of the rendezvous 'j' as rank 0."
-        return {
-            "run": "j/agent-h-1",
-            "kind": contract.RENDEZVOUS,
-            "run_id": "j",
-            "hostname": "h",
-            "pid": 1,
-            "message": message,
-            "wall_time": wall_time,
-        }
-
-    rows = [joined(1, 5.0), joined(2, 20.0), _worker("START", 2.0, restarts=9)]
+    rows = [_joined(1, 5.0), _joined(2, 20.0), _worker("START", 2.0, restarts=9)]
     rows += [_worker("FAILED", 3.0), _worker("START", 10.0), _worker("FAILED", 11.0)]
     rows += [_worker("START", 20.0), _worker("SUCCEEDED", 30.0)]
     attempts = [s for s in timeline.spans(rows) if s.lane.kind == contract.WORKER]
@@ -80,21 +82,9 @@ def test_records_without_a_number_for_a_time_leave_the_others_in_time_order():
     """Two records at NaN on another rank, wherever they come, leave rank 3's attempts as
     its starts, ends and its agent's rounds say (a NaN in the sort's key would not)."""
 
-    def joined(number: int, wall_time: float) -> dict:
-        message = f"The node 'h' has joined round {number} of the rendezvous 'j' as rank 0."
-        return {
-            "run": "j/agent-h-1",
-            "kind": contract.RENDEZVOUS,
-            "run_id": "j",
-            "hostname": "h",
-            "pid": 1,
-            "message": message,
-            "wall_time": wall_time,
-        }
-
     nan = {**_worker("HEALTHY", float("nan")), "rank": 5}
-    rows = [_worker("FAILED", 7.0), nan, joined(2, 20.0), _worker("SUCCEEDED", 30.0), dict(nan)]
-    rows += [joined(1, 5.0), _worker("START", 21.0), _worker("START", 6.0)]
+    rows = [_worker("FAILED", 7.0), nan, _joined(2, 20.0), _worker("SUCCEEDED", 30.0), dict(nan)]
+    rows += [_joined(1, 5.0), _worker("START", 21.0), _worker("START", 6.0)]
     attempts = [s for s in timeline.spans(rows) if s.lane.label == "rank 3" and s.end is not None]
     assert [(s.begin, s.end, s.number, s.state) for s in attempts] == [
         (6.0, 7.0, 1, "FAILED"),
