@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import glob
 import json
 import math
 import os
@@ -181,20 +182,9 @@ def _baseline_source(rev: str, folder: str) -> str:
 def _unbuilt(tree: str) -> list[str]:
     """The C accelerators of ``tree`` (each ``tb_monitor/**/<name>.c``) with no built module
     beside them: measured on their Python twins, a tree would not be the one we ship."""
-    base = os.path.join(tree, "tb_monitor")
-    sources = [
-        os.path.join(folder, name)
-        for folder, _, names in os.walk(base)
-        for name in names
-        if name.endswith(".c")
-    ]
+    sources = glob.glob(os.path.join(tree, "tb_monitor", "**", "*.c"), recursive=True)
     return [
-        os.path.relpath(source, tree)
-        for source in sources
-        if not any(
-            other.startswith(os.path.basename(source)[:-2] + ".") and other.endswith(".so")
-            for other in os.listdir(os.path.dirname(source))
-        )
+        os.path.relpath(source, tree) for source in sources if not glob.glob(f"{source[:-2]}.*.so")
     ]
 
 
@@ -265,8 +255,9 @@ def main() -> None:
     parser.add_argument("--baseline", default=BASELINE, help="the git revision of 'today'")
     args = parser.parse_args()
     results = []
-    if _unbuilt(ROOT):
-        raise SystemExit(f"ours: {_unbuilt(ROOT)} not built (python setup.py build_ext --inplace)")
+    missing = _unbuilt(ROOT)
+    if missing:
+        raise SystemExit(f"ours: {missing} not built (python setup.py build_ext --inplace)")
     with tempfile.TemporaryDirectory() as folder:
         today_src = _baseline_source(args.baseline, folder)
         sizes = [(_size(s), False) for s in args.sizes.split(",") if s.strip()]

@@ -205,7 +205,7 @@ def spans(rows: Iterable[Mapping[str, Any]]) -> list[Span]:
     by_lane: dict[Lane, list[Mapping[str, Any]]] = {}
     for row in ordered:
         by_lane.setdefault(lane_of(row), []).append(row)
-    last = timed[-1]["wall_time"] if timed else ordered[-1]["wall_time"] if ordered else 0.0
+    last = (timed or ordered)[-1]["wall_time"] if ordered else 0.0
     out: list[Span] = []
     for lane, lane_rows in by_lane.items():
         opened: Mapping[str, Any] | None = None

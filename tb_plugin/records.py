@@ -130,15 +130,14 @@ def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes],
             return strings, wall_time, False
         if len(dims) == 1 and dims[0].size == len(strings):
             return strings, wall_time, True
-    elements = math.prod(dim.size for dim in dims)
-    if elements > _MAX_ELEMENTS:
-        why = f"its tensor declares {elements} elements, more than a timeline record holds"
-        return contract.Unreadable(why), wall_time, False
     # Imported here: tensorboard's tensor_util pulls in its TensorFlow stub (and boto3 with
     # it), ~0.4 s a helper process spends at its start, for the rare record that needs it.
     from tensorboard.util import tensor_util
 
     try:
+        elements = math.prod(dim.size for dim in dims)
+        if elements > _MAX_ELEMENTS:
+            raise ValueError(f"it declares {elements} elements, more than a record holds")
         array = tensor_util.make_ndarray(value)
     except (TypeError, ValueError, MemoryError) as exc:  # refused: this record alone
         why = f"its tensor cannot be read ({type(exc).__name__}: {exc})"
