@@ -213,10 +213,12 @@ class ProviderStore:
         self._progress = (0, expected)
         found = iter(fetched)
         try:
-            for chunk in chunks:
-                with cyclic_gc_paused():
+            # One pause for the whole read: a pause per chunk let a collection run after each
+            # one, walking every object kept so far (~0.7 s of a 1,024-node day's 30 chunks).
+            with cyclic_gc_paused():
+                for chunk in chunks:
                     keep(next(found))
-                self._progress = (self._progress[0] + chunk.points, expected)
+                    self._progress = (self._progress[0] + chunk.points, expected)
         finally:
             self._progress = None
             if isinstance(found, Generator):  # one that reads elsewhere stops its readers now
