@@ -254,7 +254,7 @@ class Ingest:
             described.append(self._describe(row))
         new = add_records(groups, described, self._msgs, self._texts, self._records)
         rec, bounding = np.repeat(new.rec, events.length), np.repeat(new.bounding, events.length)
-        times, record = events.times, events.record
+        times, record = events.times, events.record()
         if not new.keep.all():
             keep = np.repeat(new.keep, events.length)
             times, record, rec, bounding = times[keep], record[keep], rec[keep], bounding[keep]

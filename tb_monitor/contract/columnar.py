@@ -348,7 +348,6 @@ class ColumnarEvents:
     one; so a day of keep-alives costs numpy work per record, not per event."""
 
     times: np.ndarray  # float64, per event
-    record: np.ndarray  # int64, per event: its record's index in the list merged
     length: np.ndarray  # int64, per segment: its events
     segment_record: np.ndarray  # int64, per segment: its record's index
     shapes: list[tuple[str, ...]]
@@ -358,6 +357,13 @@ class ColumnarEvents:
 
     def __len__(self) -> int:
         return len(self.times)
+
+    def record(self) -> np.ndarray:
+        """Per event, its record's index in the list merged: made when asked, as the segments
+        tell it (kept, it would be 8 bytes an event wherever the columns go)."""
+        import numpy as np
+
+        return np.repeat(self.segment_record, self.length)
 
     def payload(self, event: int) -> str:
         """Event ``event``'s JSON, byte for byte as it was written."""
@@ -437,7 +443,4 @@ def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
         for key, ix in r.ix.items():
             moved = ix.astype(np.int32) + bases[key][which[n]]
             position[key][span] = np.where(ix == len(r.values[key]), -1, moved)
-    record = np.repeat(np.arange(len(records), dtype=np.int64), counts)
-    return ColumnarEvents(
-        times, record, length, segment_record, list(shape_ids), shape, values, position
-    )
+    return ColumnarEvents(times, length, segment_record, list(shape_ids), shape, values, position)
