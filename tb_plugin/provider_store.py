@@ -61,19 +61,26 @@ class ChunkRequest(NamedTuple):
     ranges: tuple[Any, ...] = ()
 
 
-def chunk_requests(stale: dict[str, list[str]], listing: Listing, limit: int) -> list[ChunkRequest]:
-    """Stale runs (run -> tags) grouped into reads of about ``limit`` points."""
+def chunk_requests(
+    stale: dict[str, list[str]], listing: Listing, limit: int, run_points: int = 0
+) -> list[ChunkRequest]:
+    """Stale runs (run -> tags) grouped into reads of about ``limit`` points, each run counted
+    as ``run_points`` more: a read's cost is per run too (its files, its series), and runs of
+    few points each (a big job's thousands of worker ranks) would otherwise make one chunk
+    many times another's, read by one helper while the others wait."""
     out: list[ChunkRequest] = []
     runs: list[str] = []
     tags: set[str] = set()
-    size = 0
+    size = cost = 0
     for run in sorted(stale):
         runs.append(run)
         tags.update(stale[run])
-        size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
-        if size >= limit:
+        points = sum(listing[run][tag].max_step + 1 for tag in stale[run])
+        size += points
+        cost += points + run_points
+        if cost >= limit:
             out.append(ChunkRequest(runs, sorted(tags), size))
-            runs, tags, size = [], set(), 0
+            runs, tags, size, cost = [], set(), 0, 0
     if runs:
         out.append(ChunkRequest(runs, sorted(tags), size))
     return out

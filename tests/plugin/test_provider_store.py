@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import gc
+from types import SimpleNamespace
 
 import pytest
 from plugin_helpers import local_provider, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.testing import generate_rank_windows
-from tb_plugin.provider_store import REFRESH_INTERVAL_S, cyclic_gc_paused
+from tb_plugin.provider_store import (
+    REFRESH_INTERVAL_S,
+    ChunkRequest,
+    ProviderStore,
+    chunk_requests,
+    cyclic_gc_paused,
+)
 from tb_plugin.ranks import RankStore
 from tb_plugin.store import TimelineStore
 
@@ -104,4 +111,52 @@ def test_a_read_that_raises_still_ends_its_pause():
     """An exception out of a paused read ends the pause."""
     with pytest.raises(RuntimeError), cyclic_gc_paused():
         raise RuntimeError("a read failed")
+    assert gc.isenabled()
+
+
+def _listing(points: dict[str, int]) -> dict[str, dict[str, SimpleNamespace]]:
+    """A listing of one series per run, of ``points[run]`` steps."""
+    return {run: {"t": SimpleNamespace(max_step=n - 1)} for run, n in points.items()}
+
+
+def test_chunks_hold_about_a_limit_of_points():
+    """Runs are grouped in name order until their points reach the limit."""
+    points = {"a": 6, "b": 5, "c": 3, "d": 9}
+    chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 10)
+    assert [(c.runs, c.points) for c in chunks] == [(["a", "b"], 11), (["c", "d"], 12)]
+
+
+def test_a_run_of_few_points_counts_as_its_cost():
+    """With ``run_points``, runs of one point each fill a chunk sooner: each costs its read
+    too, so thousands of small runs do not make one chunk many times another's; the chunk
+    still says how many points it holds."""
+    points = {f"rank-{i}": 1 for i in range(10)}
+    chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 20, run_points=4)
+    assert [len(c.runs) for c in chunks] == [4, 4, 2]
+    assert [c.points for c in chunks] == [4, 4, 2]
+
+
+def test_the_collector_stays_paused_from_a_reads_first_chunk_to_its_last():
+    """No cyclic collection runs between a read's chunks (each would walk every object kept
+    so far), whatever they allocate; the collector is back on once the read ends."""
+    collections: list[str] = []
+    seen_at_keep: list[int] = []  # per chunk kept: the collections run before it
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    def keep(_: object) -> None:
+        seen_at_keep.append(len(collections))
+        kept.extend([i] for i in range(5_000))  # far past the youngest generation's threshold
+
+    kept: list[list[int]] = []
+    store = ProviderStore(None, "", lambda: 0.0)
+    chunks = [ChunkRequest([f"r{i}"], ["t"], 1) for i in range(4)]
+    gc.callbacks.append(seen)
+    try:
+        store._read_in_chunks(chunks, iter(chunks), keep)
+    finally:
+        gc.callbacks.remove(seen)
+    assert len(set(seen_at_keep)) == 1 and len(kept) == 20_000
     assert gc.isenabled()
