@@ -185,6 +185,7 @@ class Ingest:
     _record_step: array.array
     _records: Records
     _span_rows: list[dict[str, Any]]
+    _span_recs: array.array
     _last_step: dict[tuple[str, str], int]
     _states: Interner
     _runs: Interner
@@ -276,12 +277,12 @@ class Ingest:
         self._record_first.frombytes((starts + first).astype(np.int64).tobytes())
         self._record_step.frombytes(steps[record[starts]].tobytes())
         rows, where = self._records.row, np.flatnonzero(bounding)
+        recs = rec[where].astype(np.intc)
         self._span_rows.extend(
             {**rows[r], "wall_time": t, "_id": first + k}
-            for k, r, t in zip(
-                where.tolist(), rec[where].tolist(), times[where].tolist(), strict=True
-            )
+            for k, r, t in zip(where.tolist(), recs.tolist(), times[where].tolist(), strict=True)
         )
+        self._span_recs.frombytes(recs.tobytes())
         self._t.frombytes(times.tobytes())
         self._rec.frombytes(rec.astype(np.intc).tobytes())
         return len(times)

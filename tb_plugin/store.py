@@ -165,6 +165,7 @@ class TimelineStore(Ingest, ProviderStore):
         # analysis reads: every one but the keep-alive heartbeats, which are most of a long
         # job's events and neither; each with its event id, ``_id``.
         self._span_rows: list[dict[str, Any]] = []
+        self._span_recs = array.array("i")  # per span row: its record (and so its lane)
         self._columns: Columns | None = None
         self._shown: tuple[Columns, int] | None = None  # the columns last handed out
         self._attempts: list[dict[str, Any]] = []
@@ -399,11 +400,21 @@ class TimelineStore(Ingest, ProviderStore):
             self._spans = job_spans(rows)
             self._shared = shared_run_ids(self._spans, self._span_rows, rows)
             intern_job_lanes(self._shared, self._lanes, self._lane_from)
-            marks = timeline.spans(rows)
+            marks = timeline.spans(rows, self._lane_of_rows())
             found = list(report_of(self._eid, rows, marks=marks).attempts)
             self._views = agent_views(self._span_rows)
             self._analysed = (found, self._intervals(mark_restarts(marks, found), last_time))
         return self._analysed
+
+    def _lane_of_rows(self) -> Callable[[Mapping[str, Any]], timeline.Lane]:
+        """``timeline.lane_of`` for the span rows, as their records' lanes interned already;
+        a row made since (a job told apart: its own ``run_id``) has its lane made."""
+        lanes, record_lane = self._lanes.values, self._records.columns["lane"]
+        known = {
+            id(row): lanes[record_lane[rec]]
+            for row, rec in zip(self._span_rows, self._span_recs, strict=True)
+        }
+        return lambda row: known.get(id(row)) or timeline.lane_of(row)
 
     def _lane(self, lane: timeline.Lane, run: str) -> int:
         """The lane's id, interned with the first run it was seen in."""

@@ -90,3 +90,11 @@ def test_records_without_a_number_for_a_time_leave_the_others_in_time_order():
         (6.0, 7.0, 1, "FAILED"),
         (21.0, 30.0, 2, "SUCCEEDED"),
     ]
+
+
+def test_spans_take_each_records_lane_from_the_lane_of_given():
+    """A caller that knows each record's lane gives it; records drawn on one lane chain there."""
+    rows = [_worker("START", 10.0), {**_worker("SUCCEEDED", 20.0), "rank": 4}]
+    one = timeline.Lane("j", contract.WORKER, "rank 3", (3,))
+    found = timeline.spans(rows, lambda row: one)
+    assert [(s.lane, s.begin, s.end, s.state) for s in found] == [(one, 10.0, 20.0, "SUCCEEDED")]

@@ -12,8 +12,10 @@ from plugin_helpers import local_provider, picture, refreshed_store, small_job
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.data.provider import RunTagFilter
+from two_jobs import write_two_jobs
 
 from tb_monitor import contract, timeline
+from tb_monitor.analysis.jobs import separate_jobs
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin.columns import EventIds, SortedEvents
@@ -261,3 +263,15 @@ def test_sorted_events_give_back_each_event_s_own_record():
     assert events.find(0) == (2.0, 6) and events.find(1) == (3.0, 7)
     t, own, ids = events.with_appended(np.array([4.0]), np.array([8], dtype=np.int32))
     assert (t.tolist(), own.tolist(), ids.tolist()) == ([1, 2, 3, 4], [5, 6, 7, 8], [2, 0, 1, 3])
+
+
+@pytest.mark.parametrize("logdir", ["one job", "two jobs sharing a run id"])
+def test_a_rows_lane_is_its_records_or_its_own_job_s(logdir, job, tmp_path):
+    """The intervals' lanes, taken from the records' interned lanes, are the ones each row
+    draws: also where two jobs share a run id and the rows told apart have lanes of their own."""
+    root = job.logdir if logdir == "one job" else write_two_jobs(tmp_path).logdir
+    store = refreshed_store(root)
+    store.snapshot()
+    rows = separate_jobs(store._span_rows)
+    assert (rows != store._span_rows) == (logdir != "one job")
+    assert timeline.spans(rows, store._lane_of_rows()) == timeline.spans(rows)
