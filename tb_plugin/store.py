@@ -45,8 +45,7 @@ from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
 from tb_monitor.analysis.agent_views import AgentView, agent_views
-from tb_monitor.analysis.attempts import Attempt, attempt_dict
-from tb_monitor.analysis.health import report_of
+from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_plugin.columns import (
@@ -389,7 +388,7 @@ class TimelineStore(Ingest, ProviderStore):
         self._t, self._rec = array.array("d"), array.array("i")
 
     def _analysis(self, last_time: float) -> tuple[list[Attempt], dict[str, np.ndarray]]:
-        """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.health``:
+        """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.attempts``:
         the report and the notebook show the same), and the intervals drawn (``timeline.spans``,
         restarts marked). Python over every bounding event, so while a first read goes on, the
         sorts that show its progress reuse the last ones: it runs again once the read is done.
@@ -401,7 +400,7 @@ class TimelineStore(Ingest, ProviderStore):
             self._shared = shared_run_ids(self._spans, self._span_rows, rows)
             intern_job_lanes(self._shared, self._lanes, self._lane_from)
             marks = timeline.spans(rows, self._lane_of_rows())
-            found = list(report_of(self._eid, rows, marks=marks).attempts)
+            found = attempts(rows, marks)  # as the report's (``report_of``), without the rest
             self._views = agent_views(self._span_rows)
             self._analysed = (found, self._intervals(mark_restarts(marks, found), last_time))
         return self._analysed

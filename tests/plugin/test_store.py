@@ -15,6 +15,7 @@ from tensorboard.data.provider import RunTagFilter
 from two_jobs import write_two_jobs
 
 from tb_monitor import contract, timeline
+from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.jobs import separate_jobs
 from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
@@ -275,3 +276,13 @@ def test_a_rows_lane_is_its_records_or_its_own_job_s(logdir, job, tmp_path):
     rows = separate_jobs(store._span_rows)
     assert (rows != store._span_rows) == (logdir != "one job")
     assert timeline.spans(rows, store._lane_of_rows()) == timeline.spans(rows)
+
+
+@pytest.mark.parametrize("logdir", ["one job", "two jobs sharing a run id"])
+def test_the_attempts_shown_are_the_reports(logdir, job, tmp_path):
+    """The store's attempts are the ones the job's report gives over the same records."""
+    root = job.logdir if logdir == "one job" else write_two_jobs(tmp_path).logdir
+    store = refreshed_store(root)
+    shown = store.snapshot().attempts
+    report = report_of(root, store._span_rows)
+    assert shown and shown == [store._attempt_payload(a) for a in report.attempts]
