@@ -71,16 +71,14 @@ def chunk_requests(
     out: list[ChunkRequest] = []
     runs: list[str] = []
     tags: set[str] = set()
-    size = cost = 0
+    size = 0
     for run in sorted(stale):
         runs.append(run)
         tags.update(stale[run])
-        points = sum(listing[run][tag].max_step + 1 for tag in stale[run])
-        size += points
-        cost += points + run_points
-        if cost >= limit:
+        size += sum(listing[run][tag].max_step + 1 for tag in stale[run])
+        if size + run_points * len(runs) >= limit:
             out.append(ChunkRequest(runs, sorted(tags), size))
-            runs, tags, size, cost = [], set(), 0, 0
+            runs, tags, size = [], set(), 0
     if runs:
         out.append(ChunkRequest(runs, sorted(tags), size))
     return out
