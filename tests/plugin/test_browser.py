@@ -70,6 +70,15 @@ class Tab:
         self.frame = iframe.content_frame()
         self.frame.wait_for_selector(".tl-summary:has-text('events')", timeout=60_000)
 
+    def reload(self) -> None:
+        """The Timeline's iframe loaded anew (TensorBoard's page, the costly part, is kept), in
+        TensorBoard's light theme, with nothing reported yet: a fresh tab for the next test."""
+        self.dialogs.clear()
+        self.errors.clear()
+        self.page.evaluate("document.body.classList.remove('dark-mode')")
+        self.frame.goto(self.frame.url)
+        self.frame.wait_for_selector(".tl-summary:has-text('events')", timeout=60_000)
+
     @property
     def summary(self) -> str:
         return self.frame.locator(".tl-summary").inner_text()
@@ -103,17 +112,24 @@ class Tab:
         return spot["id"]
 
 
-@pytest.fixture
-def tab(browser, served, tmp_path):
-    """A fresh 1280x800 page on the Timeline tab; fails the test on dialogs or console errors."""
+@pytest.fixture(scope="module")
+def opened(browser, served):
+    """A 1280x800 page on the Timeline tab of the module's TensorBoard."""
     server, _, _ = served
     page = browser.new_page(viewport={"width": 1280, "height": 800})
-    tab = Tab(page, server.url)
-    yield tab
-    page.screenshot(path=str(tmp_path / "timeline.png"))
+    yield Tab(page, server.url)
     page.close()
-    assert tab.dialogs == [], tab.dialogs
-    assert tab.errors == [], tab.errors
+
+
+@pytest.fixture
+def tab(opened, tmp_path):
+    """The Timeline tab with its iframe loaded anew for the test; fails the test on dialogs or
+    console errors."""
+    opened.reload()
+    yield opened
+    opened.page.screenshot(path=str(tmp_path / "timeline.png"))
+    assert opened.dialogs == [], opened.dialogs
+    assert opened.errors == [], opened.errors
 
 
 def test_lanes_are_dom_text(tab):
