@@ -69,18 +69,25 @@ def _fresh_metrics_routes(monkeypatch):
     monkeypatch.setattr(api, "_streams", {})
 
 
-#: The xdist group whose tests run one after another on one worker, as they would without xdist.
-SERIAL = "serial"
+#: The two xdist groups whose tests run one after another, each on one worker, side by side:
+#: the tests held to wall-clock bounds (``timed``), and the other tests that run a real job, a
+#: server or a browser, or share a session-scoped fixture.
+TIMED, SERIAL = "timed", "serial"
 
 
 def pytest_itemcollected(item: pytest.Item) -> None:
-    """Group the tests for ``-n 2 --dist loadgroup`` (pyproject's addopts): those that run a
-    real job, a server or a browser, are held to wall-clock bounds of seconds (``timed``), or
-    share a session-scoped fixture (a torchrun job, an
-    object store), in one group that runs serially, as without xdist (their time bounds were
-    set for it, and a session fixture is made once per worker); every other module's tests
-    together (its module fixtures made once), beside them on the other worker."""
-    group = SERIAL if _serial(item) else item.path.stem
+    """Group the tests for ``-n 2 --dist loadgroup`` (pyproject's addopts). Those held to
+    wall-clock bounds (``timed``: a job's shutdown against plain torchrun's, a stall named
+    within 30 s, a straggler among ranks alike, a writer that never waits) run one after
+    another, never beside each other; so do those that run a real job, a server or a browser,
+    or share a session-scoped fixture (a torchrun job, an object store: made once per worker),
+    in a second group beside them (the shutdown comparisons are side by side under one load,
+    and every bound has the margin of a machine that also runs one job more). Every other
+    module's tests run together (its module fixtures made once), wherever a worker is free."""
+    if item.get_closest_marker("timed"):
+        group = TIMED
+    else:
+        group = SERIAL if _serial(item) else item.path.stem
     item.add_marker(pytest.mark.xdist_group(group))
 
 

@@ -17,7 +17,7 @@ import tb_monitor
 from tb_monitor.cli import export, report
 from tb_monitor.logdir import fs
 
-#: Deadlines of a second or two decide what these errors say: never beside a real job.
+#: Deadlines of a second or two decide what these errors say: never beside another timed test.
 pytestmark = pytest.mark.timed
 
 #: Each attempt's deadline in these tests, so a store that never answers fails in about a second.

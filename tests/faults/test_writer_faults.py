@@ -18,7 +18,7 @@ import pytest
 from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import DROPPED_TAG
 
-#: Stalls and exits are timed against bounds of a few seconds: never beside a real job.
+#: Stalls and exits are timed against bounds of a few seconds: never beside another timed test.
 pytestmark = pytest.mark.timed
 
 

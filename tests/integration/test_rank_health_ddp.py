@@ -23,6 +23,9 @@ from tb_monitor.integrations.grad_wait import GradWait
 from tb_monitor.integrations.rank_health import RankHealth
 from tb_monitor.testing import capture
 
+#: Stragglers among ranks alike: judged by time, beside no other timed test.
+pytestmark = pytest.mark.timed
+
 SCRIPTS = Path(__file__).parent / "scripts"
 SHARDED_SCRIPT = SCRIPTS / "train_sharded.py"
 GRAD_WAITS = contract.stat_tag(contract.RANK_GRAD_WAIT, "count")

@@ -22,7 +22,7 @@ from torchrun_jobs import tb_monitor_command
 
 from tb_monitor.logdir import readers
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.timed]
 
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_shutdown.py"
 #: torchrun waits this long for a worker to die of its SIGTERM before the SIGKILL (seconds).

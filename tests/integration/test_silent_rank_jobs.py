@@ -10,6 +10,9 @@ import pytest
 from conftest import need
 from users_jobs import SHORT_WINDOWS, user_job
 
+#: A stuck rank named within 30 s, beside no other timed test.
+pytestmark = pytest.mark.timed
+
 SCRIPT = Path(__file__).parent / "scripts" / "stuck_in_c.py"
 NAMED_WITHIN_S = 30.0
 

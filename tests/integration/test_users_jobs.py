@@ -36,7 +36,7 @@ from users_jobs import (
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS, longest_over
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.timed]
 
 #: A healthy DDP job: ~48 steps of 0.05 s compute, several 1 s windows.
 DDP_ARGS = ("12", "100")
