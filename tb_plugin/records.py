@@ -6,13 +6,18 @@ store only wants the strings back. With ``--load_fast=true`` the provider is a
 :class:`~tensorboard.data.grpc_provider.GrpcDataProvider`: :func:`read_series` then asks its data
 server the same ``ReadTensors`` question itself and takes each tensor's ``string_val`` as it
 came (~2 µs). Any other provider, and any tensor that is not a plain string tensor, goes
-through the public path, so both give the same strings (tested).
+through the public path, so both give the same strings (tested). On the public path one
+record ``make_ndarray`` refuses fails the provider's whole read: the series are then read one
+at a time, and a refused one from the tensors TensorBoard's loader keeps, so that record alone
+is left out (named) and its chunk's other records are kept.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tensorboard.compat.proto import types_pb2
@@ -28,6 +33,8 @@ __all__ = [
     "read_series",
     "tensor_strings",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: All of a series' records: TensorBoard samples nothing below this many steps.
 MAX_STEPS = 2**31 - 1
@@ -59,6 +66,27 @@ def read_series(
     stub = grpc_attribute(data_provider, "_stub")
     if stub is not None:
         return read_grpc(stub, experiment_id, plugin_name, runs, tags)
+    read = functools.partial(_read_tensors, data_provider, ctx, experiment_id, plugin_name)
+    try:
+        return read(runs, tags)
+    except _REFUSED:  # one record TensorBoard cannot make an array of fails the whole read
+        return _read_each(data_provider, read, runs, tags)
+
+
+#: What ``make_ndarray`` raises on a tensor it refuses (a shape its strings do not fill, an
+#: unknown dtype, a repeated-value shorthand too big to make).
+_REFUSED = (ValueError, TypeError, MemoryError)
+
+
+def _read_tensors(
+    data_provider: tb_provider.DataProvider,
+    ctx: Any,
+    experiment_id: str,
+    plugin_name: str,
+    runs: list[str],
+    tags: list[str],
+) -> dict[str, dict[str, Series]]:
+    """``read_series`` through the provider's public ``read_tensors``."""
     data = data_provider.read_tensors(
         ctx,
         experiment_id=experiment_id,
@@ -76,6 +104,49 @@ def read_series(
         }
         for run, by_tag in data.items()
     }
+
+
+def _read_each(
+    data_provider: tb_provider.DataProvider,
+    read: Callable[[list[str], list[str]], dict[str, dict[str, Series]]],
+    runs: list[str],
+    tags: list[str],
+) -> dict[str, dict[str, Series]]:
+    """``read_series`` one series at a time, after a read of them all was refused: a series
+    TensorBoard refuses is read from the tensors its loader keeps (``tensor_strings`` names
+    the record it cannot read, and decoding leaves that one out), or, where the provider keeps
+    none we can reach, left out with a warning."""
+    out: dict[str, dict[str, Series]] = {}
+    for run in runs:
+        for tag in tags:
+            try:
+                found = read([run], [tag]).get(run, {}).get(tag)
+            except _REFUSED as exc:
+                found = _kept_series(data_provider, run, tag)
+                if found is None:
+                    _log.warning(
+                        "run %r, tag %r: not read (%s: %s)", run, tag, type(exc).__name__, exc
+                    )
+            if found is not None:
+                out.setdefault(run, {})[tag] = found
+    return out
+
+
+def _kept_series(data_provider: Any, run: str, tag: str) -> Series | None:
+    """The series' records as TensorBoard's loader keeps them (its ``TensorEvent``s, before
+    ``read_tensors`` makes arrays of them), or None where the provider is not TensorBoard's
+    own (``MultiplexerDataProvider``) or keeps no such series."""
+    multiplexer = getattr(data_provider, "_multiplexer", None)
+    if multiplexer is None:
+        return None
+    try:
+        events = multiplexer.Tensors(run, tag)
+    except KeyError:
+        return None
+    return Series(
+        [event.step for event in events],
+        [tensor_strings(event.tensor_proto, float(event.wall_time)) for event in events],
+    )
 
 
 def grpc_attribute(data_provider: Any, name: str) -> Any:

@@ -624,6 +624,25 @@ def test_store_reading_the_files_skips_a_tensor_it_cannot_read_and_keeps_the_res
     assert "reshape" in record["error"]
 
 
+def test_store_reading_through_tensorboard_skips_a_tensor_it_cannot_read_and_keeps_the_rest(
+    logdir, run, caplog
+):
+    """Through TensorBoard's data provider (a remote logdir's path), a timeline record whose
+    tensor TensorBoard refuses to make an array of is counted by run, tag and step; the records
+    around it in its series, and every other run of its chunk, are kept."""
+    path, recs = run
+    write_run(logdir / "rank-1")
+    _insert(path, recs[4][0], _malformed_tensor_record(step=1234))
+    store = TimelineStore(local_provider(logdir))
+    with caplog.at_level(logging.WARNING):
+        store.refresh(tb_context.RequestContext(), force=True)
+    assert set(store.runs()) == {"rank-0", "rank-1"}
+    assert len(store.snapshot().columns.t) == 2 * N
+    [record] = store.skipped()["records"]
+    assert (record["run"], record["tag"], record["step"]) == ("rank-0", "timeline/monitor", 1234)
+    assert "reshape" in record["error"]
+
+
 def test_store_reading_the_files_skips_a_tensor_declaring_2_40_strings_without_making_them(
     logdir, run
 ):

@@ -98,3 +98,32 @@ def test_a_tensor_that_is_not_strings_reads_as_make_ndarray_gives_it():
     proto = tensor_util.make_tensor_proto(np.array([1.5, 2.5]))
     strings, _, batched = tensor_strings(proto, 0.0)
     assert (list(strings), batched) == ([1.5, 2.5], True)
+
+
+class _RefusingProvider:
+    """A data provider (not TensorBoard's own) whose ``read_tensors`` refuses any read that
+    takes in ``refused`` (as ``make_ndarray`` refuses a malformed tensor), else answers as
+    ``inner`` does."""
+
+    def __init__(self, inner, refused: tuple[str, str]) -> None:
+        self.inner, self.refused = inner, refused
+
+    def list_tensors(self, *args, **kwargs):
+        return self.inner.list_tensors(*args, **kwargs)
+
+    def read_tensors(self, ctx, *, run_tag_filter, **kwargs):
+        run, tag = self.refused
+        if run in run_tag_filter.runs and tag in run_tag_filter.tags:
+            raise ValueError("cannot reshape array of size 2 into shape (3,)")
+        return self.inner.read_tensors(ctx, run_tag_filter=run_tag_filter, **kwargs)
+
+
+def test_a_series_another_provider_refuses_is_left_out_and_the_rest_read(job, caplog):
+    """When a provider that keeps no tensors we can reach refuses one series, that series is
+    left out with a warning naming it, and every other series of the read is read whole."""
+    expected = _everything(local_provider(job.logdir))
+    refused = sorted(expected)[0]
+    with caplog.at_level("WARNING"):
+        got = _everything(_RefusingProvider(local_provider(job.logdir), refused))
+    assert got == {key: value for key, value in expected.items() if key != refused}
+    assert f"run {refused[0]!r}, tag {refused[1]!r}: not read (ValueError" in caplog.text
