@@ -14,7 +14,6 @@ is left out (named) and its chunk's other records are kept.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -66,7 +65,20 @@ def read_series(
     stub = grpc_attribute(data_provider, "_stub")
     if stub is not None:
         return read_grpc(stub, experiment_id, plugin_name, runs, tags)
-    read = functools.partial(_read_tensors, data_provider, ctx, experiment_id, plugin_name)
+
+    def read(runs: list[str], tags: list[str]) -> dict[str, dict[str, Series]]:
+        data = data_provider.read_tensors(
+            ctx,
+            experiment_id=experiment_id,
+            plugin_name=plugin_name,
+            downsample=MAX_STEPS,
+            run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+        )
+        return {
+            run: {tag: _datum_series(s) for tag, s in by_tag.items()}
+            for run, by_tag in data.items()
+        }
+
     try:
         return read(runs, tags)
     except _REFUSED:  # one record TensorBoard cannot make an array of fails the whole read
@@ -78,32 +90,11 @@ def read_series(
 _REFUSED = (ValueError, TypeError, MemoryError)
 
 
-def _read_tensors(
-    data_provider: tb_provider.DataProvider,
-    ctx: Any,
-    experiment_id: str,
-    plugin_name: str,
-    runs: list[str],
-    tags: list[str],
-) -> dict[str, dict[str, Series]]:
-    """``read_series`` through the provider's public ``read_tensors``."""
-    data = data_provider.read_tensors(
-        ctx,
-        experiment_id=experiment_id,
-        plugin_name=plugin_name,
-        downsample=MAX_STEPS,
-        run_tag_filter=tb_provider.RunTagFilter(runs=runs, tags=tags),
+def _datum_series(data: list[tb_provider.TensorDatum]) -> Series:
+    return Series(
+        [datum.step for datum in data],
+        [_array_strings(datum.numpy, float(datum.wall_time)) for datum in data],
     )
-    return {
-        run: {
-            tag: Series(
-                [datum.step for datum in series],
-                [_array_strings(datum.numpy, float(datum.wall_time)) for datum in series],
-            )
-            for tag, series in by_tag.items()
-        }
-        for run, by_tag in data.items()
-    }
 
 
 def _read_each(
