@@ -25,7 +25,8 @@ from tb_monitor.testing import (
     rank_window_scalars,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow]
+#: A live hang is named within 30 s of wall-clock time: beside no other timed test.
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timed]
 
 #: The issue's acceptance: the rank a hang waits for is named within this long.
 NAMED_WITHIN_S = 30.0
