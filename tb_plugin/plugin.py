@@ -40,7 +40,7 @@ from tb_monitor.logdir import fs
 from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
 from tb_plugin.event_files import EventFiles, sampling
-from tb_plugin.query import UnknownRunError, timeline_payload
+from tb_plugin.query import UnknownRunError, frame_payload, shown_of, window_payload
 from tb_plugin.ranks import RankStore, ranks_payload
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.refresher import Refreshers
@@ -186,9 +186,10 @@ class TimelinePlugin(base_plugin.TBPlugin):
             content = f.read()
         return http_util.Respond(request, content, _STATIC_TYPES[os.path.splitext(name)[1]])
 
-    def _serve_timeline(self, request: wrappers.Request) -> dict[str, Any]:
+    def _serve_timeline(self, request: wrappers.Request) -> wrappers.Response:
         query = Query.from_args(request.args)
-        return self._payloads.get(self._timelines.store(*_experiment(request)).snapshot(), query)
+        snap = self._timelines.store(*_experiment(request)).snapshot()
+        return http_util.Respond(request, self._payloads.get(snap, query), "application/json")
 
     def _serve_event(self, request: wrappers.Request) -> dict[str, Any]:
         wanted = event_id(request.args)
@@ -224,35 +225,57 @@ class TimelinePlugin(base_plugin.TBPlugin):
 
 
 class _Payloads:
-    """The timeline payloads served from the columns shown now, by query.
+    """The timeline payloads served from the columns shown now, by query, as JSON text.
 
     The frontend asks for the same window every few seconds; while a long first read goes on,
     and whenever nothing new came, the columns it would be computed from are the same, so the
-    answer is too (but for how far loading is). Only the newest columns' payloads are kept:
-    older columns would otherwise stay in memory with them.
+    answer is too (but for how far loading is). And every window of the same filters says the
+    same of its lanes, facets and attempts (a day's: 0.6 of a zoomed window's 1.8 MB, ~15 ms
+    of JSON each time): that frame is encoded once per columns and filters. Only the newest
+    columns' payloads are kept: older columns would otherwise stay in memory with them.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._columns: object = None
         self._generation = -1  # the columns': a slow request for older ones keeps nothing
-        self._kept: dict[tuple[bool, Query], dict[str, Any]] = {}
+        self._kept: dict[tuple[bool, Query], str] = {}  # a window's JSON, but its "loading"
+        self._frames: dict[tuple[Any, ...], str] = {}  # by filters: the frame's JSON
 
-    def get(self, snap: Snapshot, query: Query) -> dict[str, Any]:
+    def get(self, snap: Snapshot, query: Query) -> str:
+        """The payload of ``query`` over ``snap`` as JSON text (an object)."""
         # Whether loading is done is part of the key: an unknown run is an error only then.
         key = (snap.loading is None, query)
         with self._lock:
-            payload = self._kept.get(key) if snap.columns is self._columns else None
-        if payload is None:
-            payload = timeline_payload(snap, query)
+            text = self._kept.get(key) if snap.columns is self._columns else None
+        if text is None:
+            text = self._encode(snap, query)
             with self._lock:
-                if snap.columns is not self._columns and snap.generation >= self._generation:
-                    self._columns, self._generation, self._kept = snap.columns, snap.generation, {}
                 if snap.columns is self._columns:
                     if len(self._kept) >= _MAX_PAYLOADS:
                         self._kept.pop(next(iter(self._kept)))
-                    self._kept[key] = payload
-        return {**payload, "loading": snap.loading}
+                    self._kept[key] = text
+        return f'{text[:-1]}, "loading": {json.dumps(snap.loading)}}}'
+
+    def _encode(self, snap: Snapshot, query: Query) -> str:
+        """The payload's JSON but its "loading": its window's, then its frame's kept or made."""
+        shown = shown_of(snap, query)
+        window = window_payload(snap, query, shown)
+        del window["loading"]
+        filters = (query.run, query.run_id, query.kind, query.state, query.text)
+        with self._lock:
+            if snap.columns is not self._columns and snap.generation >= self._generation:
+                self._columns, self._generation = snap.columns, snap.generation
+                self._kept, self._frames = {}, {}
+            frame = self._frames.get(filters) if snap.columns is self._columns else None
+        if frame is None:
+            frame = json.dumps(frame_payload(snap, query, shown))
+            with self._lock:
+                if snap.columns is self._columns:
+                    if len(self._frames) >= _MAX_PAYLOADS:  # a search typed: one a keystroke
+                        self._frames.pop(next(iter(self._frames)))
+                    self._frames[filters] = frame
+        return f"{json.dumps(window)[:-1]}, {frame[1:]}"
 
 
 def _lift_sampling(samples_per_plugin: Any, keep: int) -> dict[str, int]:

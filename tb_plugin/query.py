@@ -12,6 +12,7 @@ payload also carries the jobs' attempts with their root causes (``attempts``, fr
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,15 @@ from tb_plugin.columns import Columns, LaneFields, Snapshot, ranges
 from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
 
-__all__ = ["DETAIL_LIMIT", "UnknownRunError", "timeline_payload"]
+__all__ = [
+    "DETAIL_LIMIT",
+    "Shown",
+    "UnknownRunError",
+    "frame_payload",
+    "shown_of",
+    "timeline_payload",
+    "window_payload",
+]
 
 #: Most events sent one by one for a window; above it, the window is bucketed per lane.
 DETAIL_LIMIT = 150_000
@@ -33,6 +42,22 @@ class UnknownRunError(LookupError):
 
 def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
     """The window ``q`` asks for, as the JSON-ready columnar payload the frontend draws."""
+    shown = shown_of(snap, q)
+    return {**frame_payload(snap, q, shown), **window_payload(snap, q, shown)}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What a query's filters show of a snapshot: its lanes in order, each lane's position
+    among them (-1: not shown), and the events shown (None: every one)."""
+
+    lane_ids: np.ndarray
+    position: np.ndarray
+    events: np.ndarray | None
+
+
+def shown_of(snap: Snapshot, q: Query) -> Shown:
+    """The lanes and events ``q``'s filters show; an unknown run is an error once loaded."""
     if q.run is not None and q.run not in snap.runs and snap.loading is None:
         # While loading, the run may simply not be decoded yet: it matches nothing so far.
         raise UnknownRunError(f"unknown run {q.run!r:.200}")
@@ -48,18 +73,31 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         lane_ids, every = cols.lanes_shown, True
     position = np.full(len(snap.lanes), -1, dtype=np.int64)
     position[lane_ids] = np.arange(len(lane_ids))
-    shown = None if every else cols.rec.per_event(wanted)
-    if shown is None:
+    return Shown(lane_ids, position, None if every else cols.rec.per_event(wanted))
+
+
+def frame_payload(snap: Snapshot, q: Query, shown: Shown) -> dict[str, Any]:
+    """What a payload says whatever its window: its lanes, states, colours, labels, facets
+    and attempts (the same for every window of one snapshot and filters: the plugin keeps
+    it encoded)."""
+    payload = _description(snap, shown.lane_ids)
+    payload["attempts"] = _attempts_payload(snap.attempts, shown.position, q, snap.lanes)
+    return payload
+
+
+def window_payload(snap: Snapshot, q: Query, shown: Shown) -> dict[str, Any]:
+    """What a payload says of its window: the events or buckets in it, and its intervals."""
+    cols, position = snap.columns, shown.position
+    if shown.events is None:
         total, extent = len(cols.t), cols.extent
     else:
-        times = cols.t[shown]
+        times = cols.t[shown.events]
         total = int(len(times))
         extent = (float(times.min()), float(times.max())) if total else None
     start, end = _window(q, extent)
-    in_window, inside, inside_records = _inside(cols, shown, start, end)
-    payload = _description(snap, lane_ids)
-    payload.update(generation=snap.generation, total=total, extent=extent, window=[start, end])
-    payload.update(in_window=in_window, loading=snap.loading)
+    in_window, inside, inside_records = _inside(cols, shown.events, start, end)
+    payload: dict[str, Any] = {"generation": snap.generation, "total": total, "extent": extent}
+    payload.update(window=[start, end], in_window=in_window, loading=snap.loading)
     if in_window <= DETAIL_LIMIT:
         payload["mode"] = "events"
         payload["events"] = _events(cols, inside(), position, snap.names, snap.msgs)
@@ -67,10 +105,15 @@ def timeline_payload(snap: Snapshot, q: Query) -> dict[str, Any]:
         payload["mode"] = "buckets"
         window = (start, end, q.width)
         payload["buckets"] = _window_buckets(
-            cols, shown, (inside, inside_records), in_window, position, lane_ids, window
+            cols,
+            shown.events,
+            (inside, inside_records),
+            in_window,
+            position,
+            shown.lane_ids,
+            window,
         )
     payload["intervals"] = _intervals_payload(cols.intervals, position, start, end)
-    payload["attempts"] = _attempts_payload(snap.attempts, position, q, snap.lanes)
     return payload
 
 

@@ -15,6 +15,7 @@ from tb_monitor.elastic.events.api import RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import query as query_module
 from tb_plugin.payloads import BUCKET_PX
+from tb_plugin.plugin import _Payloads
 from tb_plugin.query import UnknownRunError, timeline_payload
 from tb_plugin.requests import Query, RequestError
 from tb_plugin.store import TimelineStore
@@ -202,3 +203,31 @@ def test_intervals_outside_the_window_are_left_out(snap):
     t1 = column(data, "intervals", "t1", "<f8")
     assert data["intervals"]["count"] < full["intervals"]["count"]
     assert (t1 >= start).all()
+
+
+def _served(payloads, snap, query: Query) -> dict:
+    return json.loads(payloads.get(snap, query))
+
+
+def _expected(snap, query: Query) -> dict:
+    return json.loads(json.dumps({**timeline_payload(snap, query), "loading": snap.loading}))
+
+
+def test_a_served_window_is_its_payload_with_the_frame_of_an_earlier_one(snap):
+    """The plugin's JSON for a window, its lanes, facets and attempts kept from an earlier
+    window of the same filters, is that window's payload."""
+    payloads = _Payloads()
+    lo, hi = snap.columns.extent
+    _served(payloads, snap, Query())
+    zoomed = Query(start=lo + (hi - lo) * 0.4, end=lo + (hi - lo) * 0.5, width=700)
+    assert _served(payloads, snap, zoomed) == _expected(snap, zoomed)
+
+
+def test_a_served_window_of_other_filters_has_their_frame(snap):
+    """After a window without filters, one filtered by state has its own lanes and facets."""
+    payloads = _Payloads()
+    whole = _served(payloads, snap, Query())
+    failed = Query(state="FAILED")
+    served = _served(payloads, snap, failed)
+    assert served == _expected(snap, failed)
+    assert served["lanes"]["count"] < whole["lanes"]["count"]
