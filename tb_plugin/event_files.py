@@ -184,19 +184,22 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
     series: dict[str, dict[str, Series]] = {}
     ends: dict[str, int] = {}
     places: Places = {}
+    timeline: dict[str, bool] = {}  # per tag read, whether it is a timeline kind's
     for found in ranges:
         try:
-            read = tfrecord.read_records_from(found.path, found.start, needle=_NEEDLE)
+            read = tfrecord.read_records_from(
+                found.path, found.start, needle=_NEEDLE, tensors=_NEEDLE
+            )
             records, ends[found.path] = read
         except OSError as exc:
             _log.warning("%s: not read (%s); read again at the next refresh", found.path, exc)
             continue
         by_tag = series.setdefault(found.run, {})
-        for offset, data in records:
-            _keep_event(by_tag, places, found.run, found.path, offset, data)
+        for offset, item in records:
+            _keep_event(by_tag, places, found.run, found.path, offset, item, timeline)
     for run, by_tag in series.items():
         for tag, kept in by_tag.items():
-            if not all(a <= b for a, b in zip(kept.steps, kept.steps[1:], strict=False)):
+            if kept.steps != sorted(kept.steps):
                 # A file written after another may hold earlier steps: in step order, as the
                 # provider hands a series over (stable: one step's records keep file order).
                 order = sorted(range(len(kept.steps)), key=kept.steps.__getitem__)
@@ -218,14 +221,25 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
 
 
 def _keep_event(
-    by_tag: dict[str, Series], places: Places, run: str, path: str, offset: int, data: bytes
+    by_tag: dict[str, Series],
+    places: Places,
+    run: str,
+    path: str,
+    offset: int,
+    item: Any,
+    timeline: dict[str, bool],
 ) -> None:
-    found = _record_tensors(path, offset, data)
+    """One record's timeline tensors kept (``item``: its data, or its tensors read in C
+    already, a tuple; ``timeline``: tags known to be a timeline kind's or not)."""
+    found = item if type(item) is tuple else _record_tensors(path, offset, item)
     if found is None:
         return
     step, values = found
     for tag, record in values:
-        if contract.kind_of_tag(tag) is not None:
+        known = timeline.get(tag)
+        if known is None:
+            known = timeline[tag] = contract.kind_of_tag(tag) is not None
+        if known:
             kept = by_tag.get(tag)
             if kept is None:
                 kept = by_tag[tag] = Series([], [])

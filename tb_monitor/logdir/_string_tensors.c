@@ -325,15 +325,13 @@ read_value(const unsigned char *bytes, Py_ssize_t size, const char *prefix,
     return *found == NULL ? -1 : 1;
 }
 
+/* The string tensors under prefix of the serialized Event data[:size], as string_tensors says;
+ * a new reference (Py_None: not the common case), NULL with an exception set. */
 static PyObject *
-string_tensors(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+event_tensors(const unsigned char *data, Py_ssize_t size, const char *prefix,
+              Py_ssize_t prefix_size)
 {
-    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "string_tensors(data: bytes, prefix: bytes)");
-        return NULL;
-    }
-    const unsigned char *data = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    Reader r = {data, data + PyBytes_GET_SIZE(args[0])};
+    Reader r = {data, data + size};
     Field f;
     int more, summaries = 0;
     double wall_time = 0.0;
@@ -366,8 +364,6 @@ string_tensors(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
     if (found == NULL || time == NULL) {
         goto fail;
     }
-    const char *prefix = PyBytes_AS_STRING(args[1]);
-    Py_ssize_t prefix_size = PyBytes_GET_SIZE(args[1]);
     Reader values = {summary, summary + summary_size};
     while ((more = next_field(&values, &f)) > 0) {
         if (f.field != 1 || f.wire != LENGTH) {
@@ -404,11 +400,208 @@ fail:
     return NULL;
 }
 
+static PyObject *
+string_tensors(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyBytes_Check(args[0]) || !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "string_tensors(data: bytes, prefix: bytes)");
+        return NULL;
+    }
+    return event_tensors((const unsigned char *)PyBytes_AS_STRING(args[0]),
+                         PyBytes_GET_SIZE(args[0]), PyBytes_AS_STRING(args[1]),
+                         PyBytes_GET_SIZE(args[1]));
+}
+
+/* -- TFRecord framing ------------------------------------------------------------------------
+ * A record is length (u64 LE) | masked crc32c(length) | data | masked crc32c(data), as in
+ * tb_monitor/logdir/tfrecord.py, whose _walk decides everything but a run of sound records. */
+
+enum { HEADER = 12, FOOTER = 4 };
+static const uint64_t MAX_RECORD = 0x7FFFFFFF; /* tfrecord.MAX_RECORD */
+static const uint32_t MASK_DELTA = 0xA282EAD8u;
+
+/* CRC-32C (Castagnoli, reflected 0x82F63B78), eight bytes a step: the tables are filled once at
+ * import. */
+static uint32_t CRC_TABLES[8][256];
+
+static void
+fill_crc_tables(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t crc = i;
+        for (int bit = 0; bit < 8; bit++) {
+            crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
+        }
+        CRC_TABLES[0][i] = crc;
+    }
+    for (int t = 1; t < 8; t++) {
+        for (int i = 0; i < 256; i++) {
+            uint32_t before = CRC_TABLES[t - 1][i];
+            CRC_TABLES[t][i] = (before >> 8) ^ CRC_TABLES[0][before & 0xFF];
+        }
+    }
+}
+
+static uint32_t
+crc32c_tables(uint32_t crc, const unsigned char *p, size_t n)
+{
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t word;
+        memcpy(&word, p, 8); /* little-endian hosts only: see PyInit below */
+        word ^= crc;
+        crc = CRC_TABLES[7][word & 0xFF] ^ CRC_TABLES[6][(word >> 8) & 0xFF] ^
+              CRC_TABLES[5][(word >> 16) & 0xFF] ^ CRC_TABLES[4][(word >> 24) & 0xFF] ^
+              CRC_TABLES[3][(word >> 32) & 0xFF] ^ CRC_TABLES[2][(word >> 40) & 0xFF] ^
+              CRC_TABLES[1][(word >> 48) & 0xFF] ^ CRC_TABLES[0][word >> 56];
+    }
+    while (n--) {
+        crc = (crc >> 8) ^ CRC_TABLES[0][(crc ^ *p++) & 0xFF];
+    }
+    return crc;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <nmmintrin.h>
+#define HAVE_CRC32_INSTRUCTION 1
+
+/* The same by SSE 4.2's crc32 instruction, where the CPU has it (every x86-64 of this decade). */
+__attribute__((target("sse4.2"))) static uint32_t
+crc32c_instruction(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t wide = crc;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t word;
+        memcpy(&word, p, 8);
+        wide = _mm_crc32_u64(wide, word);
+    }
+    crc = (uint32_t)wide;
+    while (n--) {
+        crc = _mm_crc32_u8(crc, *p++);
+    }
+    return crc;
+}
+#endif
+
+static uint32_t (*crc32c_update)(uint32_t, const unsigned char *, size_t) = crc32c_tables;
+
+static uint32_t
+masked_crc32c(const unsigned char *p, size_t n)
+{
+    uint32_t crc = ~crc32c_update(0xFFFFFFFFu, p, n);
+    return ((crc >> 15) | (crc << 17)) + MASK_DELTA;
+}
+
+static uint32_t
+load_u32(const unsigned char *p)
+{
+    uint32_t value;
+    memcpy(&value, p, 4);
+    return value;
+}
+
+/* Whether needle[:n] occurs in p[:size]. */
+static int
+holds(const unsigned char *p, Py_ssize_t size, const unsigned char *needle, Py_ssize_t n)
+{
+    if (n == 0) {
+        return 1;
+    }
+    for (const unsigned char *end = p + size - n; p <= end; p++) {
+        p = memchr(p, needle[0], (size_t)(end - p) + 1);
+        if (p == NULL) {
+            return 0;
+        }
+        if (memcmp(p, needle, (size_t)n) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+sound_records(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_ssize_t offset;
+    if (nargs != 4 || !PyBytes_Check(args[0]) || !PyLong_Check(args[1]) ||
+        !PyBytes_Check(args[2]) || !(args[3] == Py_None || PyBytes_Check(args[3]))) {
+        PyErr_SetString(PyExc_TypeError, "sound_records(buffer: bytes, offset: int, needle: "
+                                         "bytes, prefix: bytes | None)");
+        return NULL;
+    }
+    offset = PyLong_AsSsize_t(args[1]);
+    if (offset == -1 && PyErr_Occurred()) {
+        return NULL;
+    }
+    const unsigned char *buffer = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const Py_ssize_t size = PyBytes_GET_SIZE(args[0]);
+    const unsigned char *needle = (const unsigned char *)PyBytes_AS_STRING(args[2]);
+    const Py_ssize_t needle_size = PyBytes_GET_SIZE(args[2]);
+    const int parse = args[3] != Py_None;
+    const char *prefix = parse ? PyBytes_AS_STRING(args[3]) : NULL;
+    const Py_ssize_t prefix_size = parse ? PyBytes_GET_SIZE(args[3]) : 0;
+    if (offset < 0 || offset > size) {
+        PyErr_Format(PyExc_ValueError, "offset %zd is outside the buffer of %zd bytes", offset,
+                     size);
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        return NULL;
+    }
+    while (size - offset >= HEADER) {
+        const unsigned char *head = buffer + offset;
+        uint64_t length;
+        memcpy(&length, head, 8);
+        if (length > MAX_RECORD || masked_crc32c(head, 8) != load_u32(head + 8) ||
+            (uint64_t)(size - offset - HEADER) < length + FOOTER) {
+            break; /* damage, or the torn tail: tfrecord._walk's to decide */
+        }
+        const unsigned char *data = head + HEADER;
+        Py_ssize_t next = offset + HEADER + (Py_ssize_t)length + FOOTER;
+        if (!holds(data, (Py_ssize_t)length, needle, needle_size)) {
+            offset = next; /* passed over, neither copied nor checksummed */
+            continue;
+        }
+        if (masked_crc32c(data, (size_t)length) != load_u32(data + length)) {
+            break;
+        }
+        PyObject *item = NULL;
+        if (parse) {
+            item = event_tensors(data, (Py_ssize_t)length, prefix, prefix_size);
+            if (item == Py_None) {
+                Py_DECREF(item);
+                item = NULL;
+            }
+            else if (item == NULL) {
+                Py_DECREF(found);
+                return NULL;
+            }
+        }
+        if (item == NULL) {
+            item = PyBytes_FromStringAndSize((const char *)data, (Py_ssize_t)length);
+        }
+        PyObject *pair = item == NULL ? NULL : Py_BuildValue("(nN)", offset, item);
+        if (pair == NULL || PyList_Append(found, pair) < 0) {
+            Py_XDECREF(pair);
+            Py_DECREF(found);
+            return NULL;
+        }
+        Py_DECREF(pair);
+        offset = next;
+    }
+    return Py_BuildValue("(Nn)", found, offset);
+}
+
 static PyMethodDef string_tensors_methods[] = {
     {"string_tensors", (PyCFunction)(void (*)(void))string_tensors, METH_FASTCALL,
      "string_tensors(data, prefix) -> (step, [(tag, (strings, wall_time, batched)), ...]) or "
      "None\n\nThe string tensors under tags starting with prefix of one serialized Event; None "
      "where protobuf must decide (see tb_plugin/event_files.py)."},
+    {"sound_records", (PyCFunction)(void (*)(void))sound_records, METH_FASTCALL,
+     "sound_records(buffer, offset, needle, prefix) -> ([(offset, item), ...], offset)\n\nThe "
+     "run of sound TFRecords of buffer from offset holding needle, up to the first it leaves "
+     "to tfrecord._walk (damage, the torn tail); each item its data, or with a prefix its "
+     "string_tensors where that is not None (see tb_monitor/logdir/tfrecord.py)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -428,5 +621,12 @@ PyInit__string_tensors(void)
         PyErr_SetString(PyExc_ImportError, "string_tensors reads little-endian hosts only");
         return NULL;
     }
+    fill_crc_tables();
+#ifdef HAVE_CRC32_INSTRUCTION
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2")) {
+        crc32c_update = crc32c_instruction;
+    }
+#endif
     return tb_monitor_module(&string_tensors_module, NULL);
 }

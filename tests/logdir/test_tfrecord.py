@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import struct
 
+from conftest import need
 from tensorboard.compat.tensorflow_stub import pywrap_tensorflow
 from tensorboardX import crc32c as tbx_crc32c
 
@@ -90,3 +91,52 @@ def test_event_file_paths_lists_one_run_in_name_order(tmp_path):
     (tmp_path / "sub" / "events.out.tfevents.0.c").write_bytes(b"")
     names = [p.rsplit("/", 1)[-1] for p in fs.event_files(str(tmp_path))]
     assert names == ["events.out.tfevents.1.a", "events.out.tfevents.2.b"]
+
+
+def _damaged(tmp_path):
+    """A file of every case the walk meets: sound records with and without the needle, one whose
+    data checksum fails, one whose length checksum fails, garbage, and a torn tail."""
+    good = [b"keep:%d" % i * (i + 1) for i in range(6)]
+    framed = [tfrecord.frame(p) for p in good]
+    bad_data = bytearray(tfrecord.frame(b"keep:data"))
+    bad_data[14] ^= 0xFF
+    bad_length = bytearray(tfrecord.frame(b"keep:length"))
+    bad_length[0:8] = struct.pack("<Q", 10**6)
+    parts = [framed[0], tfrecord.frame(b"other"), framed[1], bytes(bad_data), framed[2]]
+    parts += [bytes(bad_length), framed[3], b"\x00" * 30, framed[4], framed[5][:-3]]
+    path = tmp_path / "f.tfevents"
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def _read_both(path, monkeypatch, **kwargs):
+    """``read_records_from`` with the C walk and with the Python loop alone, and their reports."""
+    need("tb_monitor.logdir._string_tensors")
+    found = []
+    for walk in (tfrecord._sound_records, None):
+        monkeypatch.setattr(tfrecord, "_sound_records", walk)
+        report = tfrecord.DamageReport()
+        found.append((tfrecord.read_records_from(path, report=report, **kwargs), list(report)))
+    return found
+
+
+def test_the_c_walk_reads_what_the_python_loop_reads_of_a_damaged_file(tmp_path, monkeypatch):
+    """Records, where reading stops and the damage counted are the same with the C walk."""
+    with_c, python = _read_both(_damaged(tmp_path), monkeypatch)
+    assert with_c == python
+    (records, _), damage = with_c
+    assert [data for _, data in records][:3] == [b"keep:0", b"other", b"keep:1keep:1"]
+    assert [d.reason for d in damage] == [tfrecord.DATA_CRC] + [tfrecord.LENGTH_CRC] * 2
+
+
+def test_the_c_walk_passes_over_records_without_the_needle_as_the_python_loop(
+    tmp_path, monkeypatch
+):
+    """With a needle, both read the same records from the same offsets, and stop alike."""
+    path = _damaged(tmp_path)
+    whole = path.stat().st_size
+    for start in (0, 12 + 6 + 4):  # from the start, and from the second record
+        with_c, python = _read_both(path, monkeypatch, needle=b"keep", start=start)
+        assert with_c == python
+        (records, stop), _ = with_c
+        assert b"other" not in [data for _, data in records] and stop < whole

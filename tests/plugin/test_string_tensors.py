@@ -139,3 +139,18 @@ def test_c_reader_rejects_arguments_other_than_bytes(c_reader):
     """The C reader names its signature when given something other than two bytes objects."""
     with pytest.raises(TypeError, match=r"string_tensors\(data: bytes, prefix: bytes\)"):
         c_reader("text", NEEDLE)
+
+
+def test_a_walk_with_tensors_hands_over_what_string_tensors_reads_and_the_rest_as_data(
+    tmp_path, c_reader
+):
+    """``read_records_from(tensors=...)`` gives each record the C reader takes as its tensors,
+    and every other as its data, for protobuf."""
+    from tb_monitor.logdir import tfrecord
+
+    written = [OURS["a batched record as our writer writes it"], *UNUSUAL.values()]
+    path = tmp_path / "f.tfevents"
+    path.write_bytes(b"".join(tfrecord.frame(data) for data in written))
+    records, _ = tfrecord.read_records_from(path, tensors=NEEDLE)
+    assert [_plain(item) for _, item in records[:1]] == [_plain(c_reader(written[0], NEEDLE))]
+    assert [item for _, item in records[1:]] == written[1:]
