@@ -115,3 +115,13 @@ def test_the_last_attempts_collateral_ranks_stopped_when_the_job_ended(tmp_path)
         mine = np.flatnonzero(iv_lane == labels.index(f"rank {rank}"))
         assert payload["states"][iv_state[mine[np.argmax(iv_t0[mine])]]] == STOPPED_AT_END
     assert STOPPED_AT_END in payload["facets"]["states"]
+
+
+def test_each_records_count_is_of_the_events_drawn_on_it(store):
+    """``rec_count`` counts each record's events as drawn: collateral ends on their stopped
+    twins, not on the records they came in."""
+    cols = store.snapshot().columns
+    drawn = cols.rec[np.arange(len(cols.t))]
+    stopped = store._states.values.index(STOPPED_BY_RESTART)
+    assert (cols.rec_state[drawn] == stopped).any()
+    assert cols.rec_count.tolist() == np.bincount(drawn, minlength=len(cols.rec_count)).tolist()
