@@ -163,7 +163,8 @@ class _Pending:
         self.kinds: list[str] = []  # per series
 
     def add(self, run: str, kind: str, steps: list[int], found: list[tuple[int, Any]]) -> None:
-        """A series' records (``found``: position among ``steps``, record)."""
+        """A series' records (``found``: position among ``steps``, record, or a run of
+        records from there, ``contract.SteppedRecords``)."""
         if not found:
             return
         series = len(self.runs)
@@ -171,8 +172,12 @@ class _Pending:
         self.kinds.append(kind)
         for position, record in found:
             self.records.append(record)
-            self.record_series.append(series)
-            self.record_steps.append(steps[position])
+            if type(record) is contract.SteppedRecords:
+                self.record_series += [series] * len(record)
+                self.record_steps += steps[position : position + len(record)]
+            else:
+                self.record_series.append(series)
+                self.record_steps.append(steps[position])
 
 
 class Ingest:

@@ -83,8 +83,20 @@ def test_c_reads_any_t0_and_whole_steps_as_json_does(t0, steps):
     assert found == (None if len(steps) % 4 else (t0, steps))
 
 
+def _merged(records):
+    """The columns ``records`` decode and merge into, as plain values."""
+    found = contract.decode_records(records, columnar=True).columnar
+    events = contract.merge_columnar([record for _, record in found])
+    plain = {key: getattr(events, key) for key in ("shapes", "values")}
+    arrays = ("times", "length", "segment_record", "shape")
+    plain.update({key: getattr(events, key).tolist() for key in arrays})
+    plain["position"] = {key: ix.tolist() for key, ix in events.position.items()}
+    return [position for position, _ in found], plain
+
+
 def test_a_run_of_records_parses_the_same_with_and_without_c(steps_index, monkeypatch):
-    """A run's records parse to the same records whether C reads their indexes or JSON does."""
+    """A run's records merge to the same columns whether C reads them at once (a stepped
+    run), C reads their indexes one by one, or JSON does."""
     times = [1.7e9 + 300 * r + 5 * i for r in range(4) for i in range(3)]
     records = [
         (
@@ -94,15 +106,36 @@ def test_a_run_of_records_parses_the_same_with_and_without_c(steps_index, monkey
         )
         for r in range(4)
     ]
-    records = [([s.encode() for s in strings], t, b) for strings, t, b in records]
+    records = [(tuple(s.encode() for s in strings), t, b) for strings, t, b in records]
+    run_positions, in_a_run = _merged(records)
+    assert run_positions == [0, 1]  # the first record's values are parsed and checked by JSON
     taken = []
+    monkeypatch.setattr(columnar, "_steps_run", None)
     monkeypatch.setattr(
         columnar, "_steps_index", lambda text: taken.append(text) or steps_index(text)
     )
-    with_c = contract.decode_records(records, columnar=True).columnar
-    assert len(taken) == 3  # the first record's values are parsed and checked through JSON
+    _, one_by_one = _merged(records)
+    assert len(taken) == 3
     monkeypatch.setattr(columnar, "_steps_index", None)
-    without = contract.decode_records(records, columnar=True).columnar
-    assert [(p, r.t0, r.offsets(), r.shapes, r.values) for p, r in with_c] == [
-        (p, r.t0, r.offsets(), r.shapes, r.values) for p, r in without
-    ]
+    _, without = _merged(records)
+    assert in_a_run == one_by_one == without
+    assert in_a_run["times"] == times
+
+
+def test_a_run_in_c_stops_at_the_first_record_it_leaves_to_python(steps_index):
+    """``steps_run`` reads records only while each is ``parse_steps_record``'s case (its values
+    parsed and checked in the memo already), and reads none where the first is not one."""
+    steps_run = need("tb_monitor.contract._columnar_index").steps_run
+    beats = [contract.encode_columnar([1.7e9 + r, 1.7e9 + r + 5], [BEAT], [0, 0]) for r in range(3)]
+    records = [(tuple(s.encode() for s in strings), 0.0, True) for strings in beats]
+    distinct = ['{"name": "a"}', '{"name": "b"}']
+    other = contract.encode_columnar([1.7e9 + 9, 1.7e9 + 10], distinct, [0, 1])  # varies: ix
+    records.insert(2, ([s.encode() for s in other], 0.0, True))
+    memo = {}
+    assert steps_run(records, 0, memo) is None  # no values known yet
+    columnar.parse_columnar(json.loads(beats[0][0]), records[0][0][1], memo)  # as JSON reads it
+    stop, t0s, counts, steps, values = steps_run(records, 0, memo)
+    assert stop == 2 and len(values) == 2 and counts == bytes([2, 0, 0, 0, 0, 0, 0, 0]) * 2
+    assert steps_run(records, 2, memo) is None
+    assert steps_run(records, 3, memo)[0] == 4
+    assert steps_run([(records[0][0], 0.0, 1)], 0, memo) is None  # batched is not True

@@ -26,6 +26,7 @@ from tb_monitor.contract.columnar import (
     ColumnarBatch,
     ColumnarEvents,
     ParsedRecord,
+    SteppedRecords,
     encode_columnar,
     merge_columnar,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "ColumnarEvents",
     "DecodedRecords",
     "ParsedRecord",
+    "SteppedRecords",
     "Unreadable",
     "agent_run_name",
     "beat_tag",

@@ -32,9 +32,11 @@ from tb_monitor.contract._binary import (
 from tb_monitor.contract.columnar import (
     ColumnarBatch,
     ParsedRecord,
+    SteppedRecords,
     is_columnar,
     parse_columnar,
     parse_steps_record,
+    stepped_run,
 )
 
 if TYPE_CHECKING:
@@ -88,8 +90,9 @@ class DecodedRecords:
     payloads: list[str]  # every record's distinct payloads, record after record
     errors: list[tuple[int, str]]  # (position, why) of each record left out
     #: With ``columnar``: (position, record) of each version-4 record, not in the columns
-    #: above (``contract.merge_columnar`` makes columns of many series' records at once).
-    columnar: list[tuple[int, ParsedRecord]] = field(default_factory=list)
+    #: above (``contract.merge_columnar`` makes columns of many series' records at once); a
+    #: run of records read in C at once is one entry, at its first record's position.
+    columnar: list[tuple[int, ParsedRecord | SteppedRecords]] = field(default_factory=list)
 
 
 def decode_records(
@@ -114,9 +117,19 @@ def decode_records(
     positions: list[bytes] = []  # per record: its events' uint32 payload positions
     payloads: list[str] = []
     errors: list[tuple[int, str]] = []
-    found: list[tuple[int, ParsedRecord]] = []
+    found: list[tuple[int, ParsedRecord | SteppedRecords]] = []
     memo: dict[Any, Any] = {}  # version 4's values, parsed, by their text (str or bytes)
-    for where, (values, wall_time, batched) in enumerate(records):
+    records = records if type(records) is list else list(records)
+    after = 0  # records before it were read in a run of stepped records (columnar only)
+    for where, record in enumerate(records):
+        if where < after:
+            continue
+        run = stepped_run(records, where, memo) if columnar else None
+        if run is not None:  # this record and those after it like it, read at once in C
+            found.append((where, run))
+            after = where + len(run)
+            continue
+        values, wall_time, batched = record
         try:
             if batched:
                 t0, dt, ids = _batch_index(values, memo)

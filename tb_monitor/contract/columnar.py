@@ -55,10 +55,14 @@ __all__ = [
     "parse_columnar",
     "parse_steps_record",
     "ParsedRecord",
+    "SteppedRecords",
+    "stepped_run",
 ]
 
 # The commonest index read in C (_columnar_index.c); the JSON path reads every other.
 _steps_index = _env.c_twin("tb_monitor.contract._columnar_index", "steps_index")
+# A run of such records read in C at once, as columns (``stepped_run``).
+_steps_run = _env.c_twin("tb_monitor.contract._columnar_index", "steps_run")
 
 _WIDTHS = ((0x100, "B"), (0x10000, "H"), (0x100000000, "I"))
 _MEMO = 4096  # parsed values remembered by ``parse_columnar``
@@ -249,6 +253,38 @@ def parse_steps_record(
     return ParsedRecord(t0, len(steps) // 4 + 1, b"", found.shapes, None, found.values, {}, steps)
 
 
+@dataclass(frozen=True, slots=True)
+class SteppedRecords:
+    """Consecutive records that :func:`parse_steps_record` would read, as columns: no Python
+    object per record (a day's 300k are most of its records). Each is a run of alike events
+    (``t0``, ``dd_le32``, no varying column) whose values a memo holds checked already."""
+
+    t0: np.ndarray  # float64, per record
+    events: np.ndarray  # int64, per record
+    steps: bytes  # per record a 0 (its t0's event), then its uint32 steps, little-endian
+    values: list[_Values]  # per record, its parsed values (shared with the records alike)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+
+def stepped_run(records: list[Any], start: int, memo: dict[Any, Any]) -> SteppedRecords | None:
+    """The records of ``records`` (each ``(values, wall_time, batched)``) from ``start`` on that
+    :func:`parse_steps_record` would read with ``memo``, as one :class:`SteppedRecords`, read in
+    C; None where the first is not one, or C is not built (the per-record path reads them)."""
+    if _steps_run is None:
+        return None
+    found = _steps_run(records, start, memo)
+    if found is None:
+        return None
+    import numpy as np
+
+    _, t0, events, steps, values = found
+    return SteppedRecords(
+        np.frombuffer(t0, dtype=np.float64), np.frombuffer(events, dtype=np.int64), steps, values
+    )
+
+
 def _times(index: dict[str, Any]) -> tuple[bytes, bytes | None]:
     """A record's int64 offsets (``dt_le64``) or its uint32 steps (``dd_le32``), checked."""
     if "dt_le64" in index:
@@ -375,26 +411,39 @@ class ColumnarEvents:
         return json.dumps({key: values[key][int(position[key][segment])] for key in shape})
 
 
-def _offsets(records: list[ParsedRecord], counts: np.ndarray) -> np.ndarray:
+def _offsets(records: list[ParsedRecord | SteppedRecords], counts: np.ndarray) -> np.ndarray:
     """Every event's int64 microseconds after its record's ``t0``: the ``dt_le64`` records'
     as they are, the ``dd_le32`` records' summed for all of them at once (one cumulative sum,
     less each record's total before it)."""
     import numpy as np
 
-    steps = [r.steps for r in records]
-    stepped = np.fromiter((s is not None for s in steps), dtype=bool, count=len(steps))
-    if not stepped.any():
-        return np.frombuffer(b"".join(r.dt for r in records), dtype="<i8")
+    stepped_parts: list[bytes] = []  # each stepped record's 0, then its steps
+    plain: list[bytes] = []  # each other record's int64 offsets
+    kinds, runs = [], []  # whether records are stepped, run by run of records
+    for r in records:
+        if type(r) is SteppedRecords:
+            stepped_parts.append(r.steps)
+            kinds.append(True)
+            runs.append(len(r))
+        else:
+            if r.steps is not None:
+                stepped_parts += (_FIRST_STEP, r.steps)
+            else:
+                plain.append(r.dt)
+            kinds.append(r.steps is not None)
+            runs.append(1)
+    if not stepped_parts:
+        return np.frombuffer(b"".join(plain), dtype="<i8")
     # Each stepped record's steps after a first step of 0 (its t0's event), summed in one go.
-    joined = _FIRST_STEP + _FIRST_STEP.join([s for s in steps if s is not None])
-    sums = np.frombuffer(joined, dtype="<u4").cumsum(dtype=np.int64)
-    lengths = counts[stepped]
+    sums = np.frombuffer(b"".join(stepped_parts), dtype="<u4").cumsum(dtype=np.int64)
+    is_stepped = np.repeat(np.array(kinds, dtype=bool), runs)
+    lengths = counts[is_stepped]
     sums -= np.repeat(sums[np.cumsum(lengths) - lengths], lengths)
-    if stepped.all():
+    if not plain:
         return sums
     out = np.empty(int(counts.sum()), dtype=np.int64)
-    per_event = np.repeat(stepped, counts)
-    out[~per_event] = np.frombuffer(b"".join(r.dt for r in records), dtype="<i8")
+    per_event = np.repeat(is_stepped, counts)
+    out[~per_event] = np.frombuffer(b"".join(plain), dtype="<i8")
     out[per_event] = sums
     return out
 
@@ -402,30 +451,53 @@ def _offsets(records: list[ParsedRecord], counts: np.ndarray) -> np.ndarray:
 _FIRST_STEP = bytes(4)  # a stepped record's first event: at its t0
 
 
-def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
+def merge_columnar(records: list[ParsedRecord | SteppedRecords]) -> ColumnarEvents:
     """Records as one set of columns: numpy calls per column, Python per record only where a
     column varies within it, and per distinct values (records sharing one parsed values, a
-    memo's, share them here: a day's 300k records hold ~10k)."""
+    memo's, share them here: a day's 300k records hold ~10k). A :class:`SteppedRecords`
+    counts as its records, in its place."""
     import numpy as np
 
-    counts = np.fromiter((r.events for r in records), dtype=np.int64, count=len(records))
-    times = np.repeat(np.array([r.t0 for r in records], dtype=np.float64), counts)
-    times += _offsets(records, counts) * 1e-6
-    mixed = np.array([bool(r.ix) or r.shape_ix is not None for r in records], dtype=bool)
-    segments = np.where(mixed, counts, 1)
-    first = np.concatenate([[0], np.cumsum(segments)]).tolist()  # each record's first segment
-    segment_record = np.repeat(np.arange(len(records)), segments)
-    length = np.where(mixed[segment_record], 1, counts[segment_record])
-    # Each record's distinct (values, shapes) pair, numbered first seen first.
+    t0_parts: list[Any] = []
+    count_parts: list[Any] = []
+    which: list[int] = []  # per record, its distinct (values, shapes) pair, first seen first
     number: dict[tuple[int, int], int] = {}
-    which = np.array(
-        [number.setdefault((id(r.values), id(r.shapes)), len(number)) for r in records],
-        dtype=np.int64,
+    owners: list[Any] = []  # per pair, the first record (or parsed values) holding it
+    mixed_records: list[tuple[int, ParsedRecord]] = []  # a column varies within them
+    total = 0
+    for r in records:
+        if type(r) is SteppedRecords:
+            t0_parts.append(r.t0)
+            count_parts.append(r.events)
+            last, pair = None, -1
+            for found in r.values:  # a run of one node's records shares its values
+                if found is not last:
+                    last, pair = found, _pair_number(found, number, owners)
+                which.append(pair)
+            total += len(r)
+            continue
+        t0_parts.append((r.t0,))
+        count_parts.append((r.events,))
+        which.append(_pair_number(r, number, owners))
+        if r.ix or r.shape_ix is not None:
+            mixed_records.append((total, r))
+        total += 1
+    counts = (
+        np.concatenate(count_parts).astype(np.int64, copy=False) if total else np.zeros(0, np.int64)
     )
-    owners = [records[n] for n in np.unique(which, return_index=True)[1].tolist()]
+    t0 = np.concatenate(t0_parts).astype(np.float64, copy=False) if total else np.zeros(0)
+    times = np.repeat(t0, counts)
+    times += _offsets(records, counts) * 1e-6
+    mixed = np.zeros(total, dtype=bool)
+    mixed[[n for n, _ in mixed_records]] = True
+    segments = np.where(mixed, counts, 1)
+    first = np.concatenate([[0], np.cumsum(segments)])  # each record's first segment
+    segment_record = np.repeat(np.arange(total), segments)
+    length = np.where(mixed[segment_record], 1, counts[segment_record])
+    which_ids = np.array(which, dtype=np.int64)
     shape_ids: dict[tuple[str, ...], int] = {}
     first_shape = [shape_ids.setdefault(r.shapes[0], len(shape_ids)) for r in owners]
-    shape = np.array(first_shape, dtype=np.int32)[which][segment_record]
+    shape = np.array(first_shape, dtype=np.int32)[which_ids][segment_record]
     values: dict[str, list[Any]] = {}
     bases: dict[str, np.ndarray] = {}  # per column, per distinct pair: its first value's
     for d, r in enumerate(owners):
@@ -434,9 +506,9 @@ def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
                 values[key], bases[key] = [], np.full(len(owners), -1, dtype=np.int32)
             bases[key][d] = len(values[key])
             values[key].extend(found)
-    position = {key: base[which][segment_record] for key, base in bases.items()}
-    for n in np.flatnonzero(mixed).tolist():
-        r, span = records[n], slice(first[n], first[n + 1])
+    position = {key: base[which_ids][segment_record] for key, base in bases.items()}
+    for n, r in mixed_records:
+        span = slice(int(first[n]), int(first[n + 1]))
         if r.shape_ix is not None:
             local = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in r.shapes])
             shape[span] = local[r.shape_ix]
@@ -444,3 +516,14 @@ def merge_columnar(records: list[ParsedRecord]) -> ColumnarEvents:
             moved = ix.astype(np.int32) + bases[key][which[n]]
             position[key][span] = np.where(ix == len(r.values[key]), -1, moved)
     return ColumnarEvents(times, length, segment_record, list(shape_ids), shape, values, position)
+
+
+def _pair_number(holder: Any, number: dict[tuple[int, int], int], owners: list[Any]) -> int:
+    """The number of ``holder``'s (values, shapes) pair (a record's, or its parsed values'),
+    numbered first seen first; its first holder kept in ``owners``."""
+    key = (id(holder.values), id(holder.shapes))
+    found = number.get(key)
+    if found is None:
+        found = number[key] = len(owners)
+        owners.append(holder)
+    return found

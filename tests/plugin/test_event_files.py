@@ -8,6 +8,7 @@ import os
 import shutil
 
 import pytest
+from conftest import need
 from plugin_helpers import (
     assert_same_store,
     job_and_extra_run,
@@ -19,6 +20,7 @@ from tensorboard import context as tb_context
 
 import tb_plugin.store
 from tb_monitor import contract
+from tb_monitor.contract import columnar
 from tb_monitor.logdir import fs, tfrecord
 from tb_plugin import event_files, read_workers
 from tb_plugin.event_files import EventFiles
@@ -89,6 +91,23 @@ def test_helpers_read_the_files_into_the_same_store(job, sampled, monkeypatch):
     ours = _read(sampled, job.logdir, ReadWorkers(None, processes=2))
     assert len(started) == 2 and [h.process.returncode for h in started] == [0, 0]
     assert_same_store(ours, _read(sampled, job.logdir))
+
+
+def test_runs_of_records_read_in_c_make_the_same_store_as_record_by_record(
+    job, sampled, monkeypatch
+):
+    """The store holds the same events, ids, records and details whether runs of alike records
+    are read in C at once (``contract.SteppedRecords``) or record by record."""
+    need("tb_monitor.contract._columnar_index")
+    taken = []
+    steps_run = columnar._steps_run
+    monkeypatch.setattr(columnar, "_steps_run", lambda *a: taken.append(a[1]) or steps_run(*a))
+    in_runs = _read(sampled, job.logdir)
+    assert taken  # runs were read in C
+    monkeypatch.setattr(columnar, "_steps_run", None)
+    one_by_one = _read(sampled, job.logdir)
+    assert_same_store(in_runs, one_by_one)
+    assert picture(in_runs) == picture(one_by_one)
 
 
 def _copy_job(job, logdir, runs) -> None:
