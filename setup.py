@@ -3,7 +3,7 @@
 ``optional=True``: without a C compiler the install still succeeds and tb_monitor uses its
 pure-Python accumulator, encoder, step hook, event-file reader and columnar index reader
 (identical behaviour, bytes and records). All five share ``tb_monitor/_module.h``, their module
-init.
+init; the encoder and the event-file reader share ``tb_monitor/_crc32c.h``, TFRecord's checksum.
 """
 
 from setuptools import Extension, setup
@@ -15,7 +15,7 @@ def _accelerator(name: str) -> Extension:
         f"tb_monitor.{name}",
         [f"tb_monitor/{name.replace('.', '/')}.c"],
         include_dirs=["tb_monitor"],
-        depends=["tb_monitor/_module.h"],
+        depends=["tb_monitor/_module.h", "tb_monitor/_crc32c.h"],
         optional=True,
     )
 

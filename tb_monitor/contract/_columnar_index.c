@@ -293,13 +293,16 @@ steps_run(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
         if (read < 0) {
             goto done;
         }
-        char *room = read ? grow(&steps, 4 + b64_size / 4 * 3) : NULL;
-        if (read && room == NULL) {
+        if (read == 0) {
+            break; /* steps_index's None: the JSON path's to judge */
+        }
+        char *room = grow(&steps, 4 + b64_size / 4 * 3);
+        if (room == NULL) {
             goto done;
         }
-        Py_ssize_t size = read ? decode_base64(b64, b64_size, (unsigned char *)room + 4) : -1;
+        Py_ssize_t size = decode_base64(b64, b64_size, (unsigned char *)room + 4);
         if (size < 0 || size % 4) {
-            break; /* steps_index's None: the JSON path's to judge */
+            break; /* likewise */
         }
         memset(room, 0, 4); /* the record's first event: at its t0 */
         steps.size += 4 + size;

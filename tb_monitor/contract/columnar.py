@@ -482,11 +482,8 @@ def merge_columnar(records: list[ParsedRecord | SteppedRecords]) -> ColumnarEven
         if r.ix or r.shape_ix is not None:
             mixed_records.append((total, r))
         total += 1
-    counts = (
-        np.concatenate(count_parts).astype(np.int64, copy=False) if total else np.zeros(0, np.int64)
-    )
-    t0 = np.concatenate(t0_parts).astype(np.float64, copy=False) if total else np.zeros(0)
-    times = np.repeat(t0, counts)
+    counts = np.concatenate([np.zeros(0, dtype=np.int64), *count_parts])
+    times = np.repeat(np.concatenate([np.zeros(0), *t0_parts]), counts)
     times += _offsets(records, counts) * 1e-6
     mixed = np.zeros(total, dtype=bool)
     mixed[[n for n, _ in mixed_records]] = True

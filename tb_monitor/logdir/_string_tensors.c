@@ -31,6 +31,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_crc32c.h"
 #include "_module.h"
 
 enum { VARINT = 0, FIXED64 = 1, LENGTH = 2, FIXED32 = 5 };
@@ -428,78 +429,6 @@ string_tensors(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t na
 
 enum { HEADER = 12, FOOTER = 4 };
 static const uint64_t MAX_RECORD = 0x7FFFFFFF; /* tfrecord.MAX_RECORD */
-static const uint32_t MASK_DELTA = 0xA282EAD8u;
-
-/* CRC-32C (Castagnoli, reflected 0x82F63B78), eight bytes a step: the tables are filled once at
- * import. */
-static uint32_t CRC_TABLES[8][256];
-
-static void
-fill_crc_tables(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t crc = i;
-        for (int bit = 0; bit < 8; bit++) {
-            crc = crc & 1 ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-        }
-        CRC_TABLES[0][i] = crc;
-    }
-    for (int t = 1; t < 8; t++) {
-        for (int i = 0; i < 256; i++) {
-            uint32_t before = CRC_TABLES[t - 1][i];
-            CRC_TABLES[t][i] = (before >> 8) ^ CRC_TABLES[0][before & 0xFF];
-        }
-    }
-}
-
-static uint32_t
-crc32c_tables(uint32_t crc, const unsigned char *p, size_t n)
-{
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t word;
-        memcpy(&word, p, 8); /* little-endian hosts only: see PyInit below */
-        word ^= crc;
-        crc = CRC_TABLES[7][word & 0xFF] ^ CRC_TABLES[6][(word >> 8) & 0xFF] ^
-              CRC_TABLES[5][(word >> 16) & 0xFF] ^ CRC_TABLES[4][(word >> 24) & 0xFF] ^
-              CRC_TABLES[3][(word >> 32) & 0xFF] ^ CRC_TABLES[2][(word >> 40) & 0xFF] ^
-              CRC_TABLES[1][(word >> 48) & 0xFF] ^ CRC_TABLES[0][word >> 56];
-    }
-    while (n--) {
-        crc = (crc >> 8) ^ CRC_TABLES[0][(crc ^ *p++) & 0xFF];
-    }
-    return crc;
-}
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <nmmintrin.h>
-#define HAVE_CRC32_INSTRUCTION 1
-
-/* The same by SSE 4.2's crc32 instruction, where the CPU has it (every x86-64 of this decade). */
-__attribute__((target("sse4.2"))) static uint32_t
-crc32c_instruction(uint32_t crc, const unsigned char *p, size_t n)
-{
-    uint64_t wide = crc;
-    for (; n >= 8; n -= 8, p += 8) {
-        uint64_t word;
-        memcpy(&word, p, 8);
-        wide = _mm_crc32_u64(wide, word);
-    }
-    crc = (uint32_t)wide;
-    while (n--) {
-        crc = _mm_crc32_u8(crc, *p++);
-    }
-    return crc;
-}
-#endif
-
-static uint32_t (*crc32c_update)(uint32_t, const unsigned char *, size_t) = crc32c_tables;
-
-static uint32_t
-masked_crc32c(const unsigned char *p, size_t n)
-{
-    uint32_t crc = ~crc32c_update(0xFFFFFFFFu, p, n);
-    return ((crc >> 15) | (crc << 17)) + MASK_DELTA;
-}
 
 static uint32_t
 load_u32(const unsigned char *p)
@@ -631,12 +560,6 @@ PyInit__string_tensors(void)
         PyErr_SetString(PyExc_ImportError, "string_tensors reads little-endian hosts only");
         return NULL;
     }
-    fill_crc_tables();
-#ifdef HAVE_CRC32_INSTRUCTION
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("sse4.2")) {
-        crc32c_update = crc32c_instruction;
-    }
-#endif
+    crc32c_init();
     return tb_monitor_module(&string_tensors_module, NULL);
 }

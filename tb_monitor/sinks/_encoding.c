@@ -14,10 +14,8 @@
  * _scalar_prefix); steps maps a tag to its next step and is updated here.
  *
  * Why in C: the Python loop costs ~1.5 us per record and takes the GIL from the training
- * thread; this costs ~0.1 us. Why its own CRC32C rather than google_crc32c: a record is ~40
- * bytes, and calling back into Python per record would cost more than the checksum itself. The
- * table-driven loop below is the textbook one (Castagnoli polynomial, reflected); tests compare
- * it with google_crc32c through the Python encoder.
+ * thread; this costs ~0.1 us. Its CRC32C is tb_monitor/_crc32c.h's (why not google_crc32c:
+ * see there); tests compare the files with the Python encoder's, checksummed by google_crc32c.
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -33,31 +31,7 @@
 #define PyFloat_Pack8 _PyFloat_Pack8
 #endif
 
-static uint32_t crc32c_table[256];
-
-static void
-crc32c_init(void)
-{
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t crc = i;
-        for (int bit = 0; bit < 8; bit++) {
-            crc = (crc & 1) ? (crc >> 1) ^ 0x82F63B78u : crc >> 1;
-        }
-        crc32c_table[i] = crc;
-    }
-}
-
-/* TFRecord's masked CRC32C (records.masked_crc32c). */
-static uint32_t
-masked_crc32c(const unsigned char *data, size_t size)
-{
-    uint32_t crc = 0xFFFFFFFFu;
-    while (size--) {
-        crc = crc32c_table[(crc ^ *data++) & 0xFF] ^ (crc >> 8);
-    }
-    crc ^= 0xFFFFFFFFu;
-    return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
-}
+#include "_crc32c.h"
 
 static unsigned char *
 put_u32_le(unsigned char *p, uint32_t value)
