@@ -120,10 +120,11 @@ def _listing(points: dict[str, int]) -> dict[str, dict[str, SimpleNamespace]]:
 
 
 def test_chunks_hold_about_a_limit_of_points():
-    """Runs are grouped in name order until their points reach the limit."""
+    """Runs are dealt, biggest first, to the lightest chunk: as many chunks as the limit
+    makes of all the points, each run in one of them."""
     points = {"a": 6, "b": 5, "c": 3, "d": 9}
     chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 10)
-    assert [(c.runs, c.points) for c in chunks] == [(["a", "b"], 11), (["c", "d"], 12)]
+    assert [(c.runs, c.points) for c in chunks] == [(["d"], 9), (["a"], 6), (["b", "c"], 8)]
 
 
 def test_a_run_of_few_points_counts_as_its_cost():
@@ -132,8 +133,33 @@ def test_a_run_of_few_points_counts_as_its_cost():
     still says how many points it holds."""
     points = {f"rank-{i}": 1 for i in range(10)}
     chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 20, run_points=4)
-    assert [len(c.runs) for c in chunks] == [4, 4, 2]
-    assert [c.points for c in chunks] == [4, 4, 2]
+    assert [len(c.runs) for c in chunks] == [4, 3, 3]
+    assert [c.points for c in chunks] == [4, 3, 3]
+
+
+def test_small_runs_are_spread_over_the_chunks():
+    """Every chunk holds a like share of the big runs and of the small ones, each in name
+    order, rather than the small ones filling the last chunks (name order)."""
+    points = {f"agent-{i:02}": 300 for i in range(12)} | {f"rank-{i:03}": 1 for i in range(96)}
+    stale = {run: ["t"] for run in points}
+    chunks = chunk_requests(stale, _listing(points), 1000, run_points=16)
+    assert len(chunks) == 6
+    assert [sum(run.startswith("agent") for run in c.runs) for c in chunks] == [2] * 6
+    assert [sum(run.startswith("rank") for run in c.runs) for c in chunks] == [16] * 6
+    assert all(c.runs == sorted(c.runs) for c in chunks)
+    assert sorted(run for c in chunks for run in c.runs) == sorted(points)
+
+
+def test_each_chunk_lists_the_tags_of_its_own_runs():
+    """A chunk reads the tags its runs are stale in, not every stale tag of the read."""
+    points = {"a": 50, "b": 50}
+    chunks = chunk_requests(
+        {"a": ["x"], "b": ["y"]},
+        {"a": {"x": SimpleNamespace(max_step=49)}, "b": {"y": SimpleNamespace(max_step=49)}},
+        50,
+    )
+    assert sorted((c.runs, c.tags) for c in chunks) == [(["a"], ["x"]), (["b"], ["y"])]
+    assert sum(c.points for c in chunks) == sum(points.values())
 
 
 def test_the_collector_stays_paused_from_a_reads_first_chunk_to_its_last():
