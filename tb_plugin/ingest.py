@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from tb_monitor import contract, timeline
+from tb_monitor import contract
 from tb_plugin.batch_events import Described, Groups, add_records, group_events
 from tb_plugin.columns import Interner, Records, Texts
 from tb_plugin.records import Series
@@ -198,7 +198,7 @@ class Ingest:
     _msgs: Interner
     _texts: Texts
     _skip: Callable[[str, str, int, str], None]  # count and log an undecodable record
-    _lane: Callable[[timeline.Lane, str], int]  # a lane's id, interned with its first run
+    _row_lane: Callable[[Mapping[str, Any]], int]  # a decoded record's lane id
 
     def _keep(self, chunk: DecodedChunk) -> int:
         """Append a decoded chunk's events; return how many."""
@@ -313,16 +313,16 @@ class Ingest:
         spans = kind in (contract.WORKER, contract.AGENT) or (
             kind == contract.RENDEZVOUS and not contract.is_heartbeat(row)
         )
-        after = (state, row["hostname"] or "", row["error_trace"] or "", run)
         ids = (
-            self._lane(timeline.lane_of(row), run),
+            self._row_lane(row),
             self._states(state),
             contract.KINDS.index(kind),
             self._runs(run),
             self._names(name),
         )
+        host, error = row["hostname"] or "", row["error_trace"] or ""
         parts = (
             self._texts.part(f"{name} ".lower()),
-            self._texts.part("".join(f" {p}" for p in after).lower()),
+            self._texts.part(f" {state} {host} {error} {run}".lower()),
         )
         return ids, message, parts, row if spans else None

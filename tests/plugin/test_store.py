@@ -17,7 +17,7 @@ from two_jobs import write_two_jobs
 from tb_monitor import contract, timeline
 from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.jobs import separate_jobs
-from tb_monitor.elastic.events.api import RdzvEvent
+from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin.columns import EventIds, SortedEvents
 from tb_plugin.provider_store import REFRESH_INTERVAL_S
@@ -286,3 +286,33 @@ def test_the_attempts_shown_are_the_reports(logdir, job, tmp_path):
     shown = store.snapshot().attempts
     report = report_of(root, store._span_rows)
     assert shown and shown == [store._attempt_payload(a) for a in report.attempts]
+
+
+def _worker_record(when: float, **metadata) -> str:
+    meta = {"run_id": "job", "hostname": "h", "state": "RUNNING", **metadata}
+    return Event("torchelastic.worker.status.RUNNING", EventSource.WORKER, when, meta).serialize()
+
+
+def test_lane_fields_equal_but_of_another_type_give_lanes_of_their_own(tmp_path):
+    """Ranks 1, 1.0 and True are equal as keys, yet each record is drawn on its own lane,
+    the one ``timeline.lane_of`` makes of it, looked up again or not."""
+    with AsyncWriter(tmp_path / "job" / "agent-h") as writer:
+        for when, rank in enumerate([1, 1.0, True, 1, True, 1.0], start=1_000):
+            writer.add_timeline(contract.WORKER, _worker_record(when, global_rank=rank), when)
+    store = refreshed_store(tmp_path)
+    snap = store.snapshot()
+    drawn = [snap.lanes[snap.columns.rec_lane[snap.columns.rec[i]]].label for i in range(6)]
+    assert drawn == ["rank 1", "rank 1", "rank 1.0", "rank 1.0", "rank True", "rank True"]
+
+
+def test_a_record_with_an_unhashable_field_still_gets_its_lane(tmp_path):
+    """A foreign worker record whose pid is a list (no lane reads it) is drawn on its rank's
+    lane, like one whose pid is a number."""
+    with AsyncWriter(tmp_path / "job" / "agent-h") as writer:
+        for when, pid in enumerate([[1, 2], 7], start=1_000):
+            meta = {"run_id": "job", "hostname": "h", "global_rank": 2, "pid": pid}
+            payload = {"name": "a.worker.event", "source": "WORKER", "metadata": meta}
+            writer.add_timeline(contract.WORKER, json.dumps(payload), when)
+    snap = refreshed_store(tmp_path).snapshot()
+    assert [lane.label for lane in snap.lanes] == ["rank 2"]
+    assert len(snap.columns.t) == 2
