@@ -188,6 +188,7 @@ class Ingest:
     _rec: array.array
     _record_first: array.array
     _record_step: array.array
+    _record_events: np.ndarray  # per record: how many events came on it (not drawn elsewhere)
     _records: Records
     _span_rows: list[dict[str, Any]]
     _span_recs: array.array
@@ -290,6 +291,10 @@ class Ingest:
         self._span_recs.frombytes(recs.tobytes())
         self._t.frombytes(times.tobytes())
         self._rec.frombytes(rec.astype(np.intc).tobytes())
+        # Counted as they come: counted at the sort, a day's 18M events cost its tail ~0.3 s.
+        counts = np.bincount(rec, minlength=len(self._records))
+        counts[: len(self._record_events)] += self._record_events
+        self._record_events = counts
         return len(times)
 
     def _decode(self, row: dict[str, Any]) -> int:

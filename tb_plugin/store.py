@@ -146,6 +146,7 @@ class TimelineStore(Ingest, ProviderStore):
         # 70 MB, a record per run of keep-alives costs nothing).
         self._record_first = array.array("q")
         self._record_step = array.array("I")
+        self._record_events = np.zeros(0, dtype=np.int64)
         # The series the details panel read last: (run, tag), step -> position, Series.
         self._recent_series: tuple[tuple[str, str], dict[int, int], Series | None] | None = None
         self._records = Records()
@@ -307,7 +308,9 @@ class TimelineStore(Ingest, ProviderStore):
             lanes = len(self._lanes.values)
             with futures.ThreadPoolExecutor(1, thread_name_prefix="tb-monitor-analysis") as beside:
                 analysed = beside.submit(self._analysis, float(t.max()) if len(t) else 0.0)
-                order, in_time, lane_rank, rank_start, counts = self._lane_order(t, rec)
+                order, in_time, lane_rank, rank_start, counts = self._lane_order(
+                    t, rec, self._record_events
+                )
                 in_order = in_time, ids[order], rec[order]
                 found, intervals = analysed.result()
             drawn = rec  # each event's record as drawn: a shared run id's on its job's lanes
@@ -353,11 +356,12 @@ class TimelineStore(Ingest, ProviderStore):
         return self._columns
 
     def _lane_order(
-        self, t: np.ndarray, drawn: np.ndarray
+        self, t: np.ndarray, drawn: np.ndarray, counted: np.ndarray | None = None
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The order of events drawn on records ``drawn`` by lane and time, their times in
         that order, each lane's rank among the lanes, where each rank's events start in that
-        order, and how many events each record draws."""
+        order, and how many events each record draws (``counted`` already, when each event
+        is drawn on its own record)."""
         lanes = list(self._lanes.values)
         lane_rank = np.empty(len(lanes), dtype=np.int64)
         lane_rank[sorted(range(len(lanes)), key=lambda i: lanes[i].sort_key())] = np.arange(
@@ -365,7 +369,10 @@ class TimelineStore(Ingest, ProviderStore):
         )
         record_rank = lane_rank[column(self._records.columns["lane"], np.int64)]
         # Counted per record, then per rank: no rank gathered per event (18M of them).
-        per_record = np.bincount(drawn, minlength=len(record_rank))
+        per_record = np.zeros(len(record_rank), dtype=np.int64)
+        if counted is None:
+            counted = np.bincount(drawn, minlength=len(record_rank))
+        per_record[: len(counted)] = counted
         per_rank = np.bincount(record_rank, weights=per_record, minlength=len(lanes))
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(per_rank.astype(np.int64), out=rank_start[1:])

@@ -253,6 +253,8 @@ def test_events_read_after_the_columns_were_sorted_join_their_one_sorted_copy(tm
         sorted_once = store.snapshot().columns
     assert len(sorted_once.t) == job.total_events
     assert picture(store) == picture(refreshed_store(job.logdir))
+    drawn, counted = sorted_once.rec[np.arange(len(sorted_once.t))], sorted_once.rec_count
+    assert counted.tolist() == np.bincount(drawn, minlength=len(counted)).tolist()  # as read
 
 
 def test_sorted_events_give_back_each_event_s_own_record():
