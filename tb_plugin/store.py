@@ -168,6 +168,7 @@ class TimelineStore(Ingest, ProviderStore):
         self._span_rows: list[dict[str, Any]] = []
         self._span_recs = array.array("i")  # per span row: its record (and so its lane)
         self._columns: Columns | None = None
+        self._sorting: threading.Thread | None = None  # a big read's sort ahead (_sort_ahead)
         self._shown: tuple[Columns, int] | None = None  # the columns last handed out
         self._attempts: list[dict[str, Any]] = []
         self._views: dict[tuple[str, int], AgentView] = {}  # what each rank's agent saw of it
@@ -203,6 +204,21 @@ class TimelineStore(Ingest, ProviderStore):
         else:
             fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch)
         self._read_in_chunks(chunks, fetched, self._keep_chunk)
+        if len(chunks) > 1:  # a big read: sorted at once, beside the next refresh's listing
+            self._sorting = threading.Thread(
+                target=self._sort_ahead, name="tb-monitor-sort", daemon=True
+            )
+            self._sorting.start()
+
+    def _sort_ahead(self) -> None:
+        """Sort the columns before a request asks. A request made during a big read waits
+        for the next refresh (a refresh listed before it may miss what it expects), whose
+        listing takes a 1,024-node day's ~0.3 s: only then would it start the sort."""
+        try:
+            with self._lock:
+                self._current_columns()
+        except Exception:  # the next request sorts again, and says why if it fails too
+            _log.warning("sorting a read's events ahead of requests failed", exc_info=True)
 
     def _fetch(self, ctx: Any, chunk: ChunkRequest) -> DecodedChunk:
         """A chunk read and decoded here, in TensorBoard's process."""

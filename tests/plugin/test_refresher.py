@@ -141,7 +141,7 @@ def test_while_loading_the_picture_is_resorted_only_when_it_doubled_early_in_the
             provider.steps.release()
             wait_for(lambda d=done: (store.loading() or {}).get("done", -1) != d, what="a read")
             progress = store.loading()
-            events = len(store._t)  # decoded so far, sorted or not
+            events = store._folded + len(store._t)  # decoded so far, sorted or not
             columns = store.snapshot().columns
             if columns is not shown:
                 resorts += 1

@@ -19,6 +19,7 @@ from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.jobs import separate_jobs
 from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
+from tb_plugin import store as store_module
 from tb_plugin.columns import EventIds, SortedEvents
 from tb_plugin.provider_store import REFRESH_INTERVAL_S
 from tb_plugin.store import TimelineStore, UnknownEventError
@@ -318,3 +319,21 @@ def test_a_record_with_an_unhashable_field_still_gets_its_lane(tmp_path):
     snap = refreshed_store(tmp_path).snapshot()
     assert [lane.label for lane in snap.lanes] == ["rank 2"]
     assert len(snap.columns.t) == 2
+
+
+def test_a_read_of_several_chunks_is_sorted_before_a_request_asks(job, monkeypatch):
+    """A big read's columns are sorted as it ends, on a thread of their own: the request
+    waiting for the next refresh finds them sorted, and a snapshot sorts nothing again."""
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 20)
+    store = refreshed_store(job.logdir)
+    store._sorting.join()
+    columns, generation = store._shown
+    assert generation == store.generation and len(columns.t) == job.total_events
+    assert store.snapshot().columns is columns
+
+
+def test_a_read_of_one_chunk_leaves_the_sort_to_the_request(job):
+    """A small read starts no sort of its own: the request that follows sorts."""
+    store = refreshed_store(job.logdir)
+    assert store._sorting is None and store._shown is None
+    assert len(store.snapshot().columns.t) == job.total_events
