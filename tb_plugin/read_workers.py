@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import IO, Any
 
 from tb_plugin.event_files import decode_files
@@ -98,9 +98,15 @@ class ReadWorkers:
         chunks: list[ChunkRequest],
         last: Mapping[tuple[str, str], int],
         fetch: Callable[[ChunkRequest], DecodedChunk],
+        plan: Callable[[ChunkRequest], ChunkRequest] | None = None,
     ) -> Generator[DecodedChunk, None, None]:
         """Each chunk decoded (``last``: each series' step already read), in order: by the
-        helpers when the read is big enough, else (and for what a helper fails) by ``fetch``."""
+        helpers when the read is big enough, else (and for what a helper fails) by ``fetch``.
+        ``plan`` completes each chunk as it is first asked for (its files' ranges): here, after
+        the helpers are started, so that their start (~0.5 s) overlaps the planning (a
+        1,024-node day's 10,240 files: ~0.2 s)."""
+        if plan is not None:
+            chunks = _Planned(chunks, plan)
         if len(chunks) < MIN_CHUNKS or self.processes < 1:
             yield from map(fetch, chunks)
             return
@@ -133,6 +139,25 @@ class ReadWorkers:
                 _log.warning("no read helper (%s): this read decodes here", exc)
                 break
         return helpers
+
+
+class _Planned(Sequence[ChunkRequest]):
+    """Chunks each planned the first time it is read, then kept as planned."""
+
+    def __init__(self, chunks: list[ChunkRequest], plan: Callable[[ChunkRequest], ChunkRequest]):
+        self._chunks = chunks
+        self._plan = plan
+        self._planned: dict[int, ChunkRequest] = {}
+
+    def __len__(self) -> int:
+        return len(self._chunks)
+
+    def __getitem__(self, at: Any) -> Any:
+        if isinstance(at, slice):
+            return [self[i] for i in range(*at.indices(len(self)))]
+        if at not in self._planned:
+            self._planned[at] = self._plan(self._chunks[at])
+        return self._planned[at]
 
 
 def _stop(helpers: list[_Helper]) -> None:

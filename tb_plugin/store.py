@@ -197,12 +197,10 @@ class TimelineStore(Ingest, ProviderStore):
     ) -> None:
         fetch = functools.partial(self._fetch, ctx)
         chunks = chunk_requests(stale, listing, CHUNK_RECORDS, RUN_RECORDS)
-        if self._files is not None:  # what grew of each chunk's files, planned now for helpers
-            chunks = [c._replace(ranges=tuple(self._files.ranges(c.runs))) for c in chunks]
         if self._helpers is None:
-            fetched: Iterable[DecodedChunk] = map(fetch, chunks)
+            fetched: Iterable[DecodedChunk] = map(fetch, map(self._planned, chunks))
         else:
-            fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch)
+            fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch, self._planned)
         self._read_in_chunks(chunks, fetched, self._keep_chunk)
         if len(chunks) > 1:  # a big read: sorted at once, beside the next refresh's listing
             self._sorting = threading.Thread(
@@ -219,6 +217,13 @@ class TimelineStore(Ingest, ProviderStore):
                 self._current_columns()
         except Exception:  # the next request sorts again, and says why if it fails too
             _log.warning("sorting a read's events ahead of requests failed", exc_info=True)
+
+    def _planned(self, chunk: ChunkRequest) -> ChunkRequest:
+        """The chunk with what grew of its files, when it is read from them (by a helper or
+        here), planned as the read comes to it."""
+        if self._files is None:
+            return chunk
+        return chunk._replace(ranges=tuple(self._files.ranges(chunk.runs)))
 
     def _fetch(self, ctx: Any, chunk: ChunkRequest) -> DecodedChunk:
         """A chunk read and decoded here, in TensorBoard's process."""
