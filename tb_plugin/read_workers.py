@@ -155,6 +155,7 @@ class _Planned(Sequence[ChunkRequest]):
     def __getitem__(self, at: Any) -> Any:
         if isinstance(at, slice):
             return [self[i] for i in range(*at.indices(len(self)))]
+        at = range(len(self._chunks))[at]  # from the end when negative; past it, IndexError
         if at not in self._planned:
             self._planned[at] = self._plan(self._chunks[at])
         return self._planned[at]
