@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping
 from typing import IO, Any
 
 from tb_plugin.event_files import decode_files
@@ -105,27 +105,28 @@ class ReadWorkers:
         ``plan`` completes each chunk as it is first asked for (its files' ranges): here, after
         the helpers are started, so that their start (~0.5 s) overlaps the planning (a
         1,024-node day's 10,240 files: ~0.2 s)."""
-        if plan is not None:
-            chunks = _Planned(chunks, plan)
+        plan = plan or (lambda chunk: chunk)
         if len(chunks) < MIN_CHUNKS or self.processes < 1:
-            yield from map(fetch, chunks)
+            yield from map(fetch, map(plan, chunks))
             return
         helpers = self._start(min(self.processes, len(chunks) // 2))
-        sent = 0
+        sent: list[ChunkRequest] = []  # the chunks asked for so far, as planned
         try:
             for at, chunk in enumerate(chunks):
-                while helpers and sent < min(len(chunks), at + _AHEAD * len(helpers)):
-                    wanted = chunks[sent]
+                while helpers and len(sent) < min(len(chunks), at + _AHEAD * len(helpers)):
+                    wanted = plan(chunks[len(sent)])
                     runs = set(wanted.runs)
                     known = {key: step for key, step in last.items() if key[0] in runs}
-                    helpers[sent % len(helpers)].ask((experiment_id, wanted, known))
-                    sent += 1
+                    helpers[len(sent) % len(helpers)].ask((experiment_id, wanted, known))
+                    sent.append(wanted)
                 decoded = helpers[at % len(helpers)].answer() if helpers else None
                 if decoded is None and helpers and not all(h.alive for h in helpers):
                     _log.warning("a read helper is gone: the rest of this read decodes here")
                     _stop(helpers)
                     helpers = []
-                yield fetch(chunk) if decoded is None else decoded
+                if decoded is None:
+                    decoded = fetch(sent[at] if at < len(sent) else plan(chunk))
+                yield decoded
         finally:
             _stop(helpers)
 
@@ -139,26 +140,6 @@ class ReadWorkers:
                 _log.warning("no read helper (%s): this read decodes here", exc)
                 break
         return helpers
-
-
-class _Planned(Sequence[ChunkRequest]):
-    """Chunks each planned the first time it is read, then kept as planned."""
-
-    def __init__(self, chunks: list[ChunkRequest], plan: Callable[[ChunkRequest], ChunkRequest]):
-        self._chunks = chunks
-        self._plan = plan
-        self._planned: dict[int, ChunkRequest] = {}
-
-    def __len__(self) -> int:
-        return len(self._chunks)
-
-    def __getitem__(self, at: Any) -> Any:
-        if isinstance(at, slice):
-            return [self[i] for i in range(*at.indices(len(self)))]
-        at = range(len(self._chunks))[at]  # from the end when negative; past it, IndexError
-        if at not in self._planned:
-            self._planned[at] = self._plan(self._chunks[at])
-        return self._planned[at]
 
 
 def _stop(helpers: list[_Helper]) -> None:
