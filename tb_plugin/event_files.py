@@ -6,8 +6,9 @@ them over by gRPC. So when TensorBoard reads a local ``--logdir``, the plugin re
 from the event files itself: each file from where its last read ended, whole records only (a
 torn tail waits for the next read: the writer may still be writing it), the records of other
 plugins passed over unparsed. The data server then keeps only each timeline series' newest
-record (``samples_per_plugin`` 1, :func:`sampling`), which is all its listing needs: the
-listing still says which series grew, and so which runs to read.
+record (``samples_per_plugin`` 1, :func:`sampling`). Which runs grew is found by walking the
+logdir (:meth:`EventFiles.grown`), not from the data server's listing: while it loads, that
+names only the runs it has loaded so far.
 
 Reading is pure (:func:`read_ranges`: ranges in, records out, with where each file's next read
 starts), so the helper processes of a big read run it too (:mod:`tb_plugin.read_workers`); the
@@ -33,7 +34,7 @@ from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
 from tb_plugin.columns import Interner
 from tb_plugin.ingest import DecodedChunk, decode_chunk
-from tb_plugin.provider_store import ChunkRequest
+from tb_plugin.provider_store import ChunkRequest, chunk_requests
 from tb_plugin.records import Series, tensor_strings
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "FileRange",
     "FilesRead",
     "decode_files",
+    "file_chunks",
     "read_ranges",
     "sampling",
 ]
@@ -58,11 +60,13 @@ _string_tensors = readers.c_string_tensors
 
 
 class FileRange(NamedTuple):
-    """What to read of one event file of a run: its bytes from ``start`` (a record's first) on."""
+    """What to read of one event file of a run: its bytes from ``start`` (a record's first) on,
+    ``size`` of them when it was listed (0: not listed)."""
 
     run: str
     path: str
     start: int
+    size: int = 0
 
 
 #: Where each record of a series was read: its step, its file and its byte offset there.
@@ -101,21 +105,22 @@ class EventFiles:
         """The directory of a run as TensorBoard names it (relative, ``/``-separated; ``.``)."""
         return self.logdir if run == "." else os.path.join(self.logdir, *run.split("/"))
 
-    def ranges(self, runs: Iterable[str]) -> list[FileRange]:
-        """What grew of ``runs``' event files since they were last read (advanced), each run's
-        files in TensorBoard's order. A file now shorter than what was read of it was replaced:
-        it is read again from its start (records already kept are known by their steps)."""
-        out = []
-        for run in runs:
-            directory = self.directory(run)
-            sizes = fs.listing(directory)
-            for name in sorted(n for n in sizes if fs.is_event_file(n)):
-                path = os.path.join(directory, name)
+    def grown(self) -> dict[str, list[FileRange]]:
+        """Every run whose event files grew since they were last read (advanced), with what
+        grew of them in TensorBoard's order: one walk of the logdir, so a run is read as soon
+        as its files are there, whether TensorBoard's data server has loaded it yet or not
+        (while it loads, its listing names only the runs loaded so far). A file now shorter
+        than what was read of it was replaced: it is read again from its start (records
+        already kept are known by their steps)."""
+        out: dict[str, list[FileRange]] = {}
+        for run, (directory, sizes) in fs.local_event_files(self.logdir).items():
+            for name in sorted(sizes):
+                path, size = os.path.join(directory, name), sizes[name]
                 start = self._ends.get(path, 0)
-                if sizes[name] < start:
+                if size < start:
                     start = 0
-                if sizes[name] > start:
-                    out.append(FileRange(run, path, start))
+                if size > start:
+                    out.setdefault(run, []).append(FileRange(run, path, start, size))
         return out
 
     def advance(self, ends: dict[str, int], places: Places) -> None:
@@ -210,9 +215,20 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
     return FilesRead(series, ends, places)
 
 
+def file_chunks(
+    grown: Mapping[str, list[FileRange]], limit: int, run_bytes: int
+) -> list[ChunkRequest]:
+    """What grew of the files (``EventFiles.grown``) dealt into reads of about ``limit`` bytes
+    (``chunk_requests``: each run counted ``run_bytes`` more), each with its runs' ranges; the
+    tags are what the files hold."""
+    weights = {run: sum(r.size - r.start for r in ranges) for run, ranges in grown.items()}
+    chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, run_bytes)
+    return [c._replace(ranges=tuple(r for run in c.runs for r in grown[run])) for c in chunks]
+
+
 def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> DecodedChunk:
     """A chunk's file ranges read and decoded (``last``: each series' step already kept):
-    every timeline series found in them, whichever of the run's series the listing said grew."""
+    every timeline series found in them."""
     found = read_ranges(chunk.ranges)
     tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
     decoded = decode_chunk(found.series, chunk.runs, tags, last)

@@ -6,11 +6,11 @@ lives here once: list the provider's series (cheap), keep those whose ``max_step
 the last read, read them in chunks a request can watch the progress of, and say when a refresh
 has read everything it listed. A poll (``settled_only``) leaves behind a series read whole
 (:data:`WHOLE`) that is still growing: the provider hands back whole series, so reading each
-while TensorBoard still loads it would decode it many times over. A series read from the
-event files (:data:`APPENDED`) is read on from where it was, so it is read as it grows. A subclass says which series
-it reads and how (:meth:`ProviderStore._wants`), lists them (``_list``) and reads them
-(``_read``); a :class:`~tb_plugin.refresher.Refresher` runs its refreshes off the request
-threads.
+while TensorBoard still loads it would decode it many times over. A subclass says which
+series it reads and how (:meth:`ProviderStore._wants`), lists them (``_list``) and reads them
+(``_read``); one that lists otherwise (the timeline's event files: what grew of each run's
+files) says what is stale too (``_stale``). A :class:`~tb_plugin.refresher.Refresher` runs
+its refreshes off the request threads.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import gc
 import heapq
 import math
 import threading
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from tensorboard.data import provider as tb_provider
@@ -34,13 +34,15 @@ __all__ = [
     "Want",
     "chunk_requests",
     "cyclic_gc_paused",
+    "listed_points",
     "release_freed_memory",
 ]
 
 #: A refresh lists the provider's series at most this often (seconds); each request may trigger it.
 REFRESH_INTERVAL_S = 1.0
 
-Listing = Mapping[str, Mapping[str, Any]]  # run -> tag -> the provider's series metadata
+#: run -> what a listing says of it: the provider's, tag -> its series' metadata.
+Listing = Mapping[str, Any]
 
 
 class Want(enum.Enum):
@@ -48,7 +50,6 @@ class Want(enum.Enum):
 
     WHOLE = "whole"  # every point: a poll reads it only once it stopped growing
     NEWEST = "newest"  # only its newest point (a heartbeat): read whenever it grew
-    APPENDED = "appended"  # every point, what is new of it read whenever it grew (from files)
 
 
 class ChunkRequest(NamedTuple):
@@ -62,22 +63,28 @@ class ChunkRequest(NamedTuple):
     ranges: tuple[Any, ...] = ()
 
 
+def listed_points(stale: Mapping[str, Sequence[str]], listing: Listing) -> dict[str, int]:
+    """How many points each stale run's stale series hold, as the provider lists them."""
+    return {run: sum(listing[run][tag].max_step + 1 for tag in tags) for run, tags in stale.items()}
+
+
 def chunk_requests(
-    stale: dict[str, list[str]], listing: Listing, limit: int, run_points: int = 0
+    stale: Mapping[str, Sequence[str]],
+    weights: Mapping[str, int],
+    limit: int,
+    run_points: int = 0,
 ) -> list[ChunkRequest]:
-    """Stale runs (run -> tags) dealt into reads of about ``limit`` points, each run counted
-    as ``run_points`` more: a read's cost is per run too (its files, its series), and runs of
-    few points each (a big job's thousands of worker ranks) would otherwise make one chunk
-    many times another's, read by one helper while the others wait.
+    """Stale runs (run -> tags), each of ``weights[run]`` points (records, or bytes), dealt
+    into reads of about ``limit`` points, each run counted as ``run_points`` more: a read's
+    cost is per run too (its files, its series), and runs of few points each (a big job's
+    thousands of worker ranks) would otherwise make one chunk many times another's, read by
+    one helper while the others wait.
 
     The runs are dealt, biggest first, each to the lightest chunk so far, so every chunk holds
     a like share of big runs and of small ones. In name order, a 1,024-node day's 4,096
     one-point rank runs filled the last chunks: their records cost TensorBoard's process the
     most to keep (each one described) and the helpers the least, so it kept them alone for
     1.5 s after the helpers were done. Each chunk lists its runs in name order."""
-    weights = {
-        run: sum(listing[run][tag].max_step + 1 for tag in tags) for run, tags in stale.items()
-    }
     total = sum(weights.values()) + run_points * len(weights)
     lightest = [(0, at) for at in range(max(1, -(-total // max(1, limit))))]  # a heap
     dealt: list[list[str]] = [[] for _ in lightest]
@@ -157,6 +164,7 @@ class ProviderStore:
         #: The newest step read of each (run, tag): the subclass's reads keep it.
         self._last_step: dict[tuple[str, str], int] = {}
         self._progress: tuple[int, int] | None = None
+        self._progress_unit = "record"  # what a read's progress counts
         self._read_all = False  # a full refresh has read everything it listed
         self.generation = 0
 
@@ -260,6 +268,9 @@ class ProviderStore:
         return 0
 
     def loading(self) -> dict[str, int] | None:
-        """How far a refresh that is reading is, or None when none is."""
+        """How far a refresh that is reading is (``done`` of ``expected``, counted in ``unit``:
+        records, or bytes of event files), or None when none is."""
         progress = self._progress
-        return None if progress is None else {"done": progress[0], "expected": progress[1]}
+        if progress is None:
+            return None
+        return {"done": progress[0], "expected": progress[1], "unit": self._progress_unit}

@@ -41,7 +41,13 @@ from tb_monitor.analysis.jobs import JobSpan
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS
 from tb_monitor.contract import rank_of
 from tb_plugin.payloads import b64, bucket_count
-from tb_plugin.provider_store import ChunkRequest, ProviderStore, Want, chunk_requests
+from tb_plugin.provider_store import (
+    ChunkRequest,
+    ProviderStore,
+    Want,
+    chunk_requests,
+    listed_points,
+)
 from tb_plugin.rank_jobs import job_view
 from tb_plugin.records import MAX_STEPS
 from tb_plugin.requests import RankQuery
@@ -145,7 +151,7 @@ class RankStore(ProviderStore):
             self._read_beats(ctx, {run: tags for run, tags in beats.items() if tags})
         windows = {run: tags for run, tags in windows.items() if tags}
         if windows:
-            chunks = chunk_requests(windows, listing, CHUNK_POINTS)
+            chunks = chunk_requests(windows, listed_points(windows, listing), CHUNK_POINTS)
             fetched = map(functools.partial(self._fetch_windows, ctx), chunks)
             self._read_in_chunks(chunks, fetched, self._add_windows)
 

@@ -98,35 +98,28 @@ class ReadWorkers:
         chunks: list[ChunkRequest],
         last: Mapping[tuple[str, str], int],
         fetch: Callable[[ChunkRequest], DecodedChunk],
-        plan: Callable[[ChunkRequest], ChunkRequest] | None = None,
     ) -> Generator[DecodedChunk, None, None]:
         """Each chunk decoded (``last``: each series' step already read), in order: by the
-        helpers when the read is big enough, else (and for what a helper fails) by ``fetch``.
-        ``plan`` completes each chunk as it is first asked for (its files' ranges): here, after
-        the helpers are started, so that their start (~0.5 s) overlaps the planning (a
-        1,024-node day's 10,240 files: ~0.2 s)."""
-        plan = plan or (lambda chunk: chunk)
+        helpers when the read is big enough, else (and for what a helper fails) by ``fetch``."""
         if len(chunks) < MIN_CHUNKS or self.processes < 1:
-            yield from map(fetch, map(plan, chunks))
+            yield from map(fetch, chunks)
             return
         helpers = self._start(min(self.processes, len(chunks) // 2))
-        sent: list[ChunkRequest] = []  # the chunks asked for so far, as planned
+        sent = 0
         try:
             for at, chunk in enumerate(chunks):
-                while helpers and len(sent) < min(len(chunks), at + _AHEAD * len(helpers)):
-                    wanted = plan(chunks[len(sent)])
+                while helpers and sent < min(len(chunks), at + _AHEAD * len(helpers)):
+                    wanted = chunks[sent]
                     runs = set(wanted.runs)
                     known = {key: step for key, step in last.items() if key[0] in runs}
-                    helpers[len(sent) % len(helpers)].ask((experiment_id, wanted, known))
-                    sent.append(wanted)
+                    helpers[sent % len(helpers)].ask((experiment_id, wanted, known))
+                    sent += 1
                 decoded = helpers[at % len(helpers)].answer() if helpers else None
                 if decoded is None and helpers and not all(h.alive for h in helpers):
                     _log.warning("a read helper is gone: the rest of this read decodes here")
                     _stop(helpers)
                     helpers = []
-                if decoded is None:
-                    decoded = fetch(sent[at] if at < len(sent) else plan(chunk))
-                yield decoded
+                yield fetch(chunk) if decoded is None else decoded
         finally:
             _stop(helpers)
 

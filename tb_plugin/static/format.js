@@ -69,10 +69,18 @@ export function balanced(text) {
 export const isolate = (text) => `\u2068${balanced(text)}\u2069`;
 
 // How far the server's first read is: "Loading events… 42%", and with a `unit` how many of
-// them ("(1,200 records of 3,000 read)").
+// them ("(1,200 records of 3,000 read)"); a read of event files counts their bytes
+// ("(12 MB of 337 MB read)").
 export function loadingText(what, loading, unit = null) {
   const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
   const text = `Loading ${what}… ${pct}%`;
   if (!unit) return text;
+  if (loading.unit === "byte") {
+    return `${text} (${megabytes(loading.done)} of ${megabytes(loading.expected)} read)`;
+  }
   return `${text} (${count(loading.done, unit)} of ${loading.expected.toLocaleString("en-US")} read)`;
 }
+
+// Bytes in decimal megabytes, a tenth shown below 10 MB: "0.4 MB", "337 MB".
+const megabytes = (n) =>
+  `${(n / 1e6).toLocaleString("en-US", { maximumFractionDigits: n < 1e7 ? 1 : 0 })} MB`;

@@ -238,3 +238,24 @@ def test_axis_labels_every_tick_without_overlap_at_any_span(tab, days):
     assert len(labels) == ticks >= 2, labels  # every tick labelled: none left out to fit
     for before, after in zip(labels, labels[1:], strict=False):
         assert before["right"] < after["left"], (before, after)
+
+
+@pytest.mark.parametrize(
+    ("loading", "shown"),
+    [
+        ({"done": 1200, "expected": 3000, "unit": "record"}, "(1,200 records of 3,000 read)"),
+        ({"done": 400_000, "expected": 337_000_000, "unit": "byte"}, "(0.4 MB of 337 MB read)"),
+    ],
+    ids=["records", "bytes"],
+)
+def test_a_reads_progress_is_told_in_its_own_unit(tab, loading, shown):
+    """A first read's progress names what it counts: records, or an event file's bytes in MB."""
+    text = tab.frame.evaluate(
+        """async (loading) => {
+            const url = new URL("static/format.js", document.baseURI).href;
+            const { loadingText } = await import(url);
+            return loadingText("events", loading, "record");
+        }""",
+        loading,
+    )
+    assert text.endswith(shown), text

@@ -113,3 +113,38 @@ def test_read_bytes_starts_at_the_offset(tmp_path):
     """read_bytes(path, start) is the file's tail from that byte on."""
     (tmp_path / "f").write_bytes(b"0123456789")
     assert fs.read_bytes(str(tmp_path / "f"), 7) == b"789"
+
+
+def test_a_walk_finds_every_directory_holding_event_files_with_their_sizes(tmp_path):
+    """The logdir itself and nested directories holding event files are found, each with its
+    event files' sizes; other files and directories without event files are not."""
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "events.out.tfevents.1.host").write_bytes(b"x" * 3)
+    (tmp_path / "a" / "b" / "events.out.tfevents.2.host").write_bytes(b"x" * 5)
+    (tmp_path / "a" / "notes.txt").write_text("not an event file")
+    found = fs.local_event_files(str(tmp_path))
+    assert found == {
+        ".": (str(tmp_path), {"events.out.tfevents.1.host": 3}),
+        "a/b": (str(tmp_path / "a" / "b"), {"events.out.tfevents.2.host": 5}),
+    }
+    assert [run for run, _ in fs.run_dirs(str(tmp_path))] == [".", "a/b"]
+
+
+def test_a_walk_follows_a_link_to_a_directory_once(tmp_path):
+    """A linked run directory is a run under the link's name too; a link back up the tree is
+    walked once, not forever."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "events.out.tfevents.1.host").write_bytes(b"x")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "real" / "loop").symlink_to(tmp_path)
+    found = fs.local_event_files(str(tmp_path))
+    assert found == {
+        "linked": (str(tmp_path / "linked"), {"events.out.tfevents.1.host": 1}),
+        "real": (str(tmp_path / "real"), {"events.out.tfevents.1.host": 1}),
+    }
+
+
+def test_a_walk_of_a_missing_logdir_finds_nothing(tmp_path):
+    """A logdir that is not there (yet) holds no event files: no error."""
+    assert fs.local_event_files(str(tmp_path / "not-yet")) == {}

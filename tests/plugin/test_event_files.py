@@ -6,6 +6,7 @@ import argparse
 import logging
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import need
@@ -83,7 +84,7 @@ def test_the_sampled_data_server_holds_only_each_series_newest_record(job, sampl
 def test_helpers_read_the_files_into_the_same_store(job, sampled, monkeypatch):
     """A read of many chunks dealt out to helper processes reading the files holds the same
     events, ids and records as one read in TensorBoard's process."""
-    monkeypatch.setattr(tb_plugin.store, "CHUNK_RECORDS", 2)
+    monkeypatch.setattr(tb_plugin.store, "CHUNK_BYTES", 1)
     started, helper = [], read_workers._Helper
     monkeypatch.setattr(
         read_workers, "_Helper", lambda *a: started.append(helper(*a)) or started[-1]
@@ -142,28 +143,62 @@ def test_a_file_that_grows_is_read_from_where_its_last_read_ended(job, tmp_path,
     for path, whole in files.items():
         path.write_bytes(whole)
     first, reads[:] = dict(reads), []
-    store._provider = local_provider(logdir)  # TensorBoard's reload: the listing grew
     store.refresh(tb_context.RequestContext(), force=True)
-    # Each file read before is read on from where it was cut; one whose timeline records were
-    # all cut off was not listed, hence not read, before.
-    assert len(reads) == len(runs)
-    assert all(start > 0 if path in first else start == 0 for path, start in reads)
-    assert any(path in first for path, _ in reads)
+    # Each file is read on from where its first read ended: its last whole record.
+    assert sorted(first) == sorted(str(path) for path in files)
+    assert sorted(path for path, _ in reads) == sorted(first)
+    assert all(0 < start < len(files[Path(path)]) for path, start in reads)
     assert half < len(store.snapshot().columns.t) == job.total_events
     assert picture(store) == picture(_through_provider(logdir))
 
 
-def test_runs_that_come_later_are_read_when_the_listing_shows_them(job, tmp_path):
+def test_runs_that_come_later_are_read_at_the_next_refresh(job, tmp_path):
     """A run written after the first read is read at the next refresh, nothing read twice."""
     runs = sorted(job.runs)
     logdir = tmp_path / "logs"
     _copy_job(job, logdir, runs[::2])
     store = _read(local_provider(logdir), logdir)
     _copy_job(job, logdir, runs[1::2])
-    store._provider = local_provider(logdir)  # TensorBoard's reload, as its multiplexer does it
     store.refresh(tb_context.RequestContext(), force=True)
     assert len(store.snapshot().columns.t) == job.total_events
     assert picture(store) == picture(_through_provider(logdir))
+
+
+def test_runs_the_data_server_has_not_loaded_yet_are_read_from_their_files(job, tmp_path):
+    """While TensorBoard's data server is still loading (its listing names some runs, or
+    none), the first refresh reads every run there is from the files, each read once."""
+    runs = sorted(job.runs)
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, runs[:1])
+    loading = local_provider(logdir)  # what the data server has loaded so far: one run
+    _copy_job(job, logdir, runs[1:])
+    store = _read(loading, logdir)
+    assert store.loading() is None
+    assert len(store.snapshot().columns.t) == job.total_events
+    assert picture(store) == picture(_through_provider(logdir))
+    store.refresh(tb_context.RequestContext(), force=True)
+    assert len(store.snapshot().columns.t) == job.total_events
+
+
+def test_a_reads_progress_counts_bytes_of_event_files(job, tmp_path, monkeypatch):
+    """Read from the files, a read's progress is in bytes: every byte that grew, once."""
+    logdir = tmp_path / "logs"
+    _copy_job(job, logdir, sorted(job.runs))
+    monkeypatch.setattr(tb_plugin.store, "CHUNK_BYTES", 1)
+    seen = []
+    store = TimelineStore(local_provider(logdir), files=EventFiles(str(logdir)))
+    keep = store._keep_chunk
+    monkeypatch.setattr(
+        store, "_keep_chunk", lambda chunk: seen.append(store.loading()) or keep(chunk)
+    )
+    store.refresh(tb_context.RequestContext(), force=True)
+    total = sum(
+        size for _, sizes in fs.local_event_files(str(logdir)).values() for size in sizes.values()
+    )
+    assert len(seen) == len(job.runs)
+    assert {(p["expected"], p["unit"]) for p in seen} == {(total, "byte")}
+    assert [p["done"] for p in seen] == sorted(p["done"] for p in seen)
+    assert seen[0]["done"] == 0
 
 
 def test_an_event_whose_file_is_gone_is_named_when_asked_for(job, tmp_path):

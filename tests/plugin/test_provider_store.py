@@ -16,6 +16,7 @@ from tb_plugin.provider_store import (
     ProviderStore,
     chunk_requests,
     cyclic_gc_paused,
+    listed_points,
 )
 from tb_plugin.ranks import RankStore
 from tb_plugin.store import TimelineStore
@@ -114,16 +115,21 @@ def test_a_read_that_raises_still_ends_its_pause():
     assert gc.isenabled()
 
 
-def _listing(points: dict[str, int]) -> dict[str, dict[str, SimpleNamespace]]:
-    """A listing of one series per run, of ``points[run]`` steps."""
-    return {run: {"t": SimpleNamespace(max_step=n - 1)} for run, n in points.items()}
+def test_a_runs_points_are_its_stale_series_steps_as_listed():
+    """A run weighs the steps its stale series hold (the newest step listed, plus one),
+    not those of its series that did not grow."""
+    listing = {
+        "a": {"x": SimpleNamespace(max_step=9), "y": SimpleNamespace(max_step=99)},
+        "b": {"x": SimpleNamespace(max_step=0)},
+    }
+    assert listed_points({"a": ["x"], "b": ["x"]}, listing) == {"a": 10, "b": 1}
 
 
 def test_chunks_hold_about_a_limit_of_points():
     """Runs are dealt, biggest first, to the lightest chunk: as many chunks as the limit
     makes of all the points, each run in one of them."""
     points = {"a": 6, "b": 5, "c": 3, "d": 9}
-    chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 10)
+    chunks = chunk_requests({run: ["t"] for run in points}, points, 10)
     assert [(c.runs, c.points) for c in chunks] == [(["d"], 9), (["a"], 6), (["b", "c"], 8)]
 
 
@@ -132,7 +138,7 @@ def test_a_run_of_few_points_counts_as_its_cost():
     too, so thousands of small runs do not make one chunk many times another's; the chunk
     still says how many points it holds."""
     points = {f"rank-{i}": 1 for i in range(10)}
-    chunks = chunk_requests({run: ["t"] for run in points}, _listing(points), 20, run_points=4)
+    chunks = chunk_requests({run: ["t"] for run in points}, points, 20, run_points=4)
     assert [len(c.runs) for c in chunks] == [4, 3, 3]
     assert [c.points for c in chunks] == [4, 3, 3]
 
@@ -142,7 +148,7 @@ def test_small_runs_are_spread_over_the_chunks():
     order, rather than the small ones filling the last chunks (name order)."""
     points = {f"agent-{i:02}": 300 for i in range(12)} | {f"rank-{i:03}": 1 for i in range(96)}
     stale = {run: ["t"] for run in points}
-    chunks = chunk_requests(stale, _listing(points), 1000, run_points=16)
+    chunks = chunk_requests(stale, points, 1000, run_points=16)
     assert len(chunks) == 6
     assert [sum(run.startswith("agent") for run in c.runs) for c in chunks] == [2] * 6
     assert [sum(run.startswith("rank") for run in c.runs) for c in chunks] == [16] * 6
@@ -153,11 +159,7 @@ def test_small_runs_are_spread_over_the_chunks():
 def test_each_chunk_lists_the_tags_of_its_own_runs():
     """A chunk reads the tags its runs are stale in, not every stale tag of the read."""
     points = {"a": 50, "b": 50}
-    chunks = chunk_requests(
-        {"a": ["x"], "b": ["y"]},
-        {"a": {"x": SimpleNamespace(max_step=49)}, "b": {"y": SimpleNamespace(max_step=49)}},
-        50,
-    )
+    chunks = chunk_requests({"a": ["x"], "b": ["y"]}, points, 50)
     assert sorted((c.runs, c.tags) for c in chunks) == [(["a"], ["x"]), (["b"], ["y"])]
     assert sum(c.points for c in chunks) == sum(points.values())
 

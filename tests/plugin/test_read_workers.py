@@ -175,26 +175,3 @@ def test_a_helper_hung_up_on_exits_at_once_with_answers_unread(provider):
     helper.close()
     assert helper.process.returncode == 0
     assert time.monotonic() - started < 2.0  # not the 5 s after which it would be killed
-
-
-def test_the_helpers_start_before_the_chunks_are_planned(provider, counting):
-    """Each chunk is planned (its files' ranges) as it is first asked for, once and in order,
-    after the helpers were started: their start overlaps the planning."""
-    ctx = tb_context.RequestContext()
-    listing = provider.list_tensors(ctx, experiment_id="", plugin_name=contract.PLUGIN_NAME)
-    tags = sorted({tag for by_tag in listing.values() for tag in by_tag})
-    chunks = [ChunkRequest([run], tags, 1) for run in sorted(listing)]
-    assert len(chunks) >= read_workers.MIN_CHUNKS
-    planned: list[tuple[str, int]] = []  # each chunk's run, and the helpers started by then
-
-    def plan(chunk: ChunkRequest) -> ChunkRequest:
-        planned.append((chunk.runs[0], len(counting.started)))
-        return chunk
-
-    def here(chunk: ChunkRequest):
-        raise AssertionError(f"{chunk.runs} decoded in TensorBoard's process")
-
-    helpers = ReadWorkers(provider._addr, "local", processes=2)
-    decoded = list(helpers.map("", chunks, {}, here, plan))
-    assert len(decoded) == len(chunks) == counting.decoded
-    assert planned == [(chunk.runs[0], 2) for chunk in chunks]
