@@ -187,6 +187,7 @@ class TimelineStore(Ingest, ProviderStore):
         self._shared: SharedRunIds = {}  # run ids several jobs share (``job_lanes``)
         self._skipped_count = 0
         self._skipped: list[dict[str, Any]] = []  # the first _SKIPPED_DETAILS of them
+        self._nbytes = 0  # see nbytes
 
     # -- ingestion -------------------------------------------------------------------------
 
@@ -252,6 +253,7 @@ class TimelineStore(Ingest, ProviderStore):
             if self._keep(chunk):
                 self.generation += 1
                 self._columns = None
+            self._measure()
 
     def _skip(self, run: str, tag: str, step: int, why: str) -> None:
         self._skipped_count += 1
@@ -433,6 +435,7 @@ class TimelineStore(Ingest, ProviderStore):
         """Keep ``events`` (every event) as the one sorted copy: the appended ones are in it."""
         self._base, self._folded = events, len(events)
         self._t, self._rec = array.array("d"), array.array("i")
+        self._measure()
 
     def _analysis(self, last_time: float) -> tuple[list[Attempt], dict[str, np.ndarray]]:
         """The attempts, as the job's ``JobReport`` holds them (``tb_monitor.analysis.attempts``:
@@ -522,23 +525,27 @@ class TimelineStore(Ingest, ProviderStore):
     # -- lookups ---------------------------------------------------------------------------
 
     def nbytes(self) -> int:
-        """About the memory the store holds: its sorted and appended columns, and per record,
+        """About the memory the store holds, as of its last change: asked at every request
+        (``Refreshers``), it must not wait on the lock, which a big read's sort holds for
+        seconds."""
+        return self._nbytes
+
+    def _measure(self) -> None:
+        """Count ``nbytes`` (under the lock): the sorted and appended columns, and per record,
         interned string and interval row what such objects cost in CPython."""
-        with self._lock:
-            appended = (self._t, self._rec, self._record_first, self._record_step)
-            arrays = sum(a.itemsize * len(a) for a in appended)
-            strings = len(self._msgs.values) + len(self._names.values)
-            rows = len(self._span_rows)
-            return (
-                arrays
-                + self._base.ids.nbytes
-                + self._base.rec.nbytes
-                + _SORTED_BYTES * (self._folded + len(self._t))
-                + _RECORD_BYTES * len(self._records)
-                + _STRING_BYTES * strings
-                + _ROW_BYTES * rows
-                + (0 if self._files is None else self._files.nbytes())
-            )
+        appended = (self._t, self._rec, self._record_first, self._record_step)
+        arrays = sum(a.itemsize * len(a) for a in appended)
+        strings = len(self._msgs.values) + len(self._names.values)
+        self._nbytes = (
+            arrays
+            + self._base.ids.nbytes
+            + self._base.rec.nbytes
+            + _SORTED_BYTES * (self._folded + len(self._t))
+            + _RECORD_BYTES * len(self._records)
+            + _STRING_BYTES * strings
+            + _ROW_BYTES * len(self._span_rows)
+            + (0 if self._files is None else self._files.nbytes())
+        )
 
     def runs(self) -> list[str]:
         """Runs that hold timeline records."""

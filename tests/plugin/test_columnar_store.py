@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from concurrent import futures
 
 import pytest
 from plugin_helpers import local_provider, refreshed_store, small_job, wait_for
@@ -112,6 +113,15 @@ def test_a_store_counts_its_bytes(distinct):
     empty = store.nbytes()
     store.refresh(tb_context.RequestContext(), force=True)
     assert store.nbytes() > empty + 12 * distinct.total_events
+
+
+def test_a_stores_bytes_are_told_while_a_sort_holds_its_lock(distinct):
+    """nbytes, asked of every store at each request, answers at once while the store's lock
+    is held (a big read's sort holds it for seconds), with the size as of the last change."""
+    store = refreshed_store(distinct.logdir)
+    size = store.nbytes()
+    with store._lock, futures.ThreadPoolExecutor(1) as other:
+        assert other.submit(store.nbytes).result(timeout=5) == size
 
 
 def test_stores_over_the_byte_budget_are_dropped_least_recently_used_first(distinct):
