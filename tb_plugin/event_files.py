@@ -125,26 +125,53 @@ class EventFiles:
 
     def advance(self, ends: dict[str, int], places: Places) -> None:
         """Files read up to ``ends`` (path -> offset): their next reads start there; the
-        records at ``places`` are kept (those past each series' last step known)."""
+        records at ``places`` are kept (those past each series' last step known). A chunk's
+        series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s."""
         self._ends.update(ends)
-        for key, found in places.items():
-            if not found:
-                continue
-            steps, files, offsets = self._places.get(key) or self._places.setdefault(
+        found = [(key, rows) for key, rows in places.items() if rows]
+        if not found:
+            return
+        steps_read, paths, offsets_read = zip(
+            *(row for _, rows in found for row in rows), strict=True
+        )
+        steps = np.asarray(steps_read, dtype=np.int64)
+        ids = {path: self._paths(path) for path in dict.fromkeys(paths)}
+        files = np.fromiter(map(ids.__getitem__, paths), dtype=np.int32, count=len(paths))
+        offsets = np.asarray(offsets_read, dtype=np.int64)
+        bounds = np.cumsum([0, *(len(rows) for _, rows in found)]).tolist()
+        kept = [self._places.get(key) for key, _ in found]
+        keep = self._past_kept(steps, bounds, kept)
+        for at, (key, _) in enumerate(found):
+            a, b = bounds[at], bounds[at + 1]
+            mine = slice(a, b) if keep is None else np.flatnonzero(keep[a:b]) + a
+            columns = kept[at] or self._places.setdefault(
                 key, (array.array("q"), array.array("i"), array.array("q"))
             )
-            found_steps, paths, found_offsets = zip(*found, strict=True)
-            new = np.asarray(found_steps, dtype=np.int64)
-            # Each step past the greatest before it (the last kept's included): whole columns
-            # at a time, a day holds 300k records.
-            last = steps[-1] if steps else np.iinfo(np.int64).min
-            keep = new > np.maximum.accumulate(np.concatenate([[last], new[:-1]]))
-            ids = {path: self._paths(path) for path in dict.fromkeys(paths)}
-            path_ids = np.fromiter(map(ids.__getitem__, paths), dtype=np.int32, count=len(paths))
-            files.frombytes(path_ids[keep].tobytes())
-            offsets.frombytes(np.asarray(found_offsets, dtype=np.int64)[keep].tobytes())
+            columns[1].frombytes(files[mine].tobytes())
+            columns[2].frombytes(offsets[mine].tobytes())
             # last: a read-back finds no step without its place
-            steps.frombytes(new[keep].tobytes())
+            columns[0].frombytes(steps[mine].tobytes())
+
+    @staticmethod
+    def _past_kept(
+        steps: np.ndarray, bounds: list[int], kept: list[tuple[array.array, ...] | None]
+    ) -> np.ndarray | None:
+        """Which of the series' new steps (``steps[bounds[i]:bounds[i + 1]]`` for the series
+        with places ``kept[i]``) to keep: each past the greatest before it, the last kept's
+        included. None: every one (in step order, past what was kept: a read as it goes)."""
+        lowest = np.iinfo(np.int64).min
+        last = np.asarray([p[0][-1] if p and p[0] else lowest for p in kept], dtype=np.int64)
+        rising = steps[1:] > steps[:-1]
+        rising[np.asarray(bounds[1:-1], dtype=np.int64) - 1] = True  # a series' first step
+        if rising.all() and (steps[bounds[:-1]] > last).all():
+            return None
+        keep = np.empty(len(steps), dtype=bool)
+        for at, before in enumerate(last.tolist()):
+            new = steps[bounds[at] : bounds[at + 1]]
+            keep[bounds[at] : bounds[at + 1]] = new > np.maximum.accumulate(
+                np.concatenate([[before], new[:-1]])
+            )
+        return keep
 
     def nbytes(self) -> int:
         """About how many bytes the places of the records kept hold."""

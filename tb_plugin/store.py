@@ -196,6 +196,9 @@ class TimelineStore(Ingest, ProviderStore):
         (``EventFiles.grown``): read on from where it was, no need to wait for a series to
         settle, nor for the data server to load a run (its listing at TensorBoard's start
         named 1,768 of a 1,024-node day's 5,120 runs, and the rest were read 3.5 s later)."""
+        sorting = self._sorting
+        if sorting is not None:  # see _sort_ahead
+            sorting.join()
         if self._files is not None:
             return self._files.grown()
         return self._provider.list_tensors(
@@ -231,7 +234,9 @@ class TimelineStore(Ingest, ProviderStore):
     def _sort_ahead(self) -> None:
         """Sort the columns before a request asks. A request made during a big read waits
         for the next refresh (a refresh listed before it may miss what it expects), whose
-        listing takes a 1,024-node day's ~0.3 s: only then would it start the sort."""
+        listing takes a 1,024-node day's ~0.3 s: only then would it start the sort. The next
+        refresh lists once this sort is done: beside it, its walk of the files (Python) took
+        the GIL from the analysis (what it found would wait for the lock anyway)."""
         try:
             with self._lock:
                 self._current_columns()

@@ -291,3 +291,19 @@ def test_run_names_map_to_their_directories(tmp_path):
     files = EventFiles(str(tmp_path))
     assert files.directory(".") == str(tmp_path)
     assert files.directory("a/b") == os.path.join(str(tmp_path), "a", "b")
+
+
+def test_places_are_kept_per_series_past_the_greatest_step_before():
+    """A chunk's places are kept series by series: all of them when each series goes on in
+    step order, and where one repeats or goes back (a file read again from its start) only
+    its steps past the greatest before, the last kept's included."""
+    files = EventFiles("/logs")
+    files.advance({}, {("r", "a"): [(1, "f", 10), (2, "f", 20)], ("r", "b"): [(5, "g", 1)]})
+    again = [(2, "f", 20), (3, "f", 30), (1, "f", 5), (4, "h", 40)]
+    files.advance({"f": 50}, {("r", "a"): again, ("r", "b"): [(6, "g", 2)], ("r", "c"): []})
+    steps, paths, offsets = files._places[("r", "a")]
+    assert (list(steps), list(offsets)) == ([1, 2, 3, 4], [10, 20, 30, 40])
+    assert [files._paths.values[p] for p in paths] == ["f", "f", "f", "h"]
+    assert list(files._places[("r", "b")][0]) == [5, 6]
+    assert ("r", "c") not in files._places
+    assert files._ends == {"f": 50}
