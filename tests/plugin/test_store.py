@@ -332,6 +332,23 @@ def test_a_read_of_several_chunks_is_sorted_before_a_request_asks(job, monkeypat
     assert store.snapshot().columns is columns
 
 
+def test_the_refresh_after_a_big_read_lists_once_its_sort_is_done(job, monkeypatch):
+    """The refresh after a read of several chunks lists only once the read's sort ahead
+    ended: its listing would take the GIL from the analysis beside the sort."""
+    monkeypatch.setattr(store_module, "CHUNK_RECORDS", 20)
+    store = refreshed_store(job.logdir)
+    sorting, provider, alive = store._sorting, store._provider, []
+    listed = provider.list_tensors
+    monkeypatch.setattr(
+        provider,
+        "list_tensors",
+        lambda *a, **k: alive.append(sorting.is_alive()) or listed(*a, **k),
+    )
+    store.refresh(tb_context.RequestContext(), force=True)
+    assert alive == [False]
+    assert store.snapshot().columns is store._shown[0]
+
+
 def test_a_read_of_one_chunk_leaves_the_sort_to_the_request(job):
     """A small read starts no sort of its own: the request that follows sorts."""
     store = refreshed_store(job.logdir)
