@@ -50,6 +50,9 @@ _MAX_REPLY = 256 << 20  # the data server's reply a helper takes: TensorBoard's 
 _ENV = "TB_MONITOR_READ_PROCESSES"
 _COMMAND = [sys.executable, "-m", __name__]  # a helper, given what it reads
 _FILES = "files"  # a helper's argument: it reads event files
+#: A helper does no linear algebra: numpy's BLAS would start a thread per core as it is
+#: imported, ~0.15 CPU-s of each helper's start, taken from the read it starts for.
+_ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 _log = logging.getLogger(__name__)
 
 
@@ -152,7 +155,7 @@ class _Helper:
             [*_COMMAND, *((_FILES,) if address is None else (address, creds))],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": path},
+            env={**os.environ, "PYTHONPATH": path, **_ONE_THREAD},
         )
         self.alive = True
 

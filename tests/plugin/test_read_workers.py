@@ -175,3 +175,17 @@ def test_a_helper_hung_up_on_exits_at_once_with_answers_unread(provider):
     helper.close()
     assert helper.process.returncode == 0
     assert time.monotonic() - started < 2.0  # not the 5 s after which it would be killed
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_helper_starts_no_blas_threads(monkeypatch):
+    """A helper runs with one BLAS thread, whatever TensorBoard's environment asks: it does no
+    linear algebra, and a thread per core started at numpy's import costs its start."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
+    helper = read_workers._Helper(None, "local")
+    try:
+        with open(f"/proc/{helper.process.pid}/environ", "rb") as environ:
+            env = dict(e.split(b"=", 1) for e in environ.read().split(b"\0") if b"=" in e)
+    finally:
+        helper.close()
+    assert {env[name] for name in (b"OPENBLAS_NUM_THREADS", b"OMP_NUM_THREADS")} == {b"1"}
