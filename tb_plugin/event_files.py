@@ -60,8 +60,8 @@ _string_tensors = readers.c_string_tensors
 
 
 class FileRange(NamedTuple):
-    """What to read of one event file of a run: its bytes from ``start`` (a record's first) on,
-    ``size`` of them when it was listed (0: not listed)."""
+    """What to read of one event file of a run: its bytes from ``start`` (a record's first) on;
+    ``size``, the file's size when it was listed (0: not listed)."""
 
     run: str
     path: str

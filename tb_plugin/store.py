@@ -225,7 +225,7 @@ class TimelineStore(Ingest, ProviderStore):
         else:
             fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch)
         self._read_in_chunks(chunks, fetched, self._keep_chunk)
-        if len(chunks) > 1:  # a big read: sorted at once, beside the next refresh's listing
+        if len(chunks) > 1:  # a big read: sorted at once, before a request asks
             self._sorting = threading.Thread(
                 target=self._sort_ahead, name="tb-monitor-sort", daemon=True
             )

@@ -184,6 +184,8 @@ def test_a_helper_starts_no_blas_threads(monkeypatch):
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "8")
     helper = read_workers._Helper(None, "local")
     try:
+        helper.ask(("", ChunkRequest([], [], 0), {}))
+        assert helper.answer() is not None  # it runs: its environment is its own
         with open(f"/proc/{helper.process.pid}/environ", "rb") as environ:
             env = dict(e.split(b"=", 1) for e in environ.read().split(b"\0") if b"=" in e)
     finally:
