@@ -42,6 +42,7 @@ __all__ = [
     "EventFiles",
     "FileRange",
     "FilesRead",
+    "Places",
     "decode_files",
     "file_chunks",
     "read_ranges",
@@ -69,8 +70,36 @@ class FileRange(NamedTuple):
     size: int = 0
 
 
-#: Where each record of a series was read: its step, its file and its byte offset there.
-Places = dict[tuple[str, str], list[tuple[int, str, int]]]
+class Places(NamedTuple):
+    """Where each record of a read's series was: per series (``series``, in order) its
+    records' steps, files (positions in ``paths``) and byte offsets there, one series after
+    another (series ``i``'s are ``bounds[i]:bounds[i + 1]``). Columns, not a tuple per record:
+    a helper hands them over pickled, and a 1,024-node day holds 300k records."""
+
+    series: list[tuple[str, str]]
+    bounds: list[int]
+    steps: np.ndarray  # int64
+    files: np.ndarray  # int32
+    offsets: np.ndarray  # int64
+    paths: list[str]
+
+    @classmethod
+    def of(
+        cls, found: Mapping[tuple[str, str], list[tuple[int, int, int]]], paths: list[str]
+    ) -> Places:
+        """``found``: per series, each record's step, file (in ``paths``) and offset."""
+        series = [key for key, rows in found.items() if rows]
+        rows = [row for key in series for row in found[key]]
+        steps, files, offsets = zip(*rows, strict=True) if rows else ((), (), ())
+        bounds = np.cumsum([0, *(len(found[key]) for key in series)]).tolist()
+        return cls(
+            series,
+            bounds,
+            np.asarray(steps, dtype=np.int64),
+            np.asarray(files, dtype=np.int32),
+            np.asarray(offsets, dtype=np.int64),
+            paths,
+        )
 
 
 class FilesRead(NamedTuple):
@@ -123,25 +152,23 @@ class EventFiles:
                     out.setdefault(run, []).append(FileRange(run, path, start, size))
         return out
 
-    def advance(self, ends: dict[str, int], places: Places) -> None:
+    def advance(self, ends: dict[str, int], places: Places | None) -> None:
         """Files read up to ``ends`` (path -> offset): their next reads start there; the
         records at ``places`` are kept (those past each series' last step known). A chunk's
         series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s."""
         self._ends.update(ends)
-        found = [(key, rows) for key, rows in places.items() if rows]
-        if not found:
+        if places is None or not places.series:
             return
-        steps_read, paths, offsets_read = zip(
-            *(row for _, rows in found for row in rows), strict=True
+        ids = np.asarray([self._paths(path) for path in places.paths], dtype=np.int32)
+        steps, files, offsets, bounds = (
+            places.steps,
+            ids[places.files],
+            places.offsets,
+            places.bounds,
         )
-        steps = np.asarray(steps_read, dtype=np.int64)
-        ids = {path: self._paths(path) for path in dict.fromkeys(paths)}
-        files = np.fromiter(map(ids.__getitem__, paths), dtype=np.int32, count=len(paths))
-        offsets = np.asarray(offsets_read, dtype=np.int64)
-        bounds = np.cumsum([0, *(len(rows) for _, rows in found)]).tolist()
-        kept = [self._places.get(key) for key, _ in found]
+        kept = [self._places.get(key) for key in places.series]
         keep = self._past_kept(steps, bounds, kept)
-        for at, (key, _) in enumerate(found):
+        for at, key in enumerate(places.series):
             a, b = bounds[at], bounds[at + 1]
             mine = slice(a, b) if keep is None else np.flatnonzero(keep[a:b]) + a
             columns = kept[at] or self._places.setdefault(
@@ -215,7 +242,8 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
     passed over (a warning): nothing of it is read."""
     series: dict[str, dict[str, Series]] = {}
     ends: dict[str, int] = {}
-    places: Places = {}
+    places: dict[tuple[str, str], list[tuple[int, int, int]]] = {}  # step, file, offset
+    paths: list[str] = []
     timeline: dict[str, bool] = {}  # per tag read, whether it is a timeline kind's
     for found in ranges:
         try:
@@ -226,9 +254,10 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
         except OSError as exc:
             _log.warning("%s: not read (%s); read again at the next refresh", found.path, exc)
             continue
-        by_tag = series.setdefault(found.run, {})
+        by_tag, file = series.setdefault(found.run, {}), len(paths)
+        paths.append(found.path)
         for offset, item in records:
-            _keep_event(by_tag, places, found.run, found.path, offset, item, timeline)
+            _keep_event(by_tag, places, found.run, found.path, file, offset, item, timeline)
     for run, by_tag in series.items():
         for tag, kept in by_tag.items():
             if kept.steps != sorted(kept.steps):
@@ -239,7 +268,7 @@ def read_ranges(ranges: Iterable[FileRange]) -> FilesRead:
                     [kept.steps[i] for i in order], [kept.records[i] for i in order]
                 )
                 places[(run, tag)] = [places[(run, tag)][i] for i in order]
-    return FilesRead(series, ends, places)
+    return FilesRead(series, ends, Places.of(places, paths))
 
 
 def file_chunks(
@@ -265,15 +294,17 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
 
 def _keep_event(
     by_tag: dict[str, Series],
-    places: Places,
+    places: dict[tuple[str, str], list[tuple[int, int, int]]],
     run: str,
     path: str,
+    file: int,
     offset: int,
     item: Any,
     timeline: dict[str, bool],
 ) -> None:
     """One record's timeline tensors kept (``item``: its data, or its tensors read in C
-    already, a tuple; ``timeline``: tags known to be a timeline kind's or not)."""
+    already, a tuple; ``file``: ``path``'s position among the read's; ``timeline``: tags
+    known to be a timeline kind's or not)."""
     found = item if type(item) is tuple else _record_tensors(path, offset, item)
     if found is None:
         return
@@ -289,7 +320,7 @@ def _keep_event(
                 places[(run, tag)] = []
             kept.steps.append(step)
             kept.records.append(record)
-            places[(run, tag)].append((step, path, offset))
+            places[(run, tag)].append((step, file, offset))
 
 
 def _record_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:

@@ -68,9 +68,7 @@ class DecodedChunk:
     #: Read from event files: where each file's next read starts, and where each record of
     #: each series was (``EventFiles.advance``).
     ends: dict[str, int] = dataclasses.field(default_factory=dict)
-    places: dict[tuple[str, str], list[tuple[int, str, int]]] = dataclasses.field(
-        default_factory=dict
-    )
+    places: Any = None  # tb_plugin.event_files.Places
 
 
 def decode_chunk(

@@ -24,7 +24,7 @@ from tb_monitor import contract
 from tb_monitor.contract import columnar
 from tb_monitor.logdir import fs, tfrecord
 from tb_plugin import event_files, read_workers
-from tb_plugin.event_files import EventFiles
+from tb_plugin.event_files import EventFiles, Places
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.store import TimelineStore, UnknownEventError
 
@@ -247,7 +247,7 @@ def test_a_file_gone_between_listing_and_read_is_a_warning(job, tmp_path, caplog
     missing = str(tmp_path / "gone" / "events.out.tfevents.1.host")
     with caplog.at_level(logging.WARNING, logger=event_files.__name__):
         found = event_files.read_ranges([event_files.FileRange("gone", missing, 0)])
-    assert found == event_files.FilesRead({}, {}, {})
+    assert (found.series, found.ends, found.places.series) == ({}, {}, [])
     assert missing in caplog.text
 
 
@@ -298,9 +298,11 @@ def test_places_are_kept_per_series_past_the_greatest_step_before():
     step order, and where one repeats or goes back (a file read again from its start) only
     its steps past the greatest before, the last kept's included."""
     files = EventFiles("/logs")
-    files.advance({}, {("r", "a"): [(1, "f", 10), (2, "f", 20)], ("r", "b"): [(5, "g", 1)]})
-    again = [(2, "f", 20), (3, "f", 30), (1, "f", 5), (4, "h", 40)]
-    files.advance({"f": 50}, {("r", "a"): again, ("r", "b"): [(6, "g", 2)], ("r", "c"): []})
+    first = {("r", "a"): [(1, 0, 10), (2, 0, 20)], ("r", "b"): [(5, 1, 1)]}
+    files.advance({}, Places.of(first, ["f", "g"]))
+    again = [(2, 1, 20), (3, 1, 30), (1, 1, 5), (4, 2, 40)]
+    then = {("r", "a"): again, ("r", "b"): [(6, 0, 2)], ("r", "c"): []}
+    files.advance({"f": 50}, Places.of(then, ["g", "f", "h"]))
     steps, paths, offsets = files._places[("r", "a")]
     assert (list(steps), list(offsets)) == ([1, 2, 3, 4], [10, 20, 30, 40])
     assert [files._paths.values[p] for p in paths] == ["f", "f", "f", "h"]
