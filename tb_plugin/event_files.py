@@ -122,6 +122,8 @@ class EventFiles:
         # (run, tag) -> each record's step, file (in _paths) and offset, in step order: ~20
         # bytes a record (a day's 300k: 6 MB), against a run's files read whole per lookup.
         self._places: dict[tuple[str, str], tuple[array.array, array.array, array.array]] = {}
+        self._nbytes = 0  # see nbytes
+        self._sizes_read: dict[str, int] = {}  # path -> its size when last read (advance)
 
     @classmethod
     def of_flags(cls, flags: Any) -> EventFiles | None:
@@ -148,24 +150,27 @@ class EventFiles:
                 start = self._ends.get(path, 0)
                 if size < start:
                     start = 0
-                if size > start:
+                if size > start and size != self._sizes_read.get(path):
                     out.setdefault(run, []).append(FileRange(run, path, start, size))
         return out
 
-    def advance(self, ends: dict[str, int], places: Places | None) -> None:
+    def advance(
+        self, ends: dict[str, int], places: Places | None, sizes: Mapping[str, int] | None = None
+    ) -> None:
         """Files read up to ``ends`` (path -> offset): their next reads start there; the
         records at ``places`` are kept (those past each series' last step known). A chunk's
-        series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s."""
+        series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s.
+        ``sizes``: each file's size when it was listed for the read; one that ended short of
+        it (a torn tail: its writer died, or is writing) is read again only once it changed."""
         self._ends.update(ends)
+        listed = sizes or {}
+        self._sizes_read.update((path, listed[path]) for path in ends if path in listed)
         if places is None or not places.series:
             return
-        ids = np.asarray([self._paths(path) for path in places.paths], dtype=np.int32)
-        steps, files, offsets, bounds = (
-            places.steps,
-            ids[places.files],
-            places.offsets,
-            places.bounds,
-        )
+        ids = np.zeros(len(places.paths), dtype=np.int32)
+        for file in np.unique(places.files).tolist():  # those records were kept from
+            ids[file] = self._paths(places.paths[file])
+        steps, files, bounds = places.steps, ids[places.files], places.bounds
         kept = [self._places.get(key) for key in places.series]
         keep = self._past_kept(steps, bounds, kept)
         for at, key in enumerate(places.series):
@@ -175,9 +180,10 @@ class EventFiles:
                 key, (array.array("q"), array.array("i"), array.array("q"))
             )
             columns[1].frombytes(files[mine].tobytes())
-            columns[2].frombytes(offsets[mine].tobytes())
+            columns[2].frombytes(places.offsets[mine].tobytes())
             # last: a read-back finds no step without its place
             columns[0].frombytes(steps[mine].tobytes())
+            self._nbytes += 20 * (b - a if keep is None else len(mine)) + (0 if kept[at] else 250)
 
     @staticmethod
     def _past_kept(
@@ -201,8 +207,9 @@ class EventFiles:
         return keep
 
     def nbytes(self) -> int:
-        """About how many bytes the places of the records kept hold."""
-        return sum(20 * len(steps) + 250 for steps, _, _ in self._places.values())
+        """About how many bytes the places of the records kept hold (20 a record, 250 a
+        series), counted as they are kept."""
+        return self._nbytes
 
     def read_series(self, run: str, tag: str, step: int) -> Series | None:
         """The record of one series at ``step`` (the details panel's read-back): read alone
@@ -278,7 +285,7 @@ def file_chunks(
     (``chunk_requests``: each run counted ``run_bytes`` more), each with its runs' ranges; the
     tags are what the files hold."""
     weights = {run: sum(r.size - r.start for r in ranges) for run, ranges in grown.items()}
-    chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, run_bytes)
+    chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, run_bytes, count_runs=False)
     return [c._replace(ranges=tuple(r for run in c.runs for r in grown[run])) for c in chunks]
 
 
@@ -289,6 +296,7 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
     tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
     decoded = decode_chunk(found.series, chunk.runs, tags, last)
     decoded.ends, decoded.places = found.ends, found.places
+    decoded.sizes = {r.path: r.size for r in chunk.ranges if r.size}
     return decoded
 
 

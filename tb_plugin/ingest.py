@@ -17,7 +17,7 @@ import array
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +25,9 @@ from tb_monitor import contract
 from tb_plugin.batch_events import Described, Groups, add_records, group_events
 from tb_plugin.columns import Interner, Records, Texts
 from tb_plugin.records import Series
+
+if TYPE_CHECKING:
+    from tb_plugin.event_files import Places
 
 __all__ = ["ColumnarChunk", "DecodedChunk", "Ingest", "SeriesEvents", "decode_chunk", "kept_events"]
 
@@ -68,7 +71,8 @@ class DecodedChunk:
     #: Read from event files: where each file's next read starts, and where each record of
     #: each series was (``EventFiles.advance``).
     ends: dict[str, int] = dataclasses.field(default_factory=dict)
-    places: Any = None  # tb_plugin.event_files.Places
+    places: Places | None = None
+    sizes: dict[str, int] = dataclasses.field(default_factory=dict)  # each file's, as listed
 
 
 def decode_chunk(

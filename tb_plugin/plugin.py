@@ -295,7 +295,7 @@ class TimelineLoader(base_plugin.TBLoader):
 
         TensorBoard keeps 10 tensor summaries per tag by default (100 with ``--load_fast``).
         Reading a local logdir's event files itself (:mod:`tb_plugin.event_files`), the plugin
-        needs only each series' newest record, for the listing (``samples_per_plugin`` 1);
+        needs none of them (``samples_per_plugin`` 1: each series' newest, for its listing);
         otherwise it reads every record through the data provider, and a timeline with holes
         would mislead, so it lifts the limit for its own tag only (0). Both loaders honour
         ``samples_per_plugin``: the Python one as its tensor size guidance, the Rust one as

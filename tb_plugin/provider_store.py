@@ -73,19 +73,21 @@ def chunk_requests(
     weights: Mapping[str, int],
     limit: int,
     run_points: int = 0,
+    count_runs: bool = True,
 ) -> list[ChunkRequest]:
     """Stale runs (run -> tags), each of ``weights[run]`` points (records, or bytes), dealt
     into reads of about ``limit`` points, each run counted as ``run_points`` more: a read's
     cost is per run too (its files, its series), and runs of few points each (a big job's
     thousands of worker ranks) would otherwise make one chunk many times another's, read by
-    one helper while the others wait.
+    one helper while the others wait. Without ``count_runs``, how many chunks is the points'
+    alone (runs that grew by a few bytes each, a live job's, make one read, not several).
 
     The runs are dealt, biggest first, each to the lightest chunk so far, so every chunk holds
     a like share of big runs and of small ones. In name order, a 1,024-node day's 4,096
     one-point rank runs filled the last chunks: their records cost TensorBoard's process the
     most to keep (each one described) and the helpers the least, so it kept them alone for
     1.5 s after the helpers were done. Each chunk lists its runs in name order."""
-    total = sum(weights.values()) + run_points * len(weights)
+    total = sum(weights.values()) + (run_points * len(weights) if count_runs else 0)
     lightest = [(0, at) for at in range(max(1, -(-total // max(1, limit))))]  # a heap
     dealt: list[list[str]] = [[] for _ in lightest]
     for run in sorted(weights, key=lambda run: (-weights[run], run)):
@@ -267,7 +269,7 @@ class ProviderStore:
         subclass that holds much says so (by default, 0)."""
         return 0
 
-    def loading(self) -> dict[str, int] | None:
+    def loading(self) -> dict[str, int | str] | None:
         """How far a refresh that is reading is (``done`` of ``expected``, counted in ``unit``:
         records, or bytes of event files), or None when none is."""
         progress = self._progress

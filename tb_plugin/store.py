@@ -15,9 +15,9 @@ kept as runs of consecutive ids (a record's events, sorted in a row: a few bits)
 (:mod:`tb_plugin.batch_events`): one decode per group of alike events, a rendezvous message
 apart, so a million distinct events cost no Python object each but their messages.
 
-With a local logdir the records come from the event files themselves
-(:mod:`tb_plugin.event_files`: the data server keeps only each series' newest record, for its
-listing), else from the data provider. A record under a timeline tag whose payload cannot be
+With a local logdir the records come from the event files themselves, and a walk of the
+logdir says which grew (:mod:`tb_plugin.event_files`: the data server keeps only each series'
+newest record), else from the data provider. A record under a timeline tag whose payload cannot be
 decoded (not JSON, not an object, not text) is skipped, never fatal: it is logged with its run,
 tag and step and counted in :meth:`TimelineStore.skipped` (the ``status`` route says how
 many). Damage in the files themselves is skipped by whoever reads them (``tfrecord``, or the
@@ -102,8 +102,8 @@ CHUNK_RECORDS = 10_000
 #: last chunk held its 4,096 worker ranks, 6,725 records that cost 2.3 s against ~0.35 s for
 #: another chunk's 10,000 (its agents' keep-alive runs), read by one helper at the end.
 RUN_RECORDS = 16
-#: Read from event files, the same in bytes: a chunk of about this many, each run counted as
-#: this many more (a 1,024-node day: ~38 chunks, alike to keep).
+#: Read from event files, the same in bytes: chunks of about this many (a 1,024-node day: 29),
+#: each run counted as this many more as they are dealt, so that they cost alike to keep.
 CHUNK_BYTES = 10 * 2**20
 RUN_BYTES = 16_000
 #: What ``nbytes`` counts per sorted event (its time), per record (its
@@ -206,6 +206,7 @@ class TimelineStore(Ingest, ProviderStore):
         )
 
     def _stale(self, listing: Listing, settled_only: bool) -> tuple[dict[str, list[str]], bool]:
+        """From the files, every run listed (what grew of its files) is read whole."""
         if self._files is not None:  # every run listed grew; its tags are what its files hold
             return {run: [] for run in listing}, False
         return super()._stale(listing, settled_only)
@@ -224,8 +225,9 @@ class TimelineStore(Ingest, ProviderStore):
             fetched: Iterable[DecodedChunk] = map(fetch, chunks)
         else:
             fetched = self._helpers.map(self._eid, chunks, self._last_step, fetch)
+        generation = self.generation
         self._read_in_chunks(chunks, fetched, self._keep_chunk)
-        if len(chunks) > 1:  # a big read: sorted at once, before a request asks
+        if len(chunks) > 1 and self.generation != generation:  # sorted before a request asks
             self._sorting = threading.Thread(
                 target=self._sort_ahead, name="tb-monitor-sort", daemon=True
             )
@@ -254,7 +256,7 @@ class TimelineStore(Ingest, ProviderStore):
     def _keep_chunk(self, chunk: DecodedChunk) -> None:
         with self._lock:
             if self._files is not None:
-                self._files.advance(chunk.ends, chunk.places)
+                self._files.advance(chunk.ends, chunk.places, chunk.sizes)
             if self._keep(chunk):
                 self.generation += 1
                 self._columns = None

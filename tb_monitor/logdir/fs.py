@@ -328,27 +328,27 @@ def run_dirs(logdir: str) -> Iterator[tuple[str, str]]:
 def local_event_files(logdir: str) -> dict[str, tuple[str, dict[str, int]]]:
     """Every run of the local ``logdir``: each directory under it (itself included) holding
     event files, by its run name (``run_name``), with its path and its event files' sizes.
-    One walk (a 1,024-node day's 5,120 runs in ~0.1 s); links to directories are followed,
-    each link's target once; what vanishes meanwhile is passed over, and a logdir that is
-    not there holds none."""
+    One walk (a 1,024-node day's 5,120 runs in ~0.1 s). Links to directories are followed,
+    as TensorBoard does, but not one back to a directory it is in (a loop); what vanishes
+    meanwhile is passed over, and a logdir that is not there holds none."""
     found: dict[str, tuple[str, dict[str, int]]] = {}
-    linked = {os.path.realpath(logdir)}  # where links led: each walked once
-    pending = [(logdir, ".")]
+    # Each directory with its real path: a link's target, else its parent's and its name.
+    pending = [(logdir, ".", os.path.realpath(logdir))]
     while pending:
-        directory, run = pending.pop()
+        directory, run, real = pending.pop()
         sizes: dict[str, int] = {}
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     with contextlib.suppress(OSError):  # gone since it was listed
                         if entry.is_dir():
-                            if entry.is_symlink():  # a link back up the tree is walked once
-                                target = os.path.realpath(entry.path)
-                                if target in linked:
-                                    continue
-                                linked.add(target)
-                            below = entry.name if run == "." else f"{run}/{entry.name}"
-                            pending.append((entry.path, below))
+                            below = os.path.join(real, entry.name)
+                            if entry.is_symlink():
+                                below = os.path.realpath(entry.path)
+                                if f"{real}{os.sep}".startswith(f"{below.rstrip(os.sep)}{os.sep}"):
+                                    continue  # a loop: it leads back up to where it is
+                            name = entry.name if run == "." else f"{run}/{entry.name}"
+                            pending.append((entry.path, name, below))
                         elif is_event_file(entry.name) and entry.is_file():
                             sizes[entry.name] = entry.stat().st_size
         except OSError:  # gone, or not ours to read

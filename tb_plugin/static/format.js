@@ -68,9 +68,9 @@ export function balanced(text) {
 // `text` as an isolate (FSI … PDI), for strings: titles, options, canvas labels, composed lines.
 export const isolate = (text) => `\u2068${balanced(text)}\u2069`;
 
-// How far the server's first read is: "Loading events… 42%", and with a `unit` how many of
-// them ("(1,200 records of 3,000 read)"); a read of event files counts their bytes
-// ("(12 MB of 337 MB read)").
+// How far the server's first read is: "Loading events… 42%", and with a `unit` (the noun of
+// what it reads) how many of them ("(1,200 records of 3,000 read)"); a read that counts the
+// event files' bytes (`loading.unit` "byte") says so in MB ("(12 MB of 337 MB read)").
 export function loadingText(what, loading, unit = null) {
   const pct = loading.expected ? Math.floor((100 * loading.done) / loading.expected) : 0;
   const text = `Loading ${what}… ${pct}%`;

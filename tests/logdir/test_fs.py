@@ -131,17 +131,24 @@ def test_a_walk_finds_every_directory_holding_event_files_with_their_sizes(tmp_p
     assert [run for run, _ in fs.run_dirs(str(tmp_path))] == [".", "a/b"]
 
 
-def test_a_walk_follows_a_link_to_a_directory_once(tmp_path):
-    """A linked run directory is a run under the link's name too; a link back up the tree is
-    walked once, not forever."""
-    (tmp_path / "real").mkdir()
-    (tmp_path / "real" / "events.out.tfevents.1.host").write_bytes(b"x")
-    (tmp_path / "linked").symlink_to(tmp_path / "real")
-    (tmp_path / "real" / "loop").symlink_to(tmp_path)
-    found = fs.local_event_files(str(tmp_path))
-    assert found == {
-        "linked": (str(tmp_path / "linked"), {"events.out.tfevents.1.host": 1}),
-        "real": (str(tmp_path / "real"), {"events.out.tfevents.1.host": 1}),
+def test_a_walk_follows_links_to_directories_but_not_back_up(tmp_path):
+    """A linked run directory is a run under each link's name, as TensorBoard lists it; a
+    link back to a directory it is in (the logdir, or any other) is not walked: no loop, no
+    run twice."""
+    outside, logdir = tmp_path / "outside", tmp_path / "logs"
+    (outside / "run").mkdir(parents=True)
+    (outside / "run" / "events.out.tfevents.1.host").write_bytes(b"x")
+    (logdir / "a").mkdir(parents=True)
+    (logdir / "a" / "events.out.tfevents.2.host").write_bytes(b"xy")
+    (logdir / "one").symlink_to(outside / "run")
+    (logdir / "two").symlink_to(outside / "run")
+    (logdir / "a" / "back").symlink_to(logdir / "a")
+    (logdir / "a" / "top").symlink_to(logdir)
+    found = fs.local_event_files(str(logdir))
+    assert {run: sizes for run, (_, sizes) in found.items()} == {
+        "a": {"events.out.tfevents.2.host": 2},
+        "one": {"events.out.tfevents.1.host": 1},
+        "two": {"events.out.tfevents.1.host": 1},
     }
 
 

@@ -309,3 +309,44 @@ def test_places_are_kept_per_series_past_the_greatest_step_before():
     assert list(files._places[("r", "b")][0]) == [5, 6]
     assert ("r", "c") not in files._places
     assert files._ends == {"f": 50}
+
+
+def test_runs_that_grew_by_a_few_bytes_each_are_one_read():
+    """Thousands of runs that grew by a few bytes each (a live job's scalars) make one read,
+    however many runs: only bytes make more (each run's cost still balances the chunks)."""
+    few = {f"r{i}": [event_files.FileRange(f"r{i}", f"/r{i}/e", 100, 140)] for i in range(5000)}
+    assert len(event_files.file_chunks(few, 10 * 2**20, 16_000)) == 1
+    big = {f"a{i}": [event_files.FileRange(f"a{i}", f"/a{i}/e", 0, 2**20)] for i in range(40)}
+    assert len(event_files.file_chunks(big, 10 * 2**20, 16_000)) == 4
+
+
+def test_a_file_replaced_by_a_shorter_one_is_read_again_from_its_start(tmp_path):
+    """A file now shorter than what was read of it was replaced: listed again from byte 0."""
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(b"x" * 100)
+    files = EventFiles(str(tmp_path))
+    files.advance({str(path): 100}, None, {str(path): 100})
+    assert files.grown() == {}
+    path.write_bytes(b"y" * 40)
+    assert files.grown() == {".": [event_files.FileRange(".", str(path), 0, 40)]}
+
+
+def test_a_torn_tail_is_read_again_only_once_its_file_changed(job, tmp_path):
+    """A file whose last record is torn (its writer died mid-write) is not read again at every
+    refresh, only once it changed: then what was torn is read whole."""
+    logdir = tmp_path / "logs"
+    run = sorted(job.runs)[0]
+    _copy_job(job, logdir, [run])
+    (name,) = [n for n in os.listdir(logdir / run) if fs.is_event_file(n)]
+    path = logdir / run / name
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-5])
+    store = _read(local_provider(logdir), logdir)
+    torn = len(store.snapshot().columns.t)
+    assert store._files.grown() == {}
+    path.write_bytes(whole)
+    (grown,) = store._files.grown()[run]
+    assert (grown.path, grown.size) == (str(path), len(whole)) and grown.start < len(whole) - 5
+    store.refresh(tb_context.RequestContext(), force=True)
+    assert len(store.snapshot().columns.t) > torn
+    assert store._files.grown() == {}
