@@ -282,10 +282,13 @@ def file_chunks(
     grown: Mapping[str, list[FileRange]], limit: int, run_bytes: int
 ) -> list[ChunkRequest]:
     """What grew of the files (``EventFiles.grown``) dealt into reads of about ``limit`` bytes
-    (``chunk_requests``: each run counted ``run_bytes`` more), each with its runs' ranges; the
-    tags are what the files hold."""
+    (``chunk_requests``), each with its runs' ranges; the tags are what the files hold. Each
+    run costs ``run_bytes`` more (its records' cost per run), or its bytes again where fewer:
+    a live job's thousands of runs that grew by a few bytes each are one read, not several
+    each starting helpers."""
     weights = {run: sum(r.size - r.start for r in ranges) for run, ranges in grown.items()}
-    chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, run_bytes, count_runs=False)
+    costs = {run: size + min(size, run_bytes) for run, size in weights.items()}
+    chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, costs=costs)
     return [c._replace(ranges=tuple(r for run in c.runs for r in grown[run])) for c in chunks]
 
 

@@ -73,27 +73,29 @@ def chunk_requests(
     weights: Mapping[str, int],
     limit: int,
     run_points: int = 0,
-    count_runs: bool = True,
+    costs: Mapping[str, int] | None = None,
 ) -> list[ChunkRequest]:
     """Stale runs (run -> tags), each of ``weights[run]`` points (records, or bytes), dealt
     into reads of about ``limit`` points, each run counted as ``run_points`` more: a read's
     cost is per run too (its files, its series), and runs of few points each (a big job's
     thousands of worker ranks) would otherwise make one chunk many times another's, read by
-    one helper while the others wait. Without ``count_runs``, how many chunks is the points'
-    alone (runs that grew by a few bytes each, a live job's, make one read, not several).
+    one helper while the others wait. ``costs`` (per run) replaces points and ``run_points``
+    as what is dealt, where a run's cost is not the same for every run.
 
     The runs are dealt, biggest first, each to the lightest chunk so far, so every chunk holds
     a like share of big runs and of small ones. In name order, a 1,024-node day's 4,096
     one-point rank runs filled the last chunks: their records cost TensorBoard's process the
     most to keep (each one described) and the helpers the least, so it kept them alone for
     1.5 s after the helpers were done. Each chunk lists its runs in name order."""
-    total = sum(weights.values()) + (run_points * len(weights) if count_runs else 0)
+    if costs is None:
+        costs = {run: points + run_points for run, points in weights.items()}
+    total = sum(costs.values())
     lightest = [(0, at) for at in range(max(1, -(-total // max(1, limit))))]  # a heap
     dealt: list[list[str]] = [[] for _ in lightest]
     for run in sorted(weights, key=lambda run: (-weights[run], run)):
         size, at = heapq.heappop(lightest)
         dealt[at].append(run)
-        heapq.heappush(lightest, (size + weights[run] + run_points, at))
+        heapq.heappush(lightest, (size + costs[run], at))
     return [
         ChunkRequest(
             sorted(runs),

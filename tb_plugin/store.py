@@ -102,9 +102,9 @@ CHUNK_RECORDS = 10_000
 #: last chunk held its 4,096 worker ranks, 6,725 records that cost 2.3 s against ~0.35 s for
 #: another chunk's 10,000 (its agents' keep-alive runs), read by one helper at the end.
 RUN_RECORDS = 16
-#: Read from event files, the same in bytes: chunks of about this many (a 1,024-node day: 29),
-#: each run counted as this many more as they are dealt, so that they cost alike to keep.
-CHUNK_BYTES = 10 * 2**20
+#: Read from event files, the same in bytes (``event_files.file_chunks``): chunks of about this
+#: many, each run counted as this many more (a 1,024-node day: 39 chunks, alike to keep).
+CHUNK_BYTES = 8 * 2**20
 RUN_BYTES = 16_000
 #: What ``nbytes`` counts per sorted event (its time), per record (its
 #: fields, search text and row slot), per interned string and per interval row.

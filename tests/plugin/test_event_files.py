@@ -312,12 +312,12 @@ def test_places_are_kept_per_series_past_the_greatest_step_before():
 
 
 def test_runs_that_grew_by_a_few_bytes_each_are_one_read():
-    """Thousands of runs that grew by a few bytes each (a live job's scalars) make one read,
-    however many runs: only bytes make more (each run's cost still balances the chunks)."""
+    """Thousands of runs that grew by a few bytes each (a live job's scalars) make one read:
+    a run costs its bytes and up to ``run_bytes`` more, its bytes again where fewer."""
     few = {f"r{i}": [event_files.FileRange(f"r{i}", f"/r{i}/e", 100, 140)] for i in range(5000)}
     assert len(event_files.file_chunks(few, 10 * 2**20, 16_000)) == 1
     big = {f"a{i}": [event_files.FileRange(f"a{i}", f"/a{i}/e", 0, 2**20)] for i in range(40)}
-    assert len(event_files.file_chunks(big, 10 * 2**20, 16_000)) == 4
+    assert len(event_files.file_chunks(big, 10 * 2**20, 16_000)) == 5  # 40 MiB, 0.6 more
 
 
 def test_a_file_replaced_by_a_shorter_one_is_read_again_from_its_start(tmp_path):
