@@ -123,6 +123,7 @@ class EventFiles:
         # bytes a record (a day's 300k: 6 MB), against a run's files read whole per lookup.
         self._places: dict[tuple[str, str], tuple[array.array, array.array, array.array]] = {}
         self._nbytes = 0  # see nbytes
+        self._listed: dict[str, int] = {}  # path -> its size at the last listing (grown)
         self._sizes_read: dict[str, int] = {}  # path -> its size when last read (advance)
 
     @classmethod
@@ -152,19 +153,17 @@ class EventFiles:
                     start = 0
                 if size > start and size != self._sizes_read.get(path):
                     out.setdefault(run, []).append(FileRange(run, path, start, size))
+                    self._listed[path] = size
         return out
 
-    def advance(
-        self, ends: dict[str, int], places: Places | None, sizes: Mapping[str, int] | None = None
-    ) -> None:
+    def advance(self, ends: dict[str, int], places: Places | None) -> None:
         """Files read up to ``ends`` (path -> offset): their next reads start there; the
         records at ``places`` are kept (those past each series' last step known). A chunk's
         series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s.
-        ``sizes``: each file's size when it was listed for the read; one that ended short of
-        it (a torn tail: its writer died, or is writing) is read again only once it changed."""
+        A file read short of its size at the listing (a torn tail: its writer died, or is
+        writing) is listed again only once that size changed."""
         self._ends.update(ends)
-        listed = sizes or {}
-        self._sizes_read.update((path, listed[path]) for path in ends if path in listed)
+        self._sizes_read.update((path, self._listed[path]) for path in ends if path in self._listed)
         if places is None or not places.series:
             return
         ids = np.zeros(len(places.paths), dtype=np.int32)
@@ -299,7 +298,6 @@ def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> De
     tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
     decoded = decode_chunk(found.series, chunk.runs, tags, last)
     decoded.ends, decoded.places = found.ends, found.places
-    decoded.sizes = {r.path: r.size for r in chunk.ranges if r.size}
     return decoded
 
 

@@ -72,7 +72,6 @@ class DecodedChunk:
     #: each series was (``EventFiles.advance``).
     ends: dict[str, int] = dataclasses.field(default_factory=dict)
     places: Places | None = None
-    sizes: dict[str, int] = dataclasses.field(default_factory=dict)  # each file's, as listed
 
 
 def decode_chunk(

@@ -72,23 +72,20 @@ def chunk_requests(
     stale: Mapping[str, Sequence[str]],
     weights: Mapping[str, int],
     limit: int,
-    run_points: int = 0,
     costs: Mapping[str, int] | None = None,
 ) -> list[ChunkRequest]:
     """Stale runs (run -> tags), each of ``weights[run]`` points (records, or bytes), dealt
-    into reads of about ``limit`` points, each run counted as ``run_points`` more: a read's
-    cost is per run too (its files, its series), and runs of few points each (a big job's
-    thousands of worker ranks) would otherwise make one chunk many times another's, read by
-    one helper while the others wait. ``costs`` (per run) replaces points and ``run_points``
-    as what is dealt, where a run's cost is not the same for every run.
+    into reads costing about ``limit``, each run costing ``costs[run]`` (by default, its
+    points): a read's cost is per run too (its files, its series), and runs of few points each
+    (a big job's thousands of worker ranks) would otherwise make one chunk many times
+    another's, read by one helper while the others wait.
 
     The runs are dealt, biggest first, each to the lightest chunk so far, so every chunk holds
     a like share of big runs and of small ones. In name order, a 1,024-node day's 4,096
     one-point rank runs filled the last chunks: their records cost TensorBoard's process the
     most to keep (each one described) and the helpers the least, so it kept them alone for
     1.5 s after the helpers were done. Each chunk lists its runs in name order."""
-    if costs is None:
-        costs = {run: points + run_points for run, points in weights.items()}
+    costs = weights if costs is None else costs
     total = sum(costs.values())
     lightest = [(0, at) for at in range(max(1, -(-total // max(1, limit))))]  # a heap
     dealt: list[list[str]] = [[] for _ in lightest]

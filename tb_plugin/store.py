@@ -219,7 +219,8 @@ class TimelineStore(Ingest, ProviderStore):
             chunks = file_chunks(listing, CHUNK_BYTES, RUN_BYTES)
         else:
             points = listed_points(stale, listing)
-            chunks = chunk_requests(stale, points, CHUNK_RECORDS, RUN_RECORDS)
+            costs = {run: count + RUN_RECORDS for run, count in points.items()}
+            chunks = chunk_requests(stale, points, CHUNK_RECORDS, costs)
         fetch = functools.partial(self._fetch, ctx)
         if self._helpers is None:
             fetched: Iterable[DecodedChunk] = map(fetch, chunks)
@@ -256,7 +257,7 @@ class TimelineStore(Ingest, ProviderStore):
     def _keep_chunk(self, chunk: DecodedChunk) -> None:
         with self._lock:
             if self._files is not None:
-                self._files.advance(chunk.ends, chunk.places, chunk.sizes)
+                self._files.advance(chunk.ends, chunk.places)
             if self._keep(chunk):
                 self.generation += 1
                 self._columns = None

@@ -325,7 +325,7 @@ def test_a_file_replaced_by_a_shorter_one_is_read_again_from_its_start(tmp_path)
     path = tmp_path / "events.out.tfevents.1.host"
     path.write_bytes(b"x" * 100)
     files = EventFiles(str(tmp_path))
-    files.advance({str(path): 100}, None, {str(path): 100})
+    files.advance({str(path): 100}, None)
     assert files.grown() == {}
     path.write_bytes(b"y" * 40)
     assert files.grown() == {".": [event_files.FileRange(".", str(path), 0, 40)]}

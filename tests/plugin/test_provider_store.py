@@ -134,11 +134,12 @@ def test_chunks_hold_about_a_limit_of_points():
 
 
 def test_a_run_of_few_points_counts_as_its_cost():
-    """With ``run_points``, runs of one point each fill a chunk sooner: each costs its read
-    too, so thousands of small runs do not make one chunk many times another's; the chunk
-    still says how many points it holds."""
+    """Costing each run 4 points more, runs of one point each fill a chunk sooner: each costs
+    its read too, so thousands of small runs do not make one chunk many times another's; the
+    chunk still says how many points it holds."""
     points = {f"rank-{i}": 1 for i in range(10)}
-    chunks = chunk_requests({run: ["t"] for run in points}, points, 20, run_points=4)
+    costs = {run: n + 4 for run, n in points.items()}
+    chunks = chunk_requests({run: ["t"] for run in points}, points, 20, costs)
     assert [len(c.runs) for c in chunks] == [4, 3, 3]
     assert [c.points for c in chunks] == [4, 3, 3]
 
@@ -148,7 +149,7 @@ def test_small_runs_are_spread_over_the_chunks():
     order, rather than the small ones filling the last chunks (name order)."""
     points = {f"agent-{i:02}": 300 for i in range(12)} | {f"rank-{i:03}": 1 for i in range(96)}
     stale = {run: ["t"] for run in points}
-    chunks = chunk_requests(stale, points, 1000, run_points=16)
+    chunks = chunk_requests(stale, points, 1000, {run: n + 16 for run, n in points.items()})
     assert len(chunks) == 6
     assert [sum(run.startswith("agent") for run in c.runs) for c in chunks] == [2] * 6
     assert [sum(run.startswith("rank") for run in c.runs) for c in chunks] == [16] * 6
