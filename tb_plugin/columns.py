@@ -631,11 +631,16 @@ def lane_time_order(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.
     lane_bits = max(1, int(rec_lane.max()).bit_length())
     if time_bits + lane_bits > 62 or not math.isfinite(hi - lo):
         return np.lexsort((t, rec_lane[rec]))
+    # Whole columns, few numpy calls: the analysis (Python) runs beside this sort, and each
+    # call's end waits for the GIL (up to 5 ms).
     micros = np.subtract(t, lo)  # in place from here: each pass over 18M events costs ~30 ms
     micros *= 1e6
     key = micros.astype(np.int64)  # truncated: in time order, ties kept as read (see
     # exact_time_order for events less than a microsecond apart)
-    del micros
-    # Below 2**time_bits: no carry into the lane. Shifted per record, gathered once per event.
-    key |= (rec_lane.astype(np.int64) << time_bits)[rec]
+    # Below 2**time_bits: no carry into the lane. Shifted per record, gathered once per event
+    # into the times' array, done with: one 142-MB array fewer to allocate and first touch.
+    # "clip": every record id is below len(rec_lane), and the default ("raise") copies
+    # through a buffer when given ``out``.
+    shifted = rec_lane.astype(np.int64) << time_bits
+    key |= np.take(shifted, rec, out=micros.view(np.int64), mode="clip")
     return np.argsort(key, kind="stable")

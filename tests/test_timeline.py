@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import pickle
+import subprocess
+import sys
+
 from tb_monitor import contract, timeline
 
 
@@ -98,3 +103,26 @@ def test_spans_take_each_records_lane_from_the_lane_of_given():
     one = timeline.Lane("j", contract.WORKER, "rank 3", (3,))
     found = timeline.spans(rows, lambda row: one)
     assert [(s.lane, s.begin, s.end, s.state) for s in found] == [(one, 10.0, 20.0, "SUCCEEDED")]
+
+
+def test_a_lane_pickled_after_hashing_is_found_in_a_process_with_another_hash_seed():
+    """A lane keeps its hash once made, but not in its pickle: read back where strings hash
+    differently, it is still found as the same lane."""
+    lane = timeline.lane_of(_joined(1, 10.0))
+    hash(lane)  # made, and kept
+    script = (
+        "import pickle, sys\n"
+        "from tb_monitor import timeline\n"
+        "lane = pickle.loads(sys.stdin.buffer.read())\n"
+        "fresh = timeline.Lane(lane.group, lane.kind, lane.label, lane.key)\n"
+        "print({fresh: 'found'}.get(lane))\n"
+    )
+    for seed in ("1", "2"):
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            input=pickle.dumps(lane),
+            capture_output=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            check=True,
+        )
+        assert done.stdout.decode().strip() == "found"

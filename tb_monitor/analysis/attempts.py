@@ -93,10 +93,10 @@ def _worker_attempts(marks: list[Span]) -> list[Span]:
     ]
 
 
-def _attempt_starts(marks: list[Span]) -> dict[_Key, float]:
-    """Each attempt's first worker start."""
+def _attempt_starts(worker_attempts: list[Span]) -> dict[_Key, float]:
+    """Each attempt's first worker start (``worker_attempts``: ``_worker_attempts``)."""
     starts: dict[_Key, float] = {}
-    for span in _worker_attempts(marks):
+    for span in worker_attempts:
         key = (span.lane.group, span.number)
         starts[key] = min(starts.get(key, math.inf), span.begin)
     return starts
@@ -104,7 +104,7 @@ def _attempt_starts(marks: list[Span]) -> dict[_Key, float]:
 
 def restart_starts(marks: list[Span]) -> list[tuple[str, int, float]]:
     """``(job, attempt, start)`` of every attempt after the first: its first worker START."""
-    starts = _attempt_starts(marks)
+    starts = _attempt_starts(_worker_attempts(marks))
     return sorted((job, attempt, t) for (job, attempt), t in starts.items() if attempt > 0)
 
 
@@ -129,20 +129,28 @@ def _round_members(rows: Iterable[Mapping[str, Any]]) -> dict[_Key, set[str]]:
     for row in rows:
         if row["kind"] != contract.RENDEZVOUS or row.get("state") == "FAILED":
             continue
-        found = _JOINED.search(row.get("message") or "")
+        message = row.get("message") or ""
+        found = _JOINED.search(message) if "has joined round" in message else None
         if found:
             node = f"{row.get('hostname')} (pid {row.get('pid')})"
             members[(job_of(row), int(found.group(1)))].add(node)
     return members
 
 
-def _read_logdir(rows: list[Mapping[str, Any]], marks: list[Span]) -> _Logdir:
+def _read_logdir(
+    rows: list[Mapping[str, Any]], marks: list[Span], worker_attempts: list[Span]
+) -> _Logdir:
     rounds = [s for s in marks if s.lane.kind == contract.RENDEZVOUS and s.end is not None]
     agent_last: dict[str, float] = {}
+    agents: dict[str, bool] = {}  # per run, whether it is an agent's: a big job has 1,000s
     for row in rows:
-        if is_agent_run(row["run"]):
-            agent_last[row["run"]] = max(agent_last.get(row["run"], -math.inf), row["wall_time"])
-    return _Logdir(_attempt_starts(marks), agent_last, _round_members(rows), rounds)
+        run = row["run"]
+        agent = agents.get(run)
+        if agent is None:
+            agent = agents[run] = is_agent_run(run)
+        if agent:
+            agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
+    return _Logdir(_attempt_starts(worker_attempts), agent_last, _round_members(rows), rounds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,9 +250,10 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
     """
     rows = list(rows)
     marks = spans(rows) if marks is None else marks
-    logdir = _read_logdir(rows, marks)
+    worker_attempts = _worker_attempts(marks)
+    logdir = _read_logdir(rows, marks, worker_attempts)
     groups: dict[_Key, list[Span]] = defaultdict(list)
-    for span in _worker_attempts(marks):
+    for span in worker_attempts:
         groups[(span.lane.group, span.number)].append(span)
     endings = _rank_endings(marks)
     out: list[Attempt] = []

@@ -42,6 +42,7 @@ __all__ = [
 #: An agent's last record: its verdict on the whole run (TERMINATED: ``tb-monitor run``'s, a
 #: signal stopped it).
 _VERDICTS = frozenset(f"{AGENT_PREFIX}{state}" for state in ("SUCCEEDED", "FAILED", "TERMINATED"))
+_KEYS = (str, type(None))  # the run ids a lookup by run id may take (a foreign one: a list)
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,17 @@ def job_spans(rows: Iterable[Mapping[str, Any]]) -> list[JobSpan]:
     """Every job of decoded timeline records (after ``separate_jobs``), by id."""
     starts: dict[str, float] = {}
     dirs: dict[str, set[str]] = {}
+    seen: dict[tuple[Any, Any], tuple[str, bool]] = {}  # (run id, run): its job, an agent's?
     for row in rows:
-        job = job_of(row)
-        dirs.setdefault(job, set()).add(str(row["run"]).split("/", 1)[0])
-        if is_agent_run(str(row["run"])):
+        run_id, run = row.get("run_id"), row["run"]
+        known = seen.get((run_id, run)) if type(run_id) in _KEYS else None
+        if known is None:
+            known = (job_of(row), is_agent_run(str(run)))
+            dirs.setdefault(known[0], set()).add(str(run).split("/", 1)[0])
+            if type(run_id) in _KEYS:
+                seen[(run_id, run)] = known
+        job, agent = known
+        if agent:
             starts[job] = min(starts.get(job, math.inf), row["wall_time"])
     out = []
     for job in sorted(dirs):

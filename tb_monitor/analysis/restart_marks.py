@@ -9,8 +9,6 @@ figure apply this to ``tb_monitor.timeline.spans`` so they draw the same thing.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tb_monitor import contract
 from tb_monitor.analysis.attempts import Attempt
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span
@@ -43,12 +41,12 @@ def mark_restarts(marks: list[Span], found: list[Attempt]) -> list[Span]:
         key = (span.lane.group, span.number, rank)
         if span.end is not None and key in collateral:
             state = collateral[key]
-            span = replace(
-                span, state=state, label=f"attempt {span.number}: {STOPPED_WORDS[state]}"
+            span = span._replace(
+                state=state, label=f"attempt {span.number}: {STOPPED_WORDS[state]}"
             )
         elif span.end is not None and key in causes and span.state != "RUNNING":
-            span = replace(span, label=f"attempt {span.number}: {causes[key].reason}")
+            span = span._replace(label=f"attempt {span.number}: {causes[key].reason}")
         elif span.end is None and span.rows and id(span.rows[0]) in ending:
-            span = replace(span, state=ending[id(span.rows[0])])
+            span = span._replace(state=ending[id(span.rows[0])])
         out.append(span)
     return out
