@@ -74,6 +74,7 @@ from tb_plugin.provider_store import (
     cyclic_gc_paused,
     listed_points,
     release_freed_memory,
+    small_pages,
 )
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.records import Series, read_series
@@ -328,7 +329,7 @@ class TimelineStore(Ingest, ProviderStore):
             doubled = self._folded + len(self._t) >= RESORT_GROWTH * len(shown[0].t)
             if not doubled or progress[0] >= RESORT_BEFORE * progress[1]:
                 return shown
-        with cyclic_gc_paused():
+        with cyclic_gc_paused(), small_pages():
             self._shown = (self._sorted_columns(), self.generation)
         return self._shown
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 from plugin_helpers import local_provider, small_job
 from tensorboard import context as tb_context
@@ -17,6 +18,7 @@ from tb_plugin.provider_store import (
     chunk_requests,
     cyclic_gc_paused,
     listed_points,
+    small_pages,
 )
 from tb_plugin.ranks import RankStore
 from tb_plugin.store import TimelineStore
@@ -113,6 +115,38 @@ def test_a_read_that_raises_still_ends_its_pause():
     with pytest.raises(RuntimeError), cyclic_gc_paused():
         raise RuntimeError("a read failed")
     assert gc.isenabled()
+
+
+def _huge_pages_advised() -> bool:
+    flip = np._core.multiarray._set_madvise_hugepage
+    was = flip(False)
+    flip(was)
+    return was
+
+
+def test_numpys_huge_page_advice_is_off_until_the_last_small_pages_ends():
+    """Nested ``small_pages`` keep numpy's huge-page advice off until the outermost ends,
+    which gives it back."""
+    was = np._core.multiarray._set_madvise_hugepage(True)
+    try:
+        with small_pages():
+            with small_pages():
+                assert not _huge_pages_advised()
+            assert not _huge_pages_advised()
+        assert _huge_pages_advised()
+    finally:
+        np._core.multiarray._set_madvise_hugepage(was)
+
+
+def test_small_pages_leave_advice_that_was_off_off():
+    """Huge-page advice someone turned off stays off after ``small_pages``."""
+    was = np._core.multiarray._set_madvise_hugepage(False)
+    try:
+        with small_pages():
+            pass
+        assert not _huge_pages_advised()
+    finally:
+        np._core.multiarray._set_madvise_hugepage(was)
 
 
 def test_a_runs_points_are_its_stale_series_steps_as_listed():

@@ -354,3 +354,23 @@ def test_a_read_of_one_chunk_leaves_the_sort_to_the_request(job):
     store = refreshed_store(job.logdir)
     assert store._sorting is None and store._shown is None
     assert len(store.snapshot().columns.t) == job.total_events
+
+
+def test_a_sort_runs_with_numpys_huge_page_advice_off_and_gives_it_back(job, monkeypatch):
+    """A store's sort allocates its columns without numpy's huge-page advice (each new big
+    array a kernel compaction otherwise), which is as it was once the sort is done."""
+    flip = np._core.multiarray._set_madvise_hugepage
+    seen = []
+    lane_time_order = store_module.lane_time_order
+
+    def observed(*args):
+        seen.append(flip(False))
+        return lane_time_order(*args)
+
+    monkeypatch.setattr(store_module, "lane_time_order", observed)
+    was = flip(True)
+    try:
+        refreshed_store(job.logdir).snapshot()
+        assert (seen, flip(True)) == ([False], True)
+    finally:
+        flip(was)
