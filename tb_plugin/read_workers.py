@@ -227,7 +227,9 @@ def _serve(decode: Decode, requests: IO[bytes], answers: IO[bytes]) -> None:
     asked: queue.Queue[Any] = queue.Queue()
 
     def take() -> None:
-        with contextlib.suppress(EOFError, OSError):
+        # A request cut short (TensorBoard killed while it asked) ends it as a hang-up does:
+        # left waiting, the helper would outlive TensorBoard.
+        with contextlib.suppress(Exception):
             while True:
                 asked.put(pickle.load(requests))
         os._exit(0)  # hung up on: no answer is wanted any more

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pickle
 import select
 import sys
 import time
@@ -191,3 +192,17 @@ def test_a_helper_starts_no_blas_threads(monkeypatch):
     finally:
         helper.close()
     assert {env[name] for name in (b"OPENBLAS_NUM_THREADS", b"OMP_NUM_THREADS")} == {b"1"}
+
+
+def test_a_helper_whose_request_is_cut_short_exits():
+    """A helper that reads half a request (TensorBoard killed as it asked) exits by itself,
+    rather than wait for a next request that never comes."""
+    request = pickle.dumps(("", ChunkRequest(["run"], ["tag"], 0), {}), pickle.HIGHEST_PROTOCOL)
+    helper = read_workers._Helper(None, "local")
+    try:
+        helper.process.stdin.write(request[: len(request) // 2])
+        helper.process.stdin.flush()
+        helper.process.stdin.close()
+        assert helper.process.wait(timeout=30) == 0
+    finally:
+        helper.close()
