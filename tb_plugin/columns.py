@@ -633,7 +633,9 @@ def lane_time_order(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.
         return np.lexsort((t, rec_lane[rec]))
     # Whole columns, few numpy calls: the analysis (Python) runs beside this sort, and each
     # call's end waits for the GIL (up to 5 ms).
-    micros = np.subtract(t, lo)  # in place from here: each pass over 18M events costs ~30 ms
+    # In place from here (each pass over 18M events costs ~30 ms), as doubles whatever ``t``
+    # is: the buffer is reused for 64-bit lanes below.
+    micros = np.subtract(t, lo, dtype=np.float64)
     micros *= 1e6
     key = micros.astype(np.int64)  # truncated: in time order, ties kept as read (see
     # exact_time_order for events less than a microsecond apart)

@@ -20,6 +20,7 @@ import ctypes
 import enum
 import gc
 import heapq
+import importlib
 import math
 import threading
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
@@ -151,14 +152,22 @@ def _flip_gc(on: bool) -> bool:
     return was
 
 
-def _flip_huge_pages(on: bool) -> bool:
-    """NumPy's huge-page advice for its big arrays (``NUMPY_MADVISE_HUGEPAGE`` at import);
-    off where this numpy has no such switch."""
-    import numpy as np
+def _madvise_switch() -> Callable[[bool], bool] | None:
+    """NumPy's switch of its huge-page advice (``NUMPY_MADVISE_HUGEPAGE`` at import): it sets
+    the advice and says what it was. None where this numpy has none."""
+    for name in ("numpy._core.multiarray", "numpy.core.multiarray"):  # numpy 2, then 1
+        try:
+            return importlib.import_module(name)._set_madvise_hugepage
+        except (ImportError, AttributeError):
+            continue
+    return None
 
-    core = getattr(np, "_core", None) or np.core
-    flip = getattr(core.multiarray, "_set_madvise_hugepage", None)
-    return bool(flip(on)) if flip is not None else False
+
+_MADVISE = _madvise_switch()
+
+
+def _flip_huge_pages(on: bool) -> bool:
+    return bool(_MADVISE(on)) if _MADVISE is not None else False
 
 
 _GC = _ProcessSetting(_flip_gc)

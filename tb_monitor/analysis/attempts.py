@@ -145,9 +145,11 @@ def _read_logdir(
     agents: dict[str, bool] = {}  # per run, whether it is an agent's: a big job has 1,000s
     for row in rows:
         run = row["run"]
-        agent = agents.get(run)
+        agent = agents.get(run) if type(run) is str else None
         if agent is None:
-            agent = agents[run] = is_agent_run(run)
+            agent = is_agent_run(run)
+            if type(run) is str:
+                agents[run] = agent
         if agent:
             agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
     return _Logdir(_attempt_starts(worker_attempts), agent_last, _round_members(rows), rounds)

@@ -42,7 +42,7 @@ __all__ = [
 #: An agent's last record: its verdict on the whole run (TERMINATED: ``tb-monitor run``'s, a
 #: signal stopped it).
 _VERDICTS = frozenset(f"{AGENT_PREFIX}{state}" for state in ("SUCCEEDED", "FAILED", "TERMINATED"))
-_KEYS = (str, type(None))  # the run ids a lookup by run id may take (a foreign one: a list)
+_KEYS = (str, type(None))  # run ids a lookup may take (a foreign record's may be a list)
 
 
 @dataclass(frozen=True)
@@ -135,11 +135,12 @@ def job_spans(rows: Iterable[Mapping[str, Any]]) -> list[JobSpan]:
     seen: dict[tuple[Any, Any], tuple[str, bool]] = {}  # (run id, run): its job, an agent's?
     for row in rows:
         run_id, run = row.get("run_id"), row["run"]
-        known = seen.get((run_id, run)) if type(run_id) in _KEYS else None
+        keyed = type(run_id) in _KEYS and type(run) is str
+        known = seen.get((run_id, run)) if keyed else None
         if known is None:
             known = (job_of(row), is_agent_run(str(run)))
             dirs.setdefault(known[0], set()).add(str(run).split("/", 1)[0])
-            if type(run_id) in _KEYS:
+            if keyed:
                 seen[(run_id, run)] = known
         job, agent = known
         if agent:

@@ -338,3 +338,12 @@ class RanksTab:
     def close(self) -> None:
         self.page.close()
         assert self.errors == [], self.errors
+
+
+def huge_pages_advised() -> bool:
+    """Whether numpy advises huge pages for its big arrays now (read, and left as it was)."""
+    from tb_plugin import provider_store
+
+    was = provider_store._MADVISE(False)
+    provider_store._MADVISE(was)
+    return was

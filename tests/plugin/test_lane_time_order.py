@@ -20,6 +20,15 @@ def test_the_order_is_the_lexsort_by_lane_then_time(seed, events, records, lanes
     assert order.tolist() == np.lexsort((t, rec_lane[rec])).tolist()
 
 
+def test_single_precision_times_sort_as_they_would_as_doubles():
+    """Times in float32 (an odd count of them) sort as the same times in float64."""
+    t = np.array([40.5, 10.25, 30.0, 10.25, 20.0], dtype=np.float32)
+    rec = np.array([1, 0, 1, 0, 0], dtype=np.int32)
+    rec_lane = np.array([0, 1])
+    expected = lane_time_order(t.astype(np.float64), rec, rec_lane).tolist()
+    assert lane_time_order(t, rec, rec_lane).tolist() == expected == [1, 3, 4, 2, 0]
+
+
 def test_a_span_too_long_for_the_key_still_sorts_by_lane_then_time():
     """Times too far apart for microseconds beside the lane bits fall back to a lexsort."""
     t = np.array([3e12, -3e12, 0.0, 1.0])

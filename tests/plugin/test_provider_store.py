@@ -5,12 +5,12 @@ from __future__ import annotations
 import gc
 from types import SimpleNamespace
 
-import numpy as np
 import pytest
-from plugin_helpers import local_provider, small_job
+from plugin_helpers import huge_pages_advised, local_provider, small_job
 from tensorboard import context as tb_context
 
 from tb_monitor.testing import generate_rank_windows
+from tb_plugin import provider_store
 from tb_plugin.provider_store import (
     REFRESH_INTERVAL_S,
     ChunkRequest,
@@ -117,36 +117,29 @@ def test_a_read_that_raises_still_ends_its_pause():
     assert gc.isenabled()
 
 
-def _huge_pages_advised() -> bool:
-    flip = np._core.multiarray._set_madvise_hugepage
-    was = flip(False)
-    flip(was)
-    return was
-
-
 def test_numpys_huge_page_advice_is_off_until_the_last_small_pages_ends():
     """Nested ``small_pages`` keep numpy's huge-page advice off until the outermost ends,
     which gives it back."""
-    was = np._core.multiarray._set_madvise_hugepage(True)
+    was = provider_store._MADVISE(True)
     try:
         with small_pages():
             with small_pages():
-                assert not _huge_pages_advised()
-            assert not _huge_pages_advised()
-        assert _huge_pages_advised()
+                assert not huge_pages_advised()
+            assert not huge_pages_advised()
+        assert huge_pages_advised()
     finally:
-        np._core.multiarray._set_madvise_hugepage(was)
+        provider_store._MADVISE(was)
 
 
 def test_small_pages_leave_advice_that_was_off_off():
     """Huge-page advice someone turned off stays off after ``small_pages``."""
-    was = np._core.multiarray._set_madvise_hugepage(False)
+    was = provider_store._MADVISE(False)
     try:
         with small_pages():
             pass
-        assert not _huge_pages_advised()
+        assert not huge_pages_advised()
     finally:
-        np._core.multiarray._set_madvise_hugepage(was)
+        provider_store._MADVISE(was)
 
 
 def test_a_runs_points_are_its_stale_series_steps_as_listed():
