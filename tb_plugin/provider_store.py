@@ -187,9 +187,9 @@ def small_pages() -> contextlib.AbstractContextManager[None]:
     """NumPy's huge-page advice off while a big sort runs. NumPy asks the kernel for huge
     pages for every array of 4 MB and more; where the kernel then compacts memory in the
     thread that touches the new array first (transparent huge pages' defrag ``madvise``, the
-    default), each of a cold sort's new 142-MB columns cost ~0.1-0.3 s of it in TensorBoard's
-    process, whose heap is fragmented by then: a 1,024-node day's tail 2.7-2.9 s with the
-    advice, 2.3-2.4 s without. Back as it was once the last sort (in any thread) ends."""
+    default), each of a cold sort's new 142-MB columns cost ~0.15-0.2 s of it in TensorBoard's
+    process, whose heap is fragmented by then: a 1,024-node day's tail 2.0 s with the advice,
+    1.8 s without. Back as it was once the last sort (in any thread) ends."""
     return _HUGE_PAGES.off()
 
 
