@@ -631,10 +631,9 @@ def lane_time_order(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.
     lane_bits = max(1, int(rec_lane.max()).bit_length())
     if time_bits + lane_bits > 62 or not math.isfinite(hi - lo):
         return np.lexsort((t, rec_lane[rec]))
-    # Whole columns, few numpy calls: the analysis (Python) runs beside this sort, and each
-    # call's end waits for the GIL (up to 5 ms).
-    # In place from here (each pass over 18M events costs ~30 ms), as doubles whatever ``t``
-    # is: the buffer is reused for 64-bit lanes below.
+    # Whole columns in few numpy calls (the analysis, Python, runs beside this sort, and each
+    # call's end waits for the GIL), in place from here (a pass over 18M events: ~30 ms), in
+    # doubles whatever ``t`` is: the buffer takes the 64-bit lanes below.
     micros = np.subtract(t, lo, dtype=np.float64)
     micros *= 1e6
     key = micros.astype(np.int64)  # truncated: in time order, ties kept as read (see

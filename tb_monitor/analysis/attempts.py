@@ -142,15 +142,9 @@ def _read_logdir(
 ) -> _Logdir:
     rounds = [s for s in marks if s.lane.kind == contract.RENDEZVOUS and s.end is not None]
     agent_last: dict[str, float] = {}
-    agents: dict[str, bool] = {}  # per run, whether it is an agent's: a big job has 1,000s
     for row in rows:
         run = row["run"]
-        agent = agents.get(run) if type(run) is str else None
-        if agent is None:
-            agent = is_agent_run(run)
-            if type(run) is str:
-                agents[run] = agent
-        if agent:
+        if is_agent_run(run):
             agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
     return _Logdir(_attempt_starts(worker_attempts), agent_last, _round_members(rows), rounds)
 
