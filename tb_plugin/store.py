@@ -420,8 +420,7 @@ class TimelineStore(Ingest, ProviderStore):
         per_rank = np.bincount(record_rank, weights=per_record, minlength=len(lanes))
         rank_start = np.zeros(len(lanes) + 1, dtype=np.int64)
         np.cumsum(per_rank.astype(np.int64), out=rank_start[1:])
-        order = lane_time_order(t, drawn, record_rank)
-        in_time = t[order]
+        order, in_time = lane_time_order(t, drawn, record_rank)
         exact_time_order(in_time, order, rank_start)
         return order, in_time, lane_rank, rank_start, per_record
 

@@ -11,13 +11,15 @@ from tb_plugin.columns import exact_time_order, lane_time_order
 
 @given(st.integers(0, 2**16), st.integers(1, 300), st.integers(1, 12), st.integers(1, 5))
 def test_the_order_is_the_lexsort_by_lane_then_time(seed, events, records, lanes):
-    """Whole microseconds apart or tied, events come out by lane, then time, ties as read."""
+    """Whole microseconds apart or tied, events come out by lane, then time, ties as read; their
+    times with them."""
     rng = np.random.default_rng(seed)
     t = 1.7e9 + rng.integers(0, 50, size=events) * 0.25  # ties on purpose
     rec = rng.integers(0, records, size=events).astype(np.int32)
     rec_lane = rng.integers(0, lanes, size=records).astype(np.int64)
-    order = lane_time_order(t, rec, rec_lane)
+    order, in_time = lane_time_order(t, rec, rec_lane)
     assert order.tolist() == np.lexsort((t, rec_lane[rec])).tolist()
+    assert np.array_equal(in_time, t[order])
 
 
 def test_single_precision_times_sort_as_they_would_as_doubles():
@@ -25,29 +27,32 @@ def test_single_precision_times_sort_as_they_would_as_doubles():
     t = np.array([40.5, 10.25, 30.0, 10.25, 20.0], dtype=np.float32)
     rec = np.array([1, 0, 1, 0, 0], dtype=np.int32)
     rec_lane = np.array([0, 1])
-    expected = lane_time_order(t.astype(np.float64), rec, rec_lane).tolist()
-    assert lane_time_order(t, rec, rec_lane).tolist() == expected == [1, 3, 4, 2, 0]
+    expected, _ = lane_time_order(t.astype(np.float64), rec, rec_lane)
+    order, in_time = lane_time_order(t, rec, rec_lane)
+    assert order.tolist() == expected.tolist() == [1, 3, 4, 2, 0]
+    assert in_time.dtype == np.float32 and np.array_equal(in_time, t[order])
 
 
 def test_a_span_too_long_for_the_key_still_sorts_by_lane_then_time():
     """Times too far apart for microseconds beside the lane bits fall back to a lexsort."""
     t = np.array([3e12, -3e12, 0.0, 1.0])
     rec = np.array([0, 0, 1, 1], dtype=np.int32)
-    order = lane_time_order(t, rec, np.array([1, 0]))
+    order, in_time = lane_time_order(t, rec, np.array([1, 0]))
     assert order.tolist() == [2, 3, 1, 0]
+    assert in_time.tolist() == [0.0, 1.0, -3e12, 3e12]
 
 
 def test_no_events_give_an_empty_order():
     """A store before its first event sorts nothing."""
     empty = np.zeros(0, dtype=np.int32)
-    assert lane_time_order(np.zeros(0), empty, np.zeros(0, dtype=np.int64)).tolist() == []
+    order, in_time = lane_time_order(np.zeros(0), empty, np.zeros(0, dtype=np.int64))
+    assert order.tolist() == in_time.tolist() == []
 
 
 def _exactly(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.ndarray:
     """The store's order: the one-key sort, then each lane put exactly in time order."""
-    order = lane_time_order(t, rec, rec_lane)
+    order, in_time = lane_time_order(t, rec, rec_lane)
     bounds = np.concatenate(([0], np.cumsum(np.bincount(rec_lane[rec], minlength=4))))
-    in_time = t[order]
     exact_time_order(in_time, order, bounds)
     assert np.array_equal(in_time, t[order])
     return order
