@@ -5,12 +5,14 @@ For each size (``--sizes``, default 10k, 100k and 1M events; ``--day`` adds the 
 worker each, every keep-alive distinct, ``distinct_beats``) are written through the public API
 (``AsyncWriter.add_timeline``) by 8 writer processes, once with *today's* code (a checkout of
 ``--baseline``, by default the last commit writing content version 3) and once with this tree's
-(version 4). For each: the write time, the size on disk, a cold TensorBoard (a fresh
+(version 5). For each: the write time, the size on disk, a cold TensorBoard (a fresh
 ``tensorboard --logdir`` process) until the Timeline shows every event, the warm whole-job and
-zoomed-in (1% window) queries, and TensorBoard's resident memory with its data server. Then how
-each figure grows with size (exponent of a power law between sizes; 1.0 is linear).
+zoomed-in (1% window) queries, and TensorBoard's resident memory with its data server. Both
+versions are written first; then ``--loads`` cold TensorBoards each, the versions alternated, and
+each load figure is the median (a cold load on a shared VM moves by a second between minutes).
+Then how each figure grows with size (exponent of a power law between sizes; 1.0 is linear).
 
-    python benchmarks/bench_scale.py [--sizes 10k,100k,1M] [--day] [--baseline REV]
+    python benchmarks/bench_scale.py [--sizes 10k,100k,1M] [--day] [--baseline REV] [--loads 3]
 """
 
 from __future__ import annotations
@@ -188,18 +190,43 @@ def _unbuilt(tree: str) -> list[str]:
     ]
 
 
-def measure(src: str, shares: list[str] | None, events: int, folder: str) -> Figures:
-    """One version's figures (``shares`` None: the day)."""
+@dataclass
+class Written:
+    """One version's logdir, as its writers left it."""
+
+    logdir: str
+    events: int
+    write_s: float
+    bytes: int
+
+
+def write(src: str, shares: list[str] | None, events: int, folder: str) -> Written:
+    """One version's logdir written (``shares`` None: the day)."""
     logdir = tempfile.mkdtemp(dir=folder)
     if shares is None:
         write_s, events = _write_day(src, logdir)
     else:
         write_s = _write(src, shares, logdir)
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(logdir) for f in fs)
+    return Written(logdir, events, write_s, size)
+
+
+def measure(versions: list[tuple[str, Written]], loads: int) -> list[Figures]:
+    """Each version's figures: ``loads`` cold loads of its logdir, the versions alternated, each
+    load figure the median of its loads."""
     # The writers' dirty pages written back first: the kernel's writeback of the day's ~0.3 GB
-    # would otherwise run inside the cold load it measures (both versions alike).
+    # would otherwise run inside the cold loads measured.
     os.sync()
-    return Figures(events, write_s, size, *_load(src, logdir, events))
+    seen: list[list[tuple[float, float, float, int, int]]] = [[] for _ in versions]
+    for _ in range(loads):
+        for (src, written), found in zip(versions, seen, strict=True):
+            found.append(_load(src, written.logdir, written.events))
+    return [
+        Figures(
+            w.events, w.write_s, w.bytes, *(statistics.median(f) for f in zip(*found, strict=True))
+        )
+        for (_, w), found in zip(versions, seen, strict=True)
+    ]
 
 
 def _row(what: str, today: float, ours: float, unit: str, target: float | None = None) -> None:
@@ -214,9 +241,10 @@ def _row(what: str, today: float, ours: float, unit: str, target: float | None =
     )
 
 
-def report(today: Figures, ours: Figures, day: bool) -> None:
+def report(today: Figures, ours: Figures, day: bool, loads: int) -> None:
     events = ours.events
-    print(f"\n{events:,} events ({'the 1,024-node day' if day else f'{NODES} nodes, distinct'})")
+    what = "the 1,024-node day" if day else f"{NODES} nodes, distinct"
+    print(f"\n{events:,} events ({what}; load figures: median of {loads} cold loads)")
     _row(
         "generate+write (8 proc)" if day else "write (8 processes)",
         today.write_s,
@@ -256,7 +284,10 @@ def main() -> None:
     parser.add_argument("--sizes", default="10k,100k,1M", help="events per job, comma-separated")
     parser.add_argument("--day", action="store_true", help="also the 17.8M-event day (slow)")
     parser.add_argument("--baseline", default=BASELINE, help="the git revision of 'today'")
+    parser.add_argument("--loads", type=int, default=3, help="cold loads of each version")
     args = parser.parse_args()
+    if args.loads < 1:
+        parser.error(f"--loads must be at least 1, got {args.loads}")
     results = []
     missing = _unbuilt(ROOT)
     if missing:
@@ -266,9 +297,9 @@ def main() -> None:
         sizes = [(_size(s), False) for s in args.sizes.split(",") if s.strip()]
         for size, day in sizes + ([(17_800_000, True)] if args.day else []):
             shares, events = (None, size) if day else _shares(size, folder)
-            today = measure(today_src, shares, events, folder)
-            ours = measure(ROOT, shares, events, folder)
-            report(today, ours, day)
+            versions = [(src, write(src, shares, events, folder)) for src in (today_src, ROOT)]
+            today, ours = measure(versions, args.loads)
+            report(today, ours, day, args.loads)
             if not day:
                 results.append((events, today, ours))
     if len(results) > 1:
