@@ -9,7 +9,7 @@ worker each, every keep-alive distinct, ``distinct_beats``) are written through 
 ``tensorboard --logdir`` process) until the Timeline shows every event, the warm whole-job and
 zoomed-in (1% window) queries, and TensorBoard's resident memory with its data server. Both
 versions are written first; then ``--loads`` cold TensorBoards each, the versions alternated, and
-each load figure is the median (a cold load on a shared VM moves by a second between minutes).
+each load figure is their median (a cold load on a shared VM moves by a second between minutes).
 Then how each figure grows with size (exponent of a power law between sizes; 1.0 is linear).
 
     python benchmarks/bench_scale.py [--sizes 10k,100k,1M] [--day] [--baseline REV] [--loads 3]
@@ -212,20 +212,20 @@ def write(src: str, shares: list[str] | None, events: int, folder: str) -> Writt
 
 
 def measure(versions: list[tuple[str, Written]], loads: int) -> list[Figures]:
-    """Each version's figures: ``loads`` cold loads of its logdir, the versions alternated, each
-    load figure the median of its loads."""
-    # The writers' dirty pages written back first: the kernel's writeback of the day's ~0.3 GB
-    # would otherwise run inside the cold loads measured.
+    """Each version's figures: ``loads`` cold loads of its logdir, the versions in turn (each
+    round starting with the other one), each load figure the median of its loads (the lower
+    middle one for an even ``loads``: a figure measured, not a mean of two)."""
+    # The writers' dirty pages written back first: the kernel's writeback of two versions' days
+    # (~0.66 GB) would otherwise run inside the cold loads measured.
     os.sync()
-    seen: list[list[tuple[float, float, float, int, int]]] = [[] for _ in versions]
-    for _ in range(loads):
-        for (src, written), found in zip(versions, seen, strict=True):
+    loads_of: list[list[tuple[float, float, float, int, int]]] = [[] for _ in versions]
+    for round_ in range(loads):
+        turn = list(zip(versions, loads_of, strict=True))
+        for (src, written), found in turn if round_ % 2 == 0 else turn[::-1]:
             found.append(_load(src, written.logdir, written.events))
     return [
-        Figures(
-            w.events, w.write_s, w.bytes, *(statistics.median(f) for f in zip(*found, strict=True))
-        )
-        for (_, w), found in zip(versions, seen, strict=True)
+        Figures(w.events, w.write_s, w.bytes, *map(statistics.median_low, zip(*found, strict=True)))
+        for (_, w), found in zip(versions, loads_of, strict=True)
     ]
 
 

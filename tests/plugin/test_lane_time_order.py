@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import array
+
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -47,6 +50,19 @@ def test_no_events_give_an_empty_order():
     empty = np.zeros(0, dtype=np.int32)
     order, in_time = lane_time_order(np.zeros(0), empty, np.zeros(0, dtype=np.int64))
     assert order.tolist() == in_time.tolist() == []
+
+
+@pytest.mark.parametrize("events", [0, 1, 5])
+def test_the_sorted_times_hold_no_view_of_the_times_given(events):
+    """The times come back in arrays of their own, none at all included: a first sort is given
+    a view of the store's append-only column, which must not stay exported."""
+    column = array.array("d", [1.7e9 + 2.0 * i for i in range(events)][::-1])
+    t = np.frombuffer(column, dtype=np.float64)
+    rec = np.zeros(events, dtype=np.int32)
+    _, in_time = lane_time_order(t, rec, np.zeros(1, dtype=np.int64))
+    assert not np.shares_memory(in_time, t)
+    del t
+    column.frombytes(np.zeros(1).tobytes())  # a BufferError while a view of it is alive
 
 
 def _exactly(t: np.ndarray, rec: np.ndarray, rec_lane: np.ndarray) -> np.ndarray:
