@@ -650,6 +650,5 @@ def lane_time_order(
     shifted = rec_lane.astype(np.int64) << time_bits
     key |= np.take(shifted, rec, out=micros.view(np.int64), mode="clip")
     order = np.argsort(key, kind="stable")
-    if t.dtype != np.float64:  # the times keep their type
-        return order, t[order]
-    return order, np.take(t, order, out=micros, mode="clip")
+    reuse = micros if t.dtype == micros.dtype else None  # else the times keep their own type
+    return order, np.take(t, order, out=reuse, mode="clip")
