@@ -10,7 +10,10 @@ nothing of where the bytes go; ``fs.new_event_file`` picks the implementation fo
 
 Event file names are unique per process and file (``unique_name``), and zero-padded so that name
 order is creation order: TensorBoard reads a run's files in name order, and a later file must come
-after the steps it continues. A ``filename_suffix`` (torch's) goes last, as torch puts it.
+after the steps it continues. Processes of one second are ordered by host and process id, which
+need not be the order they started in, so a writer names its file after the run's last one once
+it has listed the run (``sinks.filekeeper``). A ``filename_suffix`` (torch's) goes last, as torch
+puts it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import socket
 from typing import Protocol
 
@@ -31,19 +35,33 @@ FLUSH_TIMEOUT_S = 30.0
 
 _log = logging.getLogger(__name__)
 _counter = itertools.count()
+_EVENT_FILE = "events.out.tfevents.{seconds}.{host}.{number}.tbm{suffix}"
+_SECONDS = re.compile(r"events\.out\.tfevents\.(?P<seconds>\d+)\.")
 # Streams a forked child inherited: never written, flushed or closed by the child (their buffers
 # belong to the parent), so they are kept referenced here instead of being collected.
 _inherited: list[ObjectStream] = []
 
 
-def unique_name(wall_time: float, suffix: str = "") -> str:
-    """A new event file name of this process, after every name it made before, ending with
-    ``suffix`` (torch's ``filename_suffix``); a suffix that is not a plain name is ValueError."""
+def unique_name(wall_time: float, suffix: str = "", after: str = "") -> str:
+    """A new event file name of this process, after every name it made before and after
+    ``after`` (the run's last event file), ending with ``suffix`` (torch's ``filename_suffix``);
+    a suffix that is not a plain name is ValueError.
+
+    Where ``after`` is of the same second or later and would sort after the new name (another
+    host, or a process id that wrapped around), the new name takes the second after it: a
+    restart's file must come after the steps it continues in TensorBoard's name order.
+    """
     if not isinstance(suffix, str) or "/" in suffix or "\0" in suffix:
         raise ValueError(f"filename_suffix must be a str without '/' or NUL, got {suffix!r}")
     host = socket.gethostname().replace("/", "_") or "localhost"
     number = f"{os.getpid():07d}.{next(_counter):06d}"
-    return f"events.out.tfevents.{int(wall_time)}.{host}.{number}.tbm{suffix}"
+    seconds = int(wall_time)
+    name = _EVENT_FILE.format(seconds=seconds, host=host, number=number, suffix=suffix)
+    found = _SECONDS.match(after)
+    if name <= after and found is not None:
+        seconds = int(found["seconds"]) + 1
+        name = _EVENT_FILE.format(seconds=seconds, host=host, number=number, suffix=suffix)
+    return name
 
 
 class EventFile(Protocol):
@@ -76,6 +94,9 @@ class EventFile(Protocol):
 
     def abandon(self) -> None:
         """In a forked child: let go of the parent's file without writing what it holds."""
+
+    def discard(self) -> None:
+        """Close and remove a file that holds nothing but its header."""
 
 
 class LocalEventFile:
@@ -144,6 +165,11 @@ class LocalEventFile:
     def abandon(self) -> None:
         self._file.close()  # unbuffered: closes the child's copy of the descriptor, nothing else
 
+    def discard(self) -> None:
+        self._file.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.name)
+
 
 class ObjectEventFile:
     """An event file on an object store: an ``ObjectStream`` with bounded syncs."""
@@ -187,3 +213,6 @@ class ObjectEventFile:
 
     def abandon(self) -> None:
         _inherited.append(self.stream)  # holds the parent's bytes: never upload them
+
+    def discard(self) -> None:
+        self.close()  # a stream that was given nothing puts nothing

@@ -185,13 +185,13 @@ def replace_file(path: str, data: bytes) -> None:
         raise
 
 
-def new_event_file(run_dir: str, header: bytes, suffix: str = "") -> EventFile:
+def new_event_file(run_dir: str, header: bytes, suffix: str = "", after: str = "") -> EventFile:
     """A new event file of this process in ``run_dir`` (created first, if it was deleted),
-    starting with ``header``, its name ending with ``suffix``: a local file, or on an object
-    store a stream of objects."""
+    starting with ``header``, its name ending with ``suffix`` and sorting after ``after``: a
+    local file, or on an object store a stream of objects."""
     makedirs(run_dir)
     while True:
-        path = join(run_dir, eventfile.unique_name(time.time(), suffix))
+        path = join(run_dir, eventfile.unique_name(time.time(), suffix, after))
         try:
             return _create_event_file(path, header)
         except FileExistsError:

@@ -83,6 +83,8 @@ class Resumed:
     steps: dict[str, int] = field(default_factory=dict)
     #: Event file name -> the offset up to which its records are included in ``steps``.
     covers: dict[str, int] = field(default_factory=dict)
+    #: The run's last event file in name order besides the caller's own ("" when none).
+    last: str = ""
 
 
 @dataclass
@@ -102,7 +104,7 @@ def resolve(run_dir: str, header_bytes: int, own: str | None = None) -> Resumed:
     sizes = fs.listing(run_dir)
     files = _event_files(sizes, header_bytes)
     files.pop(own, None)
-    resumed = Resumed()
+    resumed = Resumed(last=max(files, default=""))
     for name in sorted(files, reverse=True):  # the newest first: they cover the older ones
         if resumed.covers.get(name, 0) >= _length(files[name]):
             continue

@@ -6,6 +6,10 @@ outage naming the file and the error; the next attempt, after a backoff (0.5 s d
 not every batch), starts a new file, so writing resumes by itself. A deleted event file is
 noticed before the next write and replaced. Each file opened brings its steps file
 (``StepsKeeper``), so a restart continues from what this file holds.
+
+Each new file is named after the last event file the writer knows of in its run (``follow``):
+TensorBoard reads a run's files in name order, and two processes that start in the same second
+are otherwise ordered by host and process id, not by which came first.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 
-from tb_monitor.logdir import fs
+from tb_monitor.logdir import fs, resume
 from tb_monitor.logdir.eventfile import EventFile
 from tb_monitor.sinks import encoding
 from tb_monitor.sinks.steps import StepsKeeper
@@ -54,6 +58,7 @@ class FileKeeper:
         self._dropped = 0  # records whose write failed, or was skipped while storage fails
         self._retry_at = 0.0
         self._backoff = _MIN_BACKOFF_S
+        self._last = ""  # the last event file name known in the run: new names sort after it
         #: What storage may take besides on a sync or close (an object store's upload).
         self.wait_s = self._open().wait_s
 
@@ -102,6 +107,25 @@ class FileKeeper:
                 self._failed(with_path(exc, f"closing {self.path} failed"))
         self._steps.close_file()
 
+    def follow(self, last: str) -> None:
+        """The run's last event file besides this writer's is ``last``: if it sorts after the
+        file this writer opened (another process of the same second), start a file named after
+        it instead. Called once the run is listed, before any record is written."""
+        self._last = max(self._last, last)
+        file = self.file
+        if file is None or resume.basename(file.name) > last:
+            return
+        self.file = self.path = None
+        try:
+            file.discard()
+        except OSError as exc:
+            _log.debug("tb_monitor: cannot remove the unused %s (%s)", file.name, exc)
+        self._steps.discard_file()
+        try:
+            self._open()
+        except OSError as exc:
+            self._failed(with_path(exc, f"creating an event file in {self._run_dir} failed"))
+
     def abandon(self) -> None:
         """Let go of the file without touching it (a forked child: the parent still writes it)."""
         file, self.file, self.path = self.file, None, None
@@ -122,8 +146,9 @@ class FileKeeper:
         """Create this writer's own event file (never an existing one) and mark its version;
         its steps file comes with it."""
         header = encoding.version_record(time.time())
-        self.file = file = fs.new_event_file(self._run_dir, header, self._suffix)
+        self.file = file = fs.new_event_file(self._run_dir, header, self._suffix, self._last)
         self.path = file.name
+        self._last = resume.basename(file.name)
         self._steps.opened(file.name, len(header))
         return file
 

@@ -104,13 +104,13 @@ class StepsKeeper:
         """``count`` bytes of whole records went to the current event file."""
         self._ends[self._name] += count  # type: ignore[index]  # a file is open
 
-    def known(self, wait: bool) -> dict[str, int] | None:
-        """Each tag's next step once known (waiting for it when ``wait``), else None."""
+    def known(self, wait: bool) -> Resumed | None:
+        """What the run held once it is known (waiting for it when ``wait``), else None."""
         resumed = self._resolving.result(None if wait else 0)  # type: ignore[union-attr]
         if resumed is None:
             return None
         self._ends = {**resumed.covers, **self._ends}
-        return resumed.steps
+        return resumed
 
     def record(self, steps: dict[str, int], now: bool) -> None:
         """Tell the steps file that the records written so far give ``steps``: at most once an
@@ -130,6 +130,11 @@ class StepsKeeper:
         file, self._file = self._file, None
         if file is not None:
             file.close(CLOSE_S)
+
+    def discard_file(self) -> None:
+        """The writer removed its event file before writing to it: it accounts for nothing."""
+        self._ends.pop(self._name, None)  # type: ignore[arg-type]
+        self._file = self._name = None
 
     def after_fork_in_child(self) -> None:
         """Let go of the parent's steps file; find the run's steps again if the parent had not

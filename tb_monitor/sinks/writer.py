@@ -403,10 +403,11 @@ class AsyncWriter:
     def _resumed(self, wait: bool) -> bool:
         """Whether the run's steps are known (waiting for them when ``wait``); builds the
         encoder on them."""
-        steps = self._steps.known(wait)
-        if steps is None:
+        resumed = self._steps.known(wait)
+        if resumed is None:
             return False
-        self._encoder = RecordEncoder(steps, self._run_dir)
+        self._storage.follow(resumed.last)
+        self._encoder = RecordEncoder(resumed.steps, self._run_dir)
         return True
 
     def _encode(self, count: int) -> bytearray:

@@ -61,6 +61,22 @@ def test_new_event_files_never_share_a_name_and_sort_in_creation_order(tmp_path)
     assert fs.event_files(str(tmp_path)) == names
 
 
+def test_a_new_name_sorts_after_a_later_name_of_its_second():
+    """A name that would sort before ``after`` (another host, a larger process id, a clock
+    ahead) takes the second after ``after``'s, so it sorts after it."""
+    after = "events.out.tfevents.1700000000.zzzz.9999999.000000.tbm"
+    name = eventfile.unique_name(1700000000.5, after=after)
+    assert name > after and name.startswith("events.out.tfevents.1700000001.")
+
+
+def test_a_new_name_already_after_keeps_its_own_second():
+    """A name that sorts after ``after`` anyway is named by its own clock."""
+    after = "events.out.tfevents.1699999990.zzzz.9999999.000000.tbm"
+    assert eventfile.unique_name(1700000000.5, after=after).startswith(
+        "events.out.tfevents.1700000000."
+    )
+
+
 def test_an_object_file_sync_is_bounded_and_warns_while_the_store_is_down(monkeypatch, caplog):
     """With the store refusing uploads, ``sync`` returns after its deadline and warns with
     the file's name and the bytes still pending; the bytes stay buffered, not dropped."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 
+import fsspec
 import pytest
 from conftest import need
 
@@ -65,6 +67,22 @@ def test_steps_continue_across_restarts_on_the_bucket(s3_bucket):
     for value in (1.0, 2.0):
         with AsyncWriter(run) as writer:
             writer.add_scalar("x", value)
+    assert [(p.step, p.value) for p in readers.iter_scalars(run)] == [(0, 1.0), (1, 2.0)]
+
+
+def test_a_restart_named_before_the_run_s_last_file_is_named_after_it_on_the_bucket(s3_bucket):
+    """On a store too, a restart whose name would sort before the attempt it continues (a
+    clock behind, a process id that wrapped) is named after it: its steps read in order."""
+    run = f"{s3_bucket}/ahead"
+    with AsyncWriter(run) as writer:
+        writer.add_scalar("x", 1.0)
+    filesystem, _ = fsspec.core.url_to_fs(run)
+    for name in filesystem.ls(run):
+        seconds = re.search(r"\.(\d{10})\.", name)[1]
+        filesystem.mv(name, name.replace(seconds, str(int(seconds) + 60), 1))
+    with AsyncWriter(run) as writer:
+        writer.add_scalar("x", 2.0)
+    assert fs.event_files(run)[-1].startswith(writer.path)
     assert [(p.step, p.value) for p in readers.iter_scalars(run)] == [(0, 1.0), (1, 2.0)]
 
 

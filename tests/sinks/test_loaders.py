@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -54,8 +55,7 @@ def rust_server(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("logs")
     run_dir = logdir / "job" / "rank-0"
     _attempt(run_dir, 1)
-    time.sleep(1.1)  # the restart's file is named by a later second, as in a real restart
-    _attempt(run_dir, 2)
+    _attempt(run_dir, 2)  # most often in the same second: named after the first all the same
     port = _free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--load_fast=true", "--logdir", str(logdir),
@@ -96,6 +96,27 @@ def test_restart_keeps_every_text_record_in_the_rust_loader(rust_server):
         (0, "<p>attempt 10</p>"),
         (1, "<p>attempt 20</p>"),
     ]
+
+
+def _named_a_minute_ahead(run_dir) -> None:
+    """Rename the run's files as though a clock a minute ahead had named them: a file after
+    which a restart's name, taken from its own clock, would sort."""
+    for path in run_dir.iterdir():
+        seconds = re.search(r"\.(\d{10})\.", path.name)[1]
+        path.rename(path.with_name(path.name.replace(seconds, str(int(seconds) + 60), 1)))
+
+
+def test_a_restart_named_before_the_file_it_continues_is_read_after_it(logdir):
+    """A restart whose name would sort before the attempt before it (the same second on another
+    host, a process id that wrapped, a clock behind) takes a name after it: one rising curve."""
+    with AsyncWriter(logdir) as writer:
+        for i in range(3):
+            writer.add_scalar("loss", 10.0 + i)
+    _named_a_minute_ahead(logdir)
+    with AsyncWriter(logdir) as writer:
+        writer.add_scalar("loss", 20.0)
+    assert os.path.basename(writer.path) == max(os.listdir(logdir))
+    assert load(logdir).scalars()["."]["loss"] == [(0, 10.0), (1, 11.0), (2, 12.0), (3, 20.0)]
 
 
 def test_every_timeline_kind_reaches_the_plugin_through_the_data_provider(logdir):
