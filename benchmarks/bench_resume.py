@@ -68,9 +68,9 @@ def open_writer(run: str, remove: Callable[[list[str]], None]) -> tuple[float, f
     start = time.perf_counter()
     writer = AsyncWriter(run)
     constructed = time.perf_counter() - start
-    steps = writer._steps.known(wait=True)  # what the writer thread waits for
+    resumed = writer._steps.known(wait=True)  # what the writer thread waits for
     known = time.perf_counter() - start
-    assert steps is not None and steps.get(TAGS[0], 0) > 0, "steps not found"
+    assert resumed is not None and resumed.steps.get(TAGS[0], 0) > 0, "steps not found"
     path = writer.path
     writer.close()
     remove([path, resume.steps_name(path)])
