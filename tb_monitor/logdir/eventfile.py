@@ -35,8 +35,8 @@ FLUSH_TIMEOUT_S = 30.0
 
 _log = logging.getLogger(__name__)
 _counter = itertools.count()
-_EVENT_FILE = "events.out.tfevents.{seconds}.{host}.{number}.tbm{suffix}"
-_SECONDS = re.compile(r"events\.out\.tfevents\.(?P<seconds>\d+)\.")
+_PREFIX = "events.out.tfevents."  # then the second, host, pid, counter, ".tbm" and the suffix
+_SECONDS = re.compile(re.escape(_PREFIX) + r"(?P<seconds>\d+)\.")
 # Streams a forked child inherited: never written, flushed or closed by the child (their buffers
 # belong to the parent), so they are kept referenced here instead of being collected.
 _inherited: list[ObjectStream] = []
@@ -54,13 +54,11 @@ def unique_name(wall_time: float, suffix: str = "", after: str = "") -> str:
     if not isinstance(suffix, str) or "/" in suffix or "\0" in suffix:
         raise ValueError(f"filename_suffix must be a str without '/' or NUL, got {suffix!r}")
     host = socket.gethostname().replace("/", "_") or "localhost"
-    number = f"{os.getpid():07d}.{next(_counter):06d}"
-    seconds = int(wall_time)
-    name = _EVENT_FILE.format(seconds=seconds, host=host, number=number, suffix=suffix)
+    rest = f".{host}.{os.getpid():07d}.{next(_counter):06d}.tbm{suffix}"
+    name = f"{_PREFIX}{int(wall_time)}{rest}"
     found = _SECONDS.match(after)
     if name <= after and found is not None:
-        seconds = int(found["seconds"]) + 1
-        name = _EVENT_FILE.format(seconds=seconds, host=host, number=number, suffix=suffix)
+        name = f"{_PREFIX}{int(found['seconds']) + 1}{rest}"
     return name
 
 
