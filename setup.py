@@ -24,7 +24,7 @@ setup(
     ext_modules=[
         _accelerator("_accumulator"),
         _accelerator("sinks._encoding"),
-        _accelerator("integrations._stepclock"),
+        _accelerator("rank._stepclock"),
         _accelerator("logdir._string_tensors"),
         _accelerator("contract._columnar_index"),
     ],

@@ -33,9 +33,9 @@ from datetime import timedelta
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from tb_monitor.integrations._device_works import DeviceWorks
-from tb_monitor.integrations._flight_recorder import last_collective_seq
-from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.rank._device_works import DeviceWorks
+from tb_monitor.rank._flight_recorder import last_collective_seq
+from tb_monitor.rank.health import RankHealth
 
 
 def _per_call(function, calls: int) -> float:
@@ -138,7 +138,7 @@ def _ddp_step_cost(rounds: int, steps: int, on_gpu: bool = False) -> None:
 
     import torch.distributed as dist
 
-    from tb_monitor.integrations.grad_wait import GradWait
+    from tb_monitor.rank.grad_wait import GradWait
 
     waits: list[float] = []
     device = "cuda" if on_gpu else "cpu"

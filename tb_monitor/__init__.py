@@ -57,7 +57,7 @@ _LAZY = {
     "Sink": "tb_monitor.sinks.base",
     "SummaryWriter": "tb_monitor.summary",
     "STAT_EVENT": "tb_monitor.contract",
-    "step": "tb_monitor.integrations.rank_health",
+    "step": "tb_monitor.rank.health",
     "_WaitCounter": "tb_monitor._wait_counter",
     "_WaitCounterTracker": "tb_monitor._wait_counter",
     "init": "tb_monitor.monitor",
@@ -77,9 +77,9 @@ if TYPE_CHECKING:
     from tb_monitor._stat import Aggregation, Stat
     from tb_monitor._wait_counter import _WaitCounter, _WaitCounterTracker
     from tb_monitor.contract import STAT_EVENT
-    from tb_monitor.integrations.rank_health import step
     from tb_monitor.logdir.readers import read_events, read_scalars
     from tb_monitor.monitor import init
+    from tb_monitor.rank.health import step
     from tb_monitor.sinks import TensorboardEventHandler
     from tb_monitor.sinks.base import Sink
     from tb_monitor.summary import SummaryWriter

@@ -1,5 +1,5 @@
 /* The module init that tb_monitor's optional C accelerators share (_accumulator.c,
- * sinks/_encoding.c, integrations/_stepclock.c; setup.py puts this folder on their include
+ * sinks/_encoding.c, rank/_stepclock.c; setup.py puts this folder on their include
  * path).
  */
 #ifndef TB_MONITOR_MODULE_H

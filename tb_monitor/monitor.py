@@ -20,9 +20,9 @@ the monitor ``tb-monitor run`` opens in each worker before the training script r
 (``init_automatic``): the script's own ``init`` adopts it silently (see ``init``).
 
 ``torch=True`` also installs the same handlers into the real torch APIs (``torch.monitor``,
-``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.integrations.torch``). Inside
+``torch.distributed.elastic.metrics`` and ``.events``: ``tb_monitor.torch_bridge``). Inside
 a torchelastic worker the worker's own start, exception and exit are recorded as well
-(``tb_monitor.integrations.worker``).
+(``tb_monitor.rank.worker``).
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ from typing import Literal, NamedTuple
 
 from tb_monitor import _env, _stat, contract
 from tb_monitor.elastic import events
-from tb_monitor.integrations import worker
 from tb_monitor.logdir import fs
+from tb_monitor.rank import worker
 from tb_monitor.sinks import fanout
 from tb_monitor.sinks.base import Sink
 from tb_monitor.sinks.fanout import Fanout
@@ -158,8 +158,36 @@ class Monitor:
     def _wire(self, torch: bool) -> None:
         """Register one handler per registry for all the sinks (torch's registries too)."""
         self._torch = torch
-        self._unwire = fanout.install(self._fanout.handlers(), DESTINATIONS, torch=torch)
+        self._unwire = self._install_handlers()
         self._undo.append(self._undo_wiring)
+
+    def _install_handlers(self) -> Callable[[], None]:
+        """Register the fanout's handlers with our registries and, with ``torch``, torch's
+        (the torch bridge); return the undo of both, the bridge's first."""
+        handlers = self._fanout.handlers()
+        unwire_ours = fanout.install(handlers, DESTINATIONS)
+        if not self._torch:
+            return unwire_ours
+        try:
+            from tb_monitor import torch_bridge  # imports torch: only when asked
+
+            bridge = torch_bridge.install(
+                logging_handler=handlers.logging,
+                metric_handler=handlers.metric,
+                monitor_handler=handlers.event,
+                destinations=DESTINATIONS,
+            )
+        except BaseException:
+            unwire_ours()
+            raise
+
+        def unwire() -> None:
+            try:
+                bridge.close()
+            finally:
+                unwire_ours()
+
+        return unwire
 
     def _undo_wiring(self) -> None:
         unwire, self._unwire = self._unwire, None
@@ -171,12 +199,12 @@ class Monitor:
         if self._unwire is not None:
             self._unwire()
         self._fanout = Fanout([*self.sinks, *sinks])
-        self._unwire = fanout.install(self._fanout.handlers(), DESTINATIONS, torch=self._torch)
+        self._unwire = self._install_handlers()
 
     def _record_rank_health(self) -> None:
         from datetime import timedelta
 
-        from tb_monitor.integrations.rank_health import RankHealth  # its install imports torch
+        from tb_monitor.rank.health import RankHealth  # its install imports torch
 
         window = _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
         heartbeat = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
@@ -264,7 +292,7 @@ def init(
     that raises is isolated: one warning names it, ``Monitor.drops`` counts what it lost.
 
     ``torch=True`` wires the real torch APIs too (it imports torch) and records this rank's step
-    and collective timing (``integrations.rank_health``; ``rank_health=False`` or
+    and collective timing (``rank.health``; ``rank_health=False`` or
     ``$TB_MONITOR_RANK_HEALTH=0`` turns that off). A monitor still open from an earlier ``init``
     is closed first (with a warning): a notebook cell run twice records everything once.
 
@@ -404,7 +432,7 @@ def init_automatic() -> Monitor:
     """Open the monitor ``tb-monitor run`` gives each worker before its training script runs.
 
     ``init(torch=True)`` into ``$TB_MONITOR_LOGDIR``, marked automatic: the script's own
-    ``init`` adopts it rather than opening a second one (``integrations.bootstrap`` calls this).
+    ``init`` adopts it rather than opening a second one (``launcher.bootstrap`` calls this).
     """
     monitor = init(torch=True)
     monitor._automatic = True

@@ -1,6 +1,6 @@
 """The Ranks view's data: per-rank compute time as a ranks x time heatmap, stragglers and stalls.
 
-``tb_monitor.integrations.rank_health`` records each rank's step and collective timing as Stat
+``tb_monitor.rank.health`` records each rank's step and collective timing as Stat
 windows and heartbeats (tags in ``tb_monitor.contract``), as plain scalars in the rank's run.
 :class:`RankStore` reads them through TensorBoard's data provider (``list_scalars`` /
 ``read_scalars``, the runs that name a rank), keeps numpy columns per run, and reads again only

@@ -1,7 +1,7 @@
 """A job's rank health written the way the recorder writes it, for tests that compare readers.
 
 ``tb_monitor.testing.generate_rank_windows`` writes ideal windows, one per boundary. The real
-recorder (``integrations/rank_health.py``'s Stats) also logs each window a few ms after its
+recorder (``rank/health.py``'s Stats) also logs each window a few ms after its
 boundary, a short window when a process closes its Stats (an attempt ending), nothing while
 the job restarts, and heartbeats; a hung job's heartbeats go on without windows. This writes
 all of that for a job of three attempts: the first ends 0.7 windows past a boundary, the

@@ -1,6 +1,6 @@
 """What each rank's agent saw of its process, and the rank's stacks, from the timeline records.
 
-A silent rank cannot say why; its agent can (``tb_monitor.integrations.rank_watch`` records
+A silent rank cannot say why; its agent can (``tb_monitor.launcher.rank_watch`` records
 ``contract.RANK_SEEN`` when what it sees of a worker's process changes, ``contract.RANK_STACKS``
 with every thread's Python stack). ``agent_views(rows)`` gives per job and rank the newest view
 and the stacks recorded since it changed; the report attaches them to the rank's stall, and the

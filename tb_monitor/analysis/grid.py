@@ -1,6 +1,6 @@
 """The ranks x windows grid of rank health: built once, read by every reader.
 
-``tb_monitor.integrations.rank_health`` logs, in each worker's run, one Stat window of step and
+``tb_monitor.rank.health`` logs, in each worker's run, one Stat window of step and
 collective timing every ``TB_MONITOR_RANK_WINDOW_S`` and heartbeat values (tags in
 ``tb_monitor.contract``). :class:`RankGrid` lays them on one numpy grid, rows = runs (ranks),
 column ``j`` = the window ending at ``(slot0 + j) * window_s`` on the wall clock, and answers the

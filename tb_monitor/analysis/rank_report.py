@@ -1,6 +1,6 @@
 """The ranks' part of the job report: step times, stragglers and stalls, as typed values.
 
-Read from the per-rank Stat windows and heartbeats ``tb_monitor.integrations.rank_health``
+Read from the per-rank Stat windows and heartbeats ``tb_monitor.rank.health``
 records, through the one ``tb_monitor.analysis.grid.RankGrid`` (its ``Score`` and ``Stall``,
 its window rule), so ``tb-monitor report``, the notebook and the plugin's Ranks view name the
 same stragglers and stalls. Needs no pandas.

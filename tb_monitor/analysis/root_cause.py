@@ -1,6 +1,6 @@
 """Reading one rank's failure: what its own records and its agent's say, as a ``RootCause``.
 
-A rank that raised records its own FAILED (``tb_monitor.integrations.worker``: exception,
+A rank that raised records its own FAILED (``tb_monitor.rank.worker``: exception,
 message, traceback); its agent records FAILED too, with the exit code and, under ``@record``,
 torchelastic's error file. A rank killed by a signal records nothing itself. ``cause_of`` reads
 whichever is there; ``root_cause`` picks an attempt's: its earliest real failure. Not real, in
@@ -22,7 +22,7 @@ from typing import Any
 
 __all__ = ["AGENT_PREFIX", "WORKER_PREFIX", "RankEnding", "RootCause", "cause_of", "root_cause"]
 
-WORKER_PREFIX = "tb_monitor.worker.status."  # a worker's own record (integrations.worker)
+WORKER_PREFIX = "tb_monitor.worker.status."  # a worker's own record (rank.worker)
 AGENT_PREFIX = "torchelastic.worker.status."  # its agent's record of it
 #: Exceptions a rank raises because a peer went away: never the root cause while another is known.
 _PEER_LOST = re.compile(

@@ -2,7 +2,7 @@
 
 Views over :class:`tb_monitor.analysis.grid.RankGrid` (the grid the report, the Timeline
 plugin's Ranks view and the notebook read too), computed from the per-rank Stat windows
-``tb_monitor.integrations.rank_health`` records, never from an event per step:
+``tb_monitor.rank.health`` records, never from an event per step:
 
 - ``rank_windows(source)``: one row per rank and window: steps, step time, time in collectives,
   and *compute* time (step time minus collective wait), the quantity that separates ranks;

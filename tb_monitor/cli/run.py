@@ -11,16 +11,16 @@ torchrun's. Before the agent starts, inside this process, we install:
 - our logging handler for torchelastic's ``dynamic_rendezvous`` destination (rendezvous events),
   and for the destination the agent records worker/agent events to: ``tensorboard`` unless the user
   chose one with ``--event-log-handler`` or ``PET_EVENT_LOG_HANDLER``. A chosen destination keeps
-  its handler and we capture next to it (see ``integrations.torch.capture_events``);
+  its handler and we capture next to it (see ``torch_bridge.capture_events``);
 - our metric handler as the default of ``torch.distributed.elastic.metrics``, so torchelastic's
   metrics become scalars ``torchelastic/<name>``.
 
-(``tb_monitor.integrations.torchrun`` does the installing.) They write to the agent's own run, ``<run id>/agent-<host>-<pid>`` (``contract.agent_run_name``),
+(``tb_monitor.launcher.torchrun`` does the installing.) They write to the agent's own run, ``<run id>/agent-<host>-<pid>`` (``contract.agent_run_name``),
 and the logdir is exported as ``TB_MONITOR_LOGDIR``. The run id is the one torchrun computes
 (``--rdzv-id``, or the random one of ``--standalone``): we read it from torchrun's launch config
 as torchrun builds it.
 
-Each worker starts through ``tb_monitor.integrations.bootstrap``, which opens its monitor
+Each worker starts through ``tb_monitor.launcher.bootstrap``, which opens its monitor
 (``tb_monitor.init(torch=True)``, writing to ``<run id>/rank-<N>``) and then runs the training
 script as torchrun would have, so workers are monitored with no change to the script; a script
 that calls ``tb_monitor.init()`` itself gets that monitor back. ``--no-worker-init`` starts the
@@ -35,7 +35,7 @@ records as FAILED, like a crash, and ``tb-monitor report`` reads as the job's en
 ``--prometheus-port PORT`` serves the node's Prometheus series on ``http://HOST:PORT/metrics``
 from the agent: its own (restarts, the job's state, torchelastic's metrics) and every worker's
 (per-rank step and collective time, Stat windows), which the workers write to a directory the
-agent shares with them (``integrations.torchrun.AgentCapture``, ``sinks.prometheus``).
+agent shares with them (``launcher.torchrun.AgentCapture``, ``sinks.prometheus``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ __all__ = ["main"]
 _PROG = "tb-monitor run"
 #: Python's exit status after an uncaught exception: what torchrun exits with when stopped.
 _UNCAUGHT_EXIT_CODE = 1
-_DEFAULT_DESTINATION = "tensorboard"  # also in integrations.torchrun
+_DEFAULT_DESTINATION = "tensorboard"  # also in launcher.torchrun
 _HELP = (
     "TensorBoard logdir receiving the rendezvous, agent and worker events and torchelastic's "
     "metrics; each worker writes its own run under it (<run id>/rank-<N>)"
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     except fs.LogdirError as exc:  # a malformed URL (s3:/bucket): never a local dir "s3:"
         return fail(_PROG, exc)
 
-    from tb_monitor.integrations.torchrun import (
+    from tb_monitor.launcher.torchrun import (
         AgentCapture,
         launch_config_observed,
         workers_bootstrapped,

@@ -1,4 +1,4 @@
-"""Rank-health tags: what ``integrations/rank_health.py`` writes and ``analysis/grid.py`` reads.
+"""Rank-health tags: what ``rank/health.py`` writes and ``analysis/grid.py`` reads.
 
 Stats in each worker's run (see ``runs.rank_of``), their scalars tagged
 ``stat_tag(name, aggregation)``.
@@ -38,7 +38,7 @@ RANK_STEP_QUANTILES = (("p50", 0.5), ("p95", 0.95))
 RANK_BEATS = ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
 
 #: The directory where each worker of ``tb-monitor run`` dumps its stacks (``<pid>.stacks``),
-#: and the signal that asks it to (``tb_monitor.integrations.stacks``).
+#: and the signal that asks it to (``tb_monitor.rank.stacks``).
 STACKS_DIR_ENV = "TB_MONITOR_STACKS_DIR"
 STACKS_SIGNAL_ENV = "TB_MONITOR_STACKS_SIGNAL"
 

@@ -52,7 +52,7 @@ TIMELINE_PREFIX = "timeline/"
 LOGDIR_ENV = "TB_MONITOR_LOGDIR"
 
 #: Timeline records (source WORKER, in the agent's run) of what a worker's agent sees of its
-#: process (``tb_monitor.integrations.rank_watch``): RANK_SEEN when that changes (state SILENT with
+#: process (``tb_monitor.launcher.rank_watch``): RANK_SEEN when that changes (state SILENT with
 #: ``seen`` "stopped", "uninterruptible sleep" or "alive but silent"; RESPONDING when it speaks
 #: again), RANK_STACKS with ``stacks``, every thread's Python stack as the worker dumped it.
 RANK_SEEN = "tb_monitor.rank.seen"

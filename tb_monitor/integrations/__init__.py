@@ -1,12 +1,10 @@
-"""Bridges from tb-monitor to the real PyTorch APIs, imported only when asked.
+"""Framework adapters: tb-monitor inside the frameworks people train with.
 
-- ``tb_monitor.integrations.torch``: our sinks installed into ``torch.monitor``,
-  ``torch.distributed.elastic.metrics`` and ``torch.distributed.elastic.events``.
-- ``tb_monitor.integrations.worker``: what ``tb_monitor.init()`` adds inside a torchelastic worker
-  (its own start, exception and exit events).
-- ``tb_monitor.integrations.lightning``, ``.huggingface``, ``.accelerate``: the framework adapters
-  (a Lightning logger and rank-health callback, a transformers ``TrainerCallback``, an Accelerate
-  tracker), each importing its framework only when imported itself.
+- ``tb_monitor.integrations.lightning``: a Lightning logger and a rank-health callback;
+- ``tb_monitor.integrations.huggingface``: a transformers ``TrainerCallback`` (in place of
+  ``TensorBoardCallback``);
+- ``tb_monitor.integrations.accelerate``: an Accelerate tracker.
 
-Nothing here is imported by ``import tb_monitor``: torch stays an optional dependency.
+Each imports its framework (and so torch) when it is imported itself, and nothing of tb-monitor
+imports them: ``import tb_monitor`` never loads a framework.
 """

@@ -31,8 +31,8 @@ from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from tb_monitor import contract
 from tb_monitor.integrations import _tracking
-from tb_monitor.integrations.rank_health import step as mark_step
 from tb_monitor.logdir import fs
+from tb_monitor.rank.health import step as mark_step
 
 if TYPE_CHECKING:
     import lightning.pytorch as pl

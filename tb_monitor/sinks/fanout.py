@@ -114,9 +114,10 @@ class FanoutLoggingHandler(TimelineHandler):
         self._fanout.on_timeline(record)
 
 
-def install(handlers: Handlers, destinations: Iterable[str], *, torch: bool = False) -> Undo:
-    """Register ``handlers`` with our registries (and torch's, with ``torch=True``); return the
-    undo, which restores each registry as it was unless someone replaced ours since."""
+def install(handlers: Handlers, destinations: Iterable[str]) -> Undo:
+    """Register ``handlers`` with our registries; return the undo, which restores each registry
+    as it was unless someone replaced ours since. (torch's own registries are the torch
+    bridge's: ``Monitor`` installs it beside these when asked.)"""
     undos: list[Undo] = []
     try:
         handle = _event.register_event_handler(handlers.event)
@@ -124,16 +125,6 @@ def install(handlers: Handlers, destinations: Iterable[str], *, torch: bool = Fa
         undos.append(_configure_metrics(handlers.metric))
         for name in destinations:
             undos.append(_register_destination(name, handlers.logging))
-        if torch:
-            from tb_monitor.integrations import torch as bridge  # imports torch: only if asked
-
-            installed = bridge.install(
-                logging_handler=handlers.logging,
-                metric_handler=handlers.metric,
-                monitor_handler=handlers.event,
-                destinations=destinations,
-            )
-            undos.append(installed.close)
     except BaseException:
         _undo_all(undos)
         raise

@@ -8,7 +8,7 @@ counter, anything else outside ``[a-zA-Z0-9_]`` an underscore. Who reported a va
 
 - a Stat window: one gauge per aggregation, ``tb_monitor_<stat>_<aggregation>`` (``VALUE``:
   ``tb_monitor_<stat>``), labelled with the process's ``rank`` (under torchrun) and ``node``;
-- rank health (``integrations.rank_health``): ``tb_monitor_rank_step_seconds`` (mean step time
+- rank health (``rank.health``): ``tb_monitor_rank_step_seconds`` (mean step time
   of the rank's last window) and ``tb_monitor_rank_collective_seconds`` (seconds it spent in
   collectives in that window), by ``rank``; its heartbeat Stats are not exported;
 - a torchelastic metric: the gauge ``tb_monitor_metric_<name>`` by ``group`` (its last value).

@@ -32,10 +32,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from tb_monitor import _shutdown, contract
+from tb_monitor import _checks, _shutdown, contract
 from tb_monitor.logdir import fs
 from tb_monitor.logdir.eventfile import EventFile
-from tb_monitor.sinks import checks
 from tb_monitor.sinks.encoding import (
     BUILT,
     SCALAR,
@@ -96,7 +95,7 @@ class AsyncWriter:
         when_full: Literal["block", "drop"] = "block",
         filename_suffix: str = "",
     ) -> None:
-        checks.options(flush_secs, max_queue, when_full)
+        _checks.options(flush_secs, max_queue, when_full)
         self._run_dir = os.fspath(run_dir)
         if not isinstance(self._run_dir, str):
             raise TypeError(f"run_dir must be a str or path, got {run_dir!r}")
@@ -182,19 +181,19 @@ class AsyncWriter:
         """Record a scalar; without ``step``, the tag's next step (see the module docstring)."""
         # The hot path of every metric: type checks inline, no call unless something is off.
         if type(value) is int and not -_INT_LIMIT < value < _INT_LIMIT:
-            value = checks.real(value, f"scalar {tag!r}")  # beyond a float's range: refused
+            value = _checks.real(value, f"scalar {tag!r}")  # beyond a float's range: refused
         elif type(value) is not float and type(value) is not int:
-            value = checks.scalar_value(value, f"scalar {tag!r}")
+            value = _checks.scalar_value(value, f"scalar {tag!r}")
             if type(value) is not float:
                 self._tensors_queued = True  # read back on the writer thread, before encoding
         if type(wall_time) is not float:
-            wall_time = _time() if wall_time is None else checks.wall_time(wall_time)
+            wall_time = _time() if wall_time is None else _checks.wall_time(wall_time)
         item = (
             SCALAR,
-            tag if type(tag) is str else checks.tag(tag),
+            tag if type(tag) is str else _checks.tag(tag),
             value,
             wall_time,
-            None if step is None else checks.step(step),
+            None if step is None else _checks.step(step),
         )
         if self._closed or len(self._queue) >= self._wake_at:
             self._put(item)
@@ -206,25 +205,25 @@ class AsyncWriter:
         scalars = dict(mapping)  # a copy: the caller may reuse its dict
         for tag, value in scalars.items():
             if type(value) is not float and type(value) is not int:
-                scalars[checks.tag(tag)] = checks.real(value, f"scalar {tag!r}")
+                scalars[_checks.tag(tag)] = _checks.real(value, f"scalar {tag!r}")
             elif type(tag) is not str:
-                checks.tag(tag)
+                _checks.tag(tag)
         if type(wall_time) is not float:
-            wall_time = _time() if wall_time is None else checks.wall_time(wall_time)
+            wall_time = _time() if wall_time is None else _checks.wall_time(wall_time)
         self._put((SCALARS, scalars, wall_time))
 
     def add_text(self, tag: str, text: str, wall_time: float | None = None) -> None:
         """Record a text-dashboard entry (rendered as Markdown by TensorBoard)."""
         if not isinstance(text, str):
             raise TypeError(f"text for tag {tag!r} must be a str, got {text!r}")
-        self._put((TEXT, checks.tag(tag), text, checks.wall_time(wall_time)))
+        self._put((TEXT, _checks.tag(tag), text, _checks.wall_time(wall_time)))
 
     def add_timeline(self, kind: str, payload_json: str, wall_time: float) -> None:
         """Record a timeline record: ``payload_json`` is the event's JSON as torch serializes it."""
         tag = contract.timeline_tag(kind)  # rejects an unknown kind here, on the caller's thread
         if not isinstance(payload_json, (str, bytes)):
             raise TypeError(f"timeline payload must be JSON text, got {payload_json!r}")
-        self._put((TIMELINE, tag, payload_json, checks.wall_time(wall_time)))
+        self._put((TIMELINE, tag, payload_json, _checks.wall_time(wall_time)))
 
     def add_summary(
         self, summary: Any, wall_time: float | None = None, step: int | None = None
@@ -232,8 +231,8 @@ class AsyncWriter:
         """Record a prebuilt ``Summary`` (TensorBoard's protos); steps follow its first tag."""
         if not summary.value:
             raise ValueError("summary has no value to record")
-        step = None if step is None else checks.step(step)
-        self._put((SUMMARY, summary, None, checks.wall_time(wall_time), step))
+        step = None if step is None else _checks.step(step)
+        self._put((SUMMARY, summary, None, _checks.wall_time(wall_time), step))
 
     def add_built(self, build: Callable[[], Any], wall_time: float | None = None) -> None:
         """Record the ``Event`` (TensorBoard's proto) that ``build()`` returns, called on the
@@ -242,7 +241,7 @@ class AsyncWriter:
         sets one. A build that raises is logged and counted as dropped, never raised here."""
         if not callable(build):
             raise TypeError(f"build must be callable, got {build!r}")
-        self._put((BUILT, build, None, checks.wall_time(wall_time)))
+        self._put((BUILT, build, None, _checks.wall_time(wall_time)))
 
     def count_dropped(self, records: int) -> None:
         """Count ``records`` the caller dropped before adding them (a bound of its own, as

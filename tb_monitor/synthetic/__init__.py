@@ -8,7 +8,7 @@
   traceback and a straggler node are part of the story; keep-alive heartbeats fill the job up
   to the number of events asked for.
 - ``generate_rank_windows(...)``: the per-rank step and collective windows and heartbeats that
-  ``init(torch=True)`` records (``tb_monitor.integrations.rank_health``), for any number of
+  ``init(torch=True)`` records (``tb_monitor.rank.health``), for any number of
   ranks and hours, with chosen slow ranks: the Ranks view's tests and benchmark.
 
 Both are deterministic for a seed. ``tb_monitor.testing`` re-exports them.

@@ -68,7 +68,7 @@ def generate_job(
     the final, successful one; the last node is a straggler in every rendezvous and in training.
     ``scalars`` also writes rank 0's ``train/loss`` and ``train/samples_per_s`` per epoch (what a
     real job logs besides its events, and what TensorBoard's Scalars tab draws);
-    ``rank_stats`` every rank's 10-s step windows as ``rank_health`` writes them.
+    ``rank_stats`` every rank's 10-s step windows as ``tb_monitor.rank.health`` writes them.
     ``fail_last`` makes the final attempt fail as well: the job ends FAILED. Deterministic from
     ``seed``; ``processes`` > 1 writes the nodes in that many processes, with the project's own
     writer (each event file then holds what one node wrote). ``distinct_beats``: every

@@ -1,4 +1,4 @@
-"""Synthetic rank health: the scalars ``tb_monitor.integrations.rank_health`` writes, for any
+"""Synthetic rank health: the scalars ``tb_monitor.rank.health`` writes, for any
 number of ranks and hours, with chosen slow ranks."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["generate_rank_windows", "rank_heartbeat_scalars", "rank_window_scala
 
 
 def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> dict[str, float]:
-    """One window of one rank as ``rank_health`` writes it: ``steps`` steps, each computing
+    """One window of one rank as ``tb_monitor.rank.health`` writes it: ``steps`` steps, each computing
     ``compute_s`` and waiting ``collective_s`` in collectives."""
     step = compute_s + collective_s
     stat_tag, step_stat, wait_stat = contract.stat_tag, contract.RANK_STEP, contract.RANK_COLLECTIVE
@@ -41,7 +41,7 @@ def rank_heartbeat_scalars(
     since_step_s: float,
     fr_seq: int | None = None,
 ) -> dict[str, float]:
-    """One heartbeat of one rank as ``rank_health`` writes it: steps taken, collectives entered
+    """One heartbeat of one rank as ``tb_monitor.rank.health`` writes it: steps taken, collectives entered
     and left, time inside the current collective, time since the last step boundary, and, for a
     rank that read torch's Flight Recorder while stalled, its newest collective there."""
     values = (steps, entered, left, in_collective_s, since_step_s, fr_seq)

@@ -147,7 +147,7 @@ def test_a_collective_held_from_before_close_still_runs():
 
     import torch.distributed as dist
 
-    from tb_monitor.integrations.rank_health import RankHealth
+    from tb_monitor.rank.health import RankHealth
 
     recorder = RankHealth(window=timedelta(seconds=60), heartbeat_s=3600).install()
     held = dist.barrier
@@ -163,7 +163,7 @@ def test_a_collective_that_ends_after_close_returns_its_result():
     need("torch")
     from datetime import timedelta
 
-    from tb_monitor.integrations.rank_health import RankHealth
+    from tb_monitor.rank.health import RankHealth
 
     recorder = RankHealth(window=timedelta(seconds=60), heartbeat_s=3600).install()
 

@@ -1,5 +1,5 @@
 """Stragglers under DDP and FSDP with no change to the user's script: the wait for DDP's gradient
-all-reduces (``tb_monitor.integrations.grad_wait``) and FSDP's collectives tell the slow rank.
+all-reduces (``tb_monitor.rank.grad_wait``) and FSDP's collectives tell the slow rank.
 
 In-process: a one-rank gloo group, to show what the timing does to a job (nothing) and what it
 records. Real jobs: FSDP (both versions) on one agent x two workers, under ``tb-monitor run``,
@@ -19,8 +19,8 @@ from torchrun_jobs import agent_env, free_port, stop_agents, tb_monitor_run
 
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid
-from tb_monitor.integrations.grad_wait import GradWait
-from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.rank.grad_wait import GradWait
+from tb_monitor.rank.health import RankHealth
 from tb_monitor.testing import capture
 
 #: Stragglers among ranks alike: judged by time, beside no other timed test.

@@ -20,8 +20,8 @@ from datetime import timedelta
 import pytest
 
 from tb_monitor import contract
-from tb_monitor.integrations._device_works import DeviceWorks
-from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.rank._device_works import DeviceWorks
+from tb_monitor.rank.health import RankHealth
 from tb_monitor.testing import capture
 
 COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")

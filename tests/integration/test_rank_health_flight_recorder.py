@@ -7,8 +7,8 @@ from datetime import timedelta
 
 from tb_monitor import contract
 from tb_monitor._stat import end_windows
-from tb_monitor.integrations._flight_recorder import last_collective_seq
-from tb_monitor.integrations.rank_health import RankHealth
+from tb_monitor.rank._flight_recorder import last_collective_seq
+from tb_monitor.rank.health import RankHealth
 from tb_monitor.testing import capture
 
 FR_SEQ = contract.beat_tag("fr_seq")

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 
 from tb_monitor import contract
-from tb_monitor.integrations.rank_health import RankHealth, step
+from tb_monitor.rank.health import RankHealth, step
 from tb_monitor.testing import capture, manual_clock
 
 STEPS = contract.stat_tag(contract.RANK_STEP, "count")
@@ -19,7 +19,7 @@ STEPS_SO_FAR = contract.beat_tag("steps")
 
 def _c_step_clock() -> type:
     """The C step hook's type; the test is skipped where it is not built (it is on Linux)."""
-    module = pytest.importorskip("tb_monitor.integrations._stepclock")
+    module = pytest.importorskip("tb_monitor.rank._stepclock")
     if not hasattr(module, "StepClock"):
         pytest.skip("the C step clock is built on Linux only")
     return module.StepClock

@@ -12,15 +12,16 @@ import time
 import pytest
 
 from tb_monitor import contract
-from tb_monitor.integrations import rank_watch, stacks
-from tb_monitor.integrations.rank_watch import RankWatch, Worker, process_state, view_of
+from tb_monitor.launcher import rank_watch
+from tb_monitor.launcher.rank_watch import RankWatch, Worker, process_state, view_of
+from tb_monitor.rank import stacks
 
 #: A worker as ``tb-monitor run`` starts it, cut to what the watcher needs: its stack dumps
 #: installed, then a loop in Python, or a C call that holds the GIL (``PyDLL`` keeps it).
 _WORKER = textwrap.dedent(
     """
     import ctypes, sys, time
-    from tb_monitor.integrations import stacks
+    from tb_monitor.rank import stacks
     stacks.install()
 
     def stuck_in_c():
@@ -110,7 +111,7 @@ def test_default_stack_signal_is_ignored_without_a_handler():
 _EXITING_WORKER = textwrap.dedent(
     """
     import atexit, ctypes, faulthandler, sys
-    from tb_monitor.integrations import stacks
+    from tb_monitor.rank import stacks
 
     def slow_finish():  # registered first: runs after the stacks' own atexit hook
         faulthandler.unregister(dumps.signum)

@@ -40,7 +40,7 @@ class CollectMetrics:
 def bridge():
     """The bridge module, with real torch."""
     need("torch")
-    from tb_monitor.integrations import torch as bridge
+    from tb_monitor import torch_bridge as bridge
 
     return bridge
 
@@ -220,7 +220,7 @@ def test_monitor_handler_left_registered_exits_cleanly(tmp_path):
     script = textwrap.dedent(
         """
         import datetime, torch.monitor
-        from tb_monitor.integrations.torch import register_monitor_handler
+        from tb_monitor.torch_bridge import register_monitor_handler
         seen = []
         register_monitor_handler(seen.append)
         stat = torch.monitor.Stat(

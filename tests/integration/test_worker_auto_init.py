@@ -1,5 +1,5 @@
 """Workers under ``tb-monitor run`` are monitored with no change to the training script: each
-starts through ``tb_monitor.integrations.bootstrap``, which opens its monitor first.
+starts through ``tb_monitor.launcher.bootstrap``, which opens its monitor first.
 
 Real torchrun jobs (one agent, gloo on CPU) run ``scripts/train_plain.py``, which never imports
 tb_monitor, and ``scripts/train_own_init.py``, which calls ``tb_monitor.init(torch=True)`` itself.
@@ -23,7 +23,7 @@ from conftest import need
 from torchrun_jobs import free_port, tb_monitor_run, timeline
 
 from tb_monitor import contract
-from tb_monitor.integrations import bootstrap, torchrun
+from tb_monitor.launcher import bootstrap, torchrun
 from tb_monitor.logdir import readers
 
 COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")

@@ -13,7 +13,7 @@ import pytest
 from conftest import need
 
 from tb_monitor.elastic.events.api import Event
-from tb_monitor.integrations import worker
+from tb_monitor.rank import worker
 
 SCRIPT = Path(__file__).parent / "scripts" / "worker_hooks.py"
 WORKER_ENV = {

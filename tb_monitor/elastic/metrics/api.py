@@ -28,6 +28,8 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, TypeVar
 
+from tb_monitor import _checks
+
 __all__ = [
     "ConsoleMetricHandler",
     "ConsoleMetricsHandler",
@@ -127,10 +129,9 @@ def _check_metric(group: str, name: str, value: object) -> None:
     """Raise the caller's mistake, naming the metric: a value that is not a real number or a
     one-element tensor (left unread), a name with a lone surrogate."""
     from tb_monitor import contract  # here, not above: a Stat alone need not load it
-    from tb_monitor.sinks import checks  # and the sinks import this module
 
     tag = contract.metric_tag(group, name)
-    checks.scalar_value(value, f"scalar {tag!r}")
+    _checks.scalar_value(value, f"scalar {tag!r}")
 
 
 #: Per handler (by id), how many metrics its ``emit`` raised on; a handler's first is logged.

@@ -13,7 +13,7 @@ import threading
 import time
 
 from tb_monitor import _shutdown
-from tb_monitor.integrations.worker import install
+from tb_monitor.rank.worker import install
 
 out_path, mode = sys.argv[1], sys.argv[2]
 out = open(out_path, "a")  # noqa: SIM115  # kept open until the process ends

@@ -52,9 +52,9 @@ from tb_monitor import _env, contract
 from tb_monitor._event import Event, log_event
 from tb_monitor._stat import Aggregation, Stat, StatSource
 from tb_monitor._stat_timer import now_ns
-from tb_monitor.integrations._device_works import DeviceWorks
-from tb_monitor.integrations._flight_recorder import last_collective_seq
-from tb_monitor.integrations.grad_wait import GradWait
+from tb_monitor.rank._device_works import DeviceWorks
+from tb_monitor.rank._flight_recorder import last_collective_seq
+from tb_monitor.rank.grad_wait import GradWait
 
 __all__ = ["COLLECTIVES", "RankHealth", "step"]
 
@@ -124,7 +124,7 @@ def _step_clock(clock: Callable[[], float]) -> tuple[Any, Callable[[Any, Any, An
     """The step clock for ``clock`` and its optimizer step post-hook: the C one where it is
     built and reads the same clock (``time.perf_counter`` on Linux), else ``_PyStepClock``."""
     # The C one is not built without a compiler, off Linux, or on a free-threaded build.
-    c_step_clock = _env.c_twin("tb_monitor.integrations._stepclock", "StepClock")
+    c_step_clock = _env.c_twin("tb_monitor.rank._stepclock", "StepClock")
     if clock is time.perf_counter and c_step_clock is not None:
         c_clock = c_step_clock(_MAX_PENDING_STEPS)
         return c_clock, c_clock

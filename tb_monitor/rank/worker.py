@@ -47,7 +47,7 @@ from typing import Any
 
 from tb_monitor import _shutdown
 from tb_monitor.elastic.events.api import Event, EventSource
-from tb_monitor.integrations import stacks
+from tb_monitor.rank import stacks
 
 __all__ = ["WorkerHooks", "in_worker", "install"]
 

@@ -1,5 +1,6 @@
-"""Argument checks of ``AsyncWriter.add_*``, on the caller's thread, so that a mistake is
-reported where it is made (the writer thread then encodes without checking again)."""
+"""Checks of the values callers hand us (tags, steps, wall times, scalar values), on the caller's
+thread, so that a mistake is reported where it is made: ``AsyncWriter.add_*`` (the writer thread
+then encodes without checking again) and ``put_metric`` once a handler failed."""
 
 from __future__ import annotations
 

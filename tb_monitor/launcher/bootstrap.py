@@ -1,10 +1,10 @@
 """How ``tb-monitor run`` starts each worker: its monitor first, then the training script, as
 torchrun would have run it.
 
-    python -u -m tb_monitor.integrations.bootstrap SCRIPT [ARGS]      # torchrun ... SCRIPT
-    python -u -m tb_monitor.integrations.bootstrap -m MODULE [ARGS]   # torchrun -m ... MODULE
+    python -u -m tb_monitor.launcher.bootstrap SCRIPT [ARGS]      # torchrun ... SCRIPT
+    python -u -m tb_monitor.launcher.bootstrap -m MODULE [ARGS]   # torchrun -m ... MODULE
 
-(``integrations.torchrun.worker_command`` rewrites torchrun's worker command into this; with
+(``launcher.torchrun.worker_command`` rewrites torchrun's worker command into this; with
 ``--run-path`` the worker calls ``run_script_path`` below instead of torch's.) The monitor is
 ``tb_monitor.monitor.init_automatic()``: ``init(torch=True)`` into ``$TB_MONITOR_LOGDIR``, so the
 worker's own events, its rank health and what torch's telemetry APIs log land in
@@ -33,7 +33,7 @@ from types import TracebackType
 __all__ = ["main", "run_script_path"]
 
 _log = logging.getLogger("tb_monitor")
-_USAGE = "usage: python -m tb_monitor.integrations.bootstrap {SCRIPT | -m MODULE} [ARGS]"
+_USAGE = "usage: python -m tb_monitor.launcher.bootstrap {SCRIPT | -m MODULE} [ARGS]"
 
 
 def main(argv: list[str] | None = None) -> None:

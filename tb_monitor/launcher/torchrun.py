@@ -2,9 +2,9 @@
 
 torchrun decides the run id inside ``run()`` and exposes no hook: ``launch_config_observed``
 watches the launch config it builds, and ``AgentCapture`` then opens the agent's own run and
-installs our handlers into torchelastic's events and metrics (``integrations.torch``).
+installs our handlers into torchelastic's events and metrics (``torch_bridge``).
 ``workers_bootstrapped`` rewrites the worker command built in the same step, so that each worker
-opens its own monitor before the training script runs (``integrations.bootstrap``).
+opens its own monitor before the training script runs (``launcher.bootstrap``).
 
 torchelastic's agent records its workers' ends (``torchelastic.worker.status.FAILED`` with the
 exit code and the error file, ``TERMINATED``) only once, when the whole run ends: a failure that
@@ -28,12 +28,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tb_monitor import contract
-from tb_monitor.integrations import bootstrap, rank_watch
-from tb_monitor.integrations.torch import install
+from tb_monitor.launcher import bootstrap, rank_watch
 from tb_monitor.logdir import fs
 from tb_monitor.sinks import prometheus
 from tb_monitor.sinks.fanout import Fanout
 from tb_monitor.sinks.tensorboard import TensorboardSink
+from tb_monitor.torch_bridge import install
 
 __all__ = [
     "BOOTSTRAP",
@@ -48,7 +48,7 @@ __all__ = [
 #: The events destination the agent records to unless the user chose one.
 DEFAULT_DESTINATION = "tensorboard"
 #: The module each Python worker starts through: ``python -u -mBOOTSTRAP SCRIPT ...``.
-BOOTSTRAP = "tb_monitor.integrations.bootstrap"
+BOOTSTRAP = "tb_monitor.launcher.bootstrap"
 
 _log = logging.getLogger("tb_monitor")
 #: torchelastic's names for its agent's records of the run (``torchelastic.worker.status.FAILED``).
@@ -86,7 +86,7 @@ def launch_config_observed(torchrun: Any, observer: Any) -> contextlib.AbstractC
 
 
 def workers_bootstrapped(torchrun: Any) -> contextlib.AbstractContextManager:
-    """Start every worker torchrun launches through ``integrations.bootstrap``: the worker
+    """Start every worker torchrun launches through ``launcher.bootstrap``: the worker
     command torchrun builds (``cmd``, ``cmd_args``) is what ``worker_command`` rewrites."""
 
     def rewrite(args: argparse.Namespace, config: Any, cmd: Any, cmd_args: Any) -> tuple:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from tb_monitor.integrations._cuda_capture import thread_local_capture_mode
+from tb_monitor.rank._cuda_capture import thread_local_capture_mode
 
 __all__ = ["last_collective_seq"]
 

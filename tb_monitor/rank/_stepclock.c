@@ -5,7 +5,7 @@
  * callable that makes none: StepClock(optimizer, args, kwargs) reads the clock into a growing
  * buffer when `optimizer` is the one whose steps count (the first seen), and returns. The Stat
  * work happens off the training thread: drain() hands the times over to the timer thread at each
- * window's end (tb_monitor/integrations/rank_health.py: RankHealth._drain_steps).
+ * window's end (tb_monitor/rank/health.py: RankHealth._drain_steps).
  *
  * Times are CLOCK_MONOTONIC seconds, what time.perf_counter() reads on Linux; elsewhere the
  * module is empty and tb_monitor uses the pure-Python hook, as on free-threaded builds (every
@@ -175,7 +175,7 @@ static PyMethodDef StepClock_methods[] = {
 
 static PyTypeObject StepClockType = {
     PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "tb_monitor.integrations._stepclock.StepClock",
+    .tp_name = "tb_monitor.rank._stepclock.StepClock",
     .tp_doc = PyDoc_STR("StepClock(max_pending): torch's optimizer step post-hook, in C."),
     .tp_basicsize = sizeof(StepClock),
     .tp_flags = Py_TPFLAGS_DEFAULT,
@@ -190,8 +190,8 @@ static PyTypeObject StepClockType = {
 
 static struct PyModuleDef stepclock_module = {
     PyModuleDef_HEAD_INIT,
-    .m_name = "tb_monitor.integrations._stepclock",
-    .m_doc = "Optional C step clock for tb_monitor's rank health (see rank_health.py).",
+    .m_name = "tb_monitor.rank._stepclock",
+    .m_doc = "Optional C step clock for tb_monitor's rank health (see rank/health.py).",
     .m_size = -1,
 };
 

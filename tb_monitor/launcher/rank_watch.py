@@ -2,7 +2,7 @@
 
 A rank stopped with SIGSTOP, stuck in the kernel or holding the GIL in native code sends no
 heartbeat: its own records cannot say why. Its agent can. Every ``interval_s`` a daemon thread
-reads each worker's ``/proc/PID/stat`` state and the age of its pulse (``integrations.stacks``:
+reads each worker's ``/proc/PID/stat`` state and the age of its pulse (``rank.stacks``:
 the worker touches its pulse file while its Python threads run) and makes of it one view:
 
 - ``stopped`` (state T or t: SIGSTOP, a debugger): it cannot dump its stacks until continued;
@@ -44,7 +44,7 @@ from typing import Any
 
 from tb_monitor import _env, contract
 from tb_monitor.elastic.events.api import Event, EventSource
-from tb_monitor.integrations.stacks import exited_path, pulse_path, stack_signal, stacks_path
+from tb_monitor.rank.stacks import exited_path, pulse_path, stack_signal, stacks_path
 
 __all__ = [
     "SILENT",

@@ -37,7 +37,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tb_monitor.integrations._cuda_capture import thread_local_capture_mode
+from tb_monitor.rank._cuda_capture import thread_local_capture_mode
 
 __all__ = ["DeviceWorks"]
 

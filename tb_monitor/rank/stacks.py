@@ -6,7 +6,7 @@ C signal handler writes every thread's Python stack straight to a file descripto
 Under ``tb-monitor run`` the agent exports ``$TB_MONITOR_STACKS_DIR``; each worker then
 registers that handler on ``$TB_MONITOR_STACKS_SIGNAL`` writing to ``<dir>/<pid>.stacks``, and
 touches ``<dir>/<pid>.pulse`` every ``$TB_MONITOR_HEARTBEAT_S`` from a daemon thread: its
-modification time tells the agent (``integrations.rank_watch``) that the worker's Python threads
+modification time tells the agent (``launcher.rank_watch``) that the worker's Python threads
 still run (a dump, written from C, says nothing of that). The agent signals a worker that went
 silent, and every worker still alive before it stops them, and records what they wrote.
 
