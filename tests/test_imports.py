@@ -23,6 +23,32 @@ MODULES = {
     for package in PACKAGES
     for path in sorted((ROOT / package).rglob("*.py"))
 }
+#: The optional C accelerators, modules too.
+EXTENSIONS = {_module_name(path) for package in PACKAGES for path in (ROOT / package).rglob("*.c")}
+
+#: The layers, bottom up: a unit (a subpackage of tb_monitor, one of its top-level modules, the
+#: plugin) imports only units of lower layers, inside functions and for type checking too, so
+#: the order a reader sees in the tree is the order the code runs in.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    # foundations: settings, exit hooks, events, tensors as values, progress lines
+    ("_env", "_shutdown", "_event", "_tensors", "_accumulator", "progress"),
+    # the data contract, value checks, the Stat's accumulators and timer
+    ("contract", "_checks", "_accumulators", "_stat_timer"),
+    # the compatible APIs and where bytes live
+    ("_stat", "elastic", "logdir", "timeline"),
+    # what the reading side computes; what runs inside each rank
+    ("analysis", "rank", "_wait_counter"),
+    # where records go (sinks, torch's own registries) and what readers make of a logdir
+    ("sinks", "torch_bridge", "export", "notebook", "tb_plugin"),
+    # one call that wires it all (init), the SummaryWriter, synthetic jobs
+    ("monitor", "summary", "synthetic"),
+    # the public surface, helpers for tests, tb-monitor run's agent side
+    ("tb_monitor", "testing", "launcher"),
+    # framework adapters and the demo
+    ("integrations", "demo"),
+    # the command line
+    ("cli",),
+)
 
 
 def _top_level_imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -47,15 +73,36 @@ def _top_level_imports(path: Path) -> list[tuple[str, list[str]]]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    """Edges from each of our modules to the modules of ours it imports at load time."""
+def _every_import(path: Path, name: str) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of every import in the module: at load time, inside functions and
+    for type checking alike (relative imports resolved)."""
+    found: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, []) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                base = name.split(".")[
+                    : len(name.split(".")) - node.level + (path.stem == "__init__")
+                ]
+                module = ".".join([*base, module] if module else base)
+            found.append((module, [alias.name for alias in node.names]))
+    return found
+
+
+def _graph(imports=_top_level_imports) -> dict[str, set[str]]:
+    """Edges from each of our modules to the modules of ours it imports (at load time, unless
+    ``imports`` says otherwise)."""
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         edges: set[str] = set()
-        for module, names in _top_level_imports(path):
+        for module, names in (
+            imports(path) if imports is _top_level_imports else imports(path, name)
+        ):
             if module.split(".")[0] not in PACKAGES:
                 continue
-            submodules = {f"{module}.{n}" for n in names} & MODULES.keys()
+            submodules = {f"{module}.{n}" for n in names} & (MODULES.keys() | EXTENSIONS)
             edges |= submodules or {module}
         graph[name] = edges - {name}
     return graph
@@ -65,9 +112,42 @@ def _is_ancestor(package: str, module: str) -> bool:
     return module.startswith(package + ".")
 
 
-def test_no_import_cycles():
-    """No module imports, directly or through others, a module that imports it back."""
-    graph = _graph()
+def _unit(module: str) -> str:
+    """The unit ``LAYERS`` places a module in."""
+    parts = module.split(".")
+    if parts[0] == "tb_plugin" or module == "tb_monitor":
+        return parts[0]
+    return parts[1]
+
+
+def test_every_unit_has_a_layer():
+    """Each subpackage and top-level module of tb_monitor, and the plugin, sits in one layer."""
+    placed = [unit for layer in LAYERS for unit in layer]
+    units = {_unit(module) for module in MODULES.keys() | EXTENSIONS}
+    assert sorted(units - set(placed)) == []
+    assert len(placed) == len(set(placed))
+
+
+def test_imports_between_units_run_downward():
+    """No import from one unit to another runs up or sideways, lazy and type-only ones
+    included (``LAYERS``)."""
+    layer = {unit: n for n, units in enumerate(LAYERS) for unit in units}
+    upward = sorted(
+        f"{importer} -> {imported}"
+        for importer, edges in _graph(_every_import).items()
+        for imported in edges
+        if _unit(importer) != _unit(imported)
+        and layer.get(_unit(imported), 0) >= layer.get(_unit(importer), 0)
+    )
+    assert upward == []
+
+
+@pytest.mark.parametrize("imports", ["at load time", "anywhere"])
+def test_no_import_cycles(imports):
+    """No module imports, directly or through others, a module that imports it back: at load
+    time, nor inside functions or for type checking (a loop closed that way marks a piece in
+    the wrong module)."""
+    graph = _graph(_top_level_imports if imports == "at load time" else _every_import)
     state: dict[str, int] = {}  # 1 visiting, 2 done
     cycles: list[list[str]] = []
 

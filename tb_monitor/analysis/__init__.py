@@ -4,9 +4,10 @@ Shared by the notebooks, the plugin, the exports and the command line. One modul
 
 - ``grid``: ``RankGrid``, the ranks x windows grid of rank health built once (numpy), whose
   scores and stalls (``scoring``) every reader of rank health reads;
-- ``health``: ``job_report(logdir)``, the one ``JobReport`` of a job's health (attempts, root
-  causes, ranks, stragglers, stalls, step times) that ``tb-monitor report`` and the notebook
-  render (its text: ``report_text``); its ``rank_report`` part reads the ranks' own records;
+- ``health``: ``job_report(logdir)``, which assembles the one ``JobReport`` of a job's health
+  (``report``: attempts, root causes, ranks, stragglers, stalls, step times; its JSON and its
+  text, in the words of ``report_text``) that ``tb-monitor report`` and the notebook show; its
+  ``rank_report`` part reads the ranks' own records;
 - ``jobs``: the jobs a logdir holds (torchelastic run id and start, so two jobs that share a run
   id stay apart), and each job's own grid; ``step_times``: the ranks' step-time curves;
 - ``attempts``: every attempt of an elastic job and why it ended (plain Python), reading one

@@ -1,6 +1,6 @@
-"""The job's health as text: ``render(report)`` is what ``tb-monitor report`` prints and what a
-notebook shows for a ``JobReport`` (``JobReport.__str__`` and its ``_repr_html_``), so the
-terminal and the notebook read the same words.
+"""The words of the job's report: each attempt, its root cause, the ranks that went down with it,
+the ranks' stragglers and stalls, the verdicts. ``tb_monitor.analysis.report`` puts them
+together into what ``tb-monitor report`` prints and a notebook shows for a ``JobReport``.
 
 Readable in a CI log or over ssh, in the spirit of ``git status``: each job, its attempts with
 outcome and duration, each failed attempt's root cause (rank, host, the exception's last line or
@@ -16,7 +16,6 @@ reads as SUCCEEDED). Such characters are shown as their escapes (``\x1b``, ``\u2
 
 from __future__ import annotations
 
-import html
 import unicodedata
 from collections.abc import Iterable
 from datetime import datetime, timezone
@@ -25,21 +24,28 @@ from typing import TYPE_CHECKING
 from tb_monitor.analysis.restart_marks import STOPPED_WORDS
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD
 
-if TYPE_CHECKING:  # health imports this module to render itself
+if TYPE_CHECKING:
     from tb_monitor.analysis.agent_views import AgentView
     from tb_monitor.analysis.attempts import Attempt
     from tb_monitor.analysis.grid import Score, Stall
-    from tb_monitor.analysis.health import JobHealth, JobReport
     from tb_monitor.analysis.rank_report import RankHealth
     from tb_monitor.analysis.root_cause import RootCause
 
-__all__ = ["html_text", "render", "visible"]
+__all__ = [
+    "VERDICTS",
+    "attempt_lines",
+    "duration",
+    "plural",
+    "ranks_lines",
+    "stalled_line",
+    "visible",
+]
 
 #: Unicode categories never written raw: controls (ESC, CR, DEL, the C1 set), format characters
 #: (bidi overrides and isolates, zero-width ones), line and paragraph separators, surrogates.
 _HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
-_VERDICTS = {
+VERDICTS = {
     "empty": "nothing to report",
     "failed": "FAILED: the last attempt failed (exit code 1)",
     "running": "running",
@@ -71,7 +77,7 @@ def _clock(t: float, ms: bool = False) -> str:
     return when.strftime("%H:%M:%S.%f")[:-3] if ms else when.strftime("%H:%M:%S")
 
 
-def _duration(seconds: float | None) -> str:
+def duration(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     if seconds < 60:
@@ -86,7 +92,7 @@ def _ranks(ranks: Iterable[int]) -> str:
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
@@ -106,11 +112,11 @@ def _render_cause(cause: RootCause) -> list[str]:
     return lines
 
 
-def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
+def attempt_lines(a: Attempt, later: Attempt | None) -> list[str]:
     lines = [
-        f"  attempt {a.attempt:<3} {visible(a.outcome):<10} {_duration(a.duration_s):>9}"
+        f"  attempt {a.attempt:<3} {visible(a.outcome):<10} {duration(a.duration_s):>9}"
         f"   {_clock(a.start)} → {_clock(a.end)}"
-        f"   {_plural(len(a.ranks), 'rank')} on {_plural(len(a.nodes), 'node')}"
+        f"   {plural(len(a.ranks), 'rank')} on {plural(len(a.nodes), 'node')}"
     ]
     if a.root_cause is not None:
         lines.extend(_render_cause(a.root_cause))
@@ -119,27 +125,11 @@ def _render_attempt(a: Attempt, later: Attempt | None) -> list[str]:
         lines.append(f"    went down with  {_ranks(a.collateral_ranks)} ({how})")
     if a.time_lost_s is not None and later is not None:
         until = f"attempt {later.attempt} started"
-        lines.append(f"    time lost       {_duration(a.time_lost_s)} (until {until})")
+        lines.append(f"    time lost       {duration(a.time_lost_s)} (until {until})")
     if a.nodes_left:
         lines.append(f"    nodes left      {visible(', '.join(a.nodes_left))}")
     if a.nodes_joined:
         lines.append(f"    nodes joined    {visible(', '.join(a.nodes_joined))}")
-    return lines
-
-
-def _render_job(job: JobHealth, several: bool) -> list[str]:
-    day = datetime.fromtimestamp(job.attempts[0].start, tz=timezone.utc).strftime("%Y-%m-%d")
-    state = "finished" if job.finished else "still running"
-    lost = f" · {_duration(job.time_lost_s)} lost to restarts" if job.restarts else ""
-    lines = [
-        "",
-        f"job {visible(job.job)}: {job.status} · {_plural(len(job.attempts), 'attempt')}, "
-        f"{_plural(job.restarts, 'restart')}{lost} · {state} (times UTC, {day})",
-    ]
-    for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
-        lines.extend(_render_attempt(a, later))
-    if several and job.ranks is not None:  # each job's ranks under it, scored on their own
-        lines.extend(_render_ranks(job.ranks, job.stalled))
     return lines
 
 
@@ -160,7 +150,7 @@ def _render_stall(stall: Stall, label: str, view: AgentView | None = None) -> st
         what = "no progress"
     recorder = "" if stall.fr_seq is None else f" · Flight Recorder at collective {stall.fr_seq}"
     return (
-        f"  {label:<15} rank {stall.rank}: {what} · no step for {_duration(stall.since_step_s)}"
+        f"  {label:<15} rank {stall.rank}: {what} · no step for {duration(stall.since_step_s)}"
         f" · collectives entered {stall.entered}, left {stall.left}{recorder}"
     ) + _render_view(view)
 
@@ -186,11 +176,11 @@ def _render_view(view: AgentView | None) -> str:
     return "\n" + "\n".join(lines)
 
 
-def _render_ranks(ranks: RankHealth, stalled: bool) -> list[str]:
+def ranks_lines(ranks: RankHealth, stalled: bool) -> list[str]:
     lines = [
         "",
-        f"ranks: {_plural(ranks.count, 'rank')} recorded their health, "
-        f"{_plural(ranks.windows, 'window')} (compute time relative to the median rank)",
+        f"ranks: {plural(ranks.count, 'rank')} recorded their health, "
+        f"{plural(ranks.windows, 'window')} (compute time relative to the median rank)",
     ]
     for s in ranks.stragglers:
         lines.append(
@@ -206,40 +196,7 @@ def _render_ranks(ranks: RankHealth, stalled: bool) -> list[str]:
     return lines
 
 
-def _stalled_line(job: str, ranks: RankHealth | None) -> str:
+def stalled_line(job: str, ranks: RankHealth | None) -> str:
     waited = ranks.waited_for if ranks else ()
     who = f"{job} waits for {_ranks(waited)}" if waited else f"progress stopped in {job}"
     return f"STALLED: {who} (exit code 1)"
-
-
-def _verdict(doc: JobReport) -> str:
-    if doc.stalled:
-        if len(doc.jobs) > 1:
-            stalls = [
-                _stalled_line(f"job {visible(j.job)}", j.ranks) for j in doc.jobs if j.stalled
-            ]
-        else:
-            stalls = [_stalled_line("the job", doc.ranks)]
-        if doc.status == "failed":
-            stalls.append(_VERDICTS["failed"])
-        return "\n".join(stalls)
-    return _VERDICTS[doc.status]
-
-
-def render(doc: JobReport) -> str:
-    """The report as the terminal text."""
-    lines = [f"logdir {visible(str(doc.logdir))}"]
-    if not doc.jobs:
-        lines.append("  no elastic job attempts recorded yet")
-    for job in doc.jobs:
-        lines.extend(_render_job(job, len(doc.jobs) > 1))
-    if doc.ranks is not None and len(doc.jobs) <= 1:
-        lines.extend(_render_ranks(doc.ranks, doc.stalled))
-    lines.extend(["", _verdict(doc)])
-    return "\n".join(lines) + "\n"
-
-
-def html_text(doc: JobReport) -> str:
-    """``render(doc)`` as HTML for a notebook: the text escaped in a ``<pre>``, so nothing an
-    event recorded (an exception message, a host name) is ever read as markup."""
-    return f"<pre>{html.escape(render(doc))}</pre>"

@@ -18,7 +18,7 @@ ended (each agent recorded its verdict), or Ctrl-C; on a terminal the screen is 
 log each refresh is appended. With ``--json``, each refresh is one JSON document on one line.
 
 Where the ranks record their health (``init(torch=True)`` or ``tb-monitor run``: see
-``tb_monitor.integrations.rank_health``), the report also lists the stragglers (a rank whose
+``tb_monitor.rank.health``), the report also lists the stragglers (a rank whose
 compute time stays above 1.2x the median rank's for 3 windows in a row, with its relative score)
 and the stalled ranks, naming the rank the others wait for; the scoring is the Timeline tab's
 Ranks view's (``tb_monitor.analysis.grid.RankGrid``).
@@ -46,7 +46,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any
 
 from tb_monitor.analysis.health import SCHEMA_VERSION, JobReport, job_report
-from tb_monitor.analysis.report_text import render
+from tb_monitor.analysis.report import render
 from tb_monitor.cli.parsing import (
     EXIT_2_SAYS_WHY,
     EXIT_FAILED,

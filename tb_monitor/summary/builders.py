@@ -9,15 +9,10 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from tb_monitor.summary.snapshot import Budget, Snapshot
+from typing import Any
 
 __all__ = [
-    "PendingSummary",
     "backend",
     "default_bins",
     "event",
@@ -27,6 +22,7 @@ __all__ = [
     "pr_curve",
     "restart_events",
     "scalar",
+    "summary_event",
     "utils",
 ]
 
@@ -91,6 +87,11 @@ def restart_events(step: int) -> tuple[Any, Any]:
     return event(step, file_version="brain.Event:2"), event(step, session_log=start)
 
 
+def summary_event(step: Any, summary: Any) -> Any:
+    """The ``Event`` at ``step`` holding ``summary`` (a builder's, torch's or tensorboardX's)."""
+    return event(step, summary=_tensorboards(summary))
+
+
 def _tensorboards(summary: Any) -> Any:
     """``summary`` as TensorBoard's ``Summary``: tensorboardX's builders make their own class."""
     from tensorboard.compat.proto.summary_pb2 import Summary
@@ -98,35 +99,6 @@ def _tensorboards(summary: Any) -> Any:
     if isinstance(summary, Summary):
         return summary
     return Summary.FromString(summary.SerializeToString())
-
-
-class PendingSummary:
-    """One summary to build on the writer's thread: ``make(*args, **kwargs)`` on the captured
-    arguments, in an Event at the captured step. Gives its bytes back to ``budget`` once built,
-    or once dropped unbuilt (a full queue frees it: ``__del__``)."""
-
-    __slots__ = ("_budget", "_make", "_snapshot")
-
-    def __init__(self, make: Callable[..., Any], snapshot: Snapshot, budget: Budget) -> None:
-        self._make = make
-        self._snapshot = snapshot
-        self._budget: Budget | None = budget
-
-    def __call__(self) -> Any:
-        try:
-            self._snapshot.wait()
-            step, args, kwargs = self._snapshot.values
-            return event(step, summary=_tensorboards(self._make(*args, **kwargs)))
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        budget, self._budget = self._budget, None
-        if budget is not None:
-            budget.release(self._snapshot.nbytes)
-
-    def __del__(self) -> None:
-        self._release()
 
 
 def histogram(tag: str, values: Any, bins: Any, max_bins: int | None = None) -> Any:

@@ -19,6 +19,7 @@ __all__ = [
     "array",
     "audio",
     "bins",
+    "box_labels",
     "hparams",
     "image",
     "layout",
@@ -92,6 +93,14 @@ def bins(value: Any) -> None:
     """``bins`` as numpy takes it: a string must name one of its estimators."""
     if isinstance(value, str) and value not in _BIN_ESTIMATORS:
         raise ValueError(f"{value!r} is not a valid estimator for `bins`")
+
+
+def box_labels(labels: Any, boxes: Any) -> Any:
+    """The labels ``add_image_with_boxes`` draws, as torch takes them: a lone string is one
+    label; labels that are not one per box are dropped (None), not an error."""
+    if isinstance(labels, str):
+        labels = [labels]
+    return None if labels is None or len(labels) != boxes.shape[0] else labels
 
 
 def image(value: Any, dataformats: str) -> Any:

@@ -23,8 +23,8 @@ from typing import Any
 from tb_monitor._tensors import is_tensor
 from tb_monitor.sinks.writer import STALL_S
 from tb_monitor.summary import builders, checks, files, snapshot
-from tb_monitor.summary.builders import PendingSummary
 from tb_monitor.summary.filewriter import FileWriter
+from tb_monitor.summary.pending import PendingSummary
 from tb_monitor.summary.snapshot import Budget
 
 __all__ = ["MAX_PENDING_BYTES", "SummaryWriter"]
@@ -91,10 +91,9 @@ class SummaryWriter:
         """The writer of a sub-run (``add_scalars``, ``add_hparams``), made on first use."""
         self._get_file_writer()
         assert self.all_writers is not None
-        writer = self.all_writers.get(log_dir)
-        if writer is None:
-            writer = self.all_writers[log_dir] = self._new_writer(log_dir)
-        return writer
+        if log_dir not in self.all_writers:
+            self.all_writers[log_dir] = self._new_writer(log_dir)
+        return self.all_writers[log_dir]
 
     def get_logdir(self) -> str:
         """The directory the main event file is written to."""
@@ -106,8 +105,6 @@ class SummaryWriter:
         drops (a full queue, storage gone, a summary its builder refused)."""
         writers = (self.all_writers or {}).values()
         return self._closed_dropped + sum(w.writer.dropped for w in writers)
-
-    # -- what the caller's thread does -------------------------------------------------------------
 
     def _add(
         self,
@@ -144,8 +141,6 @@ class SummaryWriter:
             self._add(builders.scalar, (tag, value), None, global_step, walltime, writer)
             return
         writer.writer.add_scalar(tag, plain, walltime, global_step)
-
-    # -- torch's API -------------------------------------------------------------------------------
 
     def add_hparams(
         self,
@@ -275,11 +270,7 @@ class SummaryWriter:
         labels: Any = None,
     ) -> None:
         """An image with boxes drawn on it (and their labels, when one per box)."""
-        if labels is not None:
-            if isinstance(labels, str):
-                labels = [labels]
-            if len(labels) != box_tensor.shape[0]:
-                labels = None
+        labels = checks.box_labels(labels, box_tensor)
         img_tensor = checks.image(img_tensor, dataformats)
         box_tensor = checks.array(box_tensor)
         kwargs = {"rescale": rescale, "dataformats": dataformats, "labels": labels}

@@ -9,7 +9,8 @@ import unicodedata
 import pytest
 
 from tb_monitor.analysis.health import job_report
-from tb_monitor.analysis.report_text import render, visible
+from tb_monitor.analysis.report import render
+from tb_monitor.analysis.report_text import visible
 from tb_monitor.synthetic import _plan
 from tb_monitor.testing import generate_job
 

@@ -17,7 +17,7 @@ from tb_monitor import SummaryWriter
 from tb_monitor.logdir import readers
 from tb_monitor.sinks.writer import DROPPED_TAG
 from tb_monitor.summary import builders
-from tb_monitor.summary.builders import PendingSummary
+from tb_monitor.summary.pending import PendingSummary
 from tb_monitor.summary.snapshot import Budget, capture
 
 torch = need("torch")
