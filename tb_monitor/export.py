@@ -14,12 +14,11 @@
   ``Event.deserialize(json.dumps(line["event"]))`` gives torch's event back.
 - ``csv``: the scalars, columns ``run, tag, step, wall_time, value``.
 
-Memory on a big job (a 1,024-node day: 17.8M events in 5,120 runs, 347 MiB on disk; as a list
-of rows that is several GiB). Every format also holds the event file being read (the readers
-read a file whole: tens of KiB a run there).
+Memory stays bounded on a big job (a day of a large job, whose rows as one list would not fit).
+Every format also holds the event file being read (the readers read a file whole).
 
 - ``csv`` holds nothing: rows go to the output as ``readers.iter_scalars`` yields them.
-- ``jsonl`` holds ``chunk_lines`` rendered lines (:data:`CHUNK_LINES`, ~120 MB at the default):
+- ``jsonl`` holds ``chunk_lines`` rendered lines (:data:`CHUNK_LINES`):
   an external merge sort spills each sorted chunk to a temporary file (temporary files as large
   as the output, removed afterwards) and merges them, so its memory does not grow with the job.
 - ``chrome-trace`` holds every event: the Trace Event Format is one JSON object, and Perfetto
@@ -163,8 +162,8 @@ def _trace_event(span: Span, pid: int, tid: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-#: Lines ``write_jsonl`` sorts in memory at once (~600 bytes each for torchelastic's events:
-#: ~120 MB); a logdir with more is sorted in chunks spilled to temporary files, then merged.
+#: Lines ``write_jsonl`` sorts in memory at once (a few hundred bytes each for torchelastic's
+#: events); a logdir with more is sorted in chunks spilled to temporary files, then merged.
 CHUNK_LINES = 200_000
 
 #: Sorted chunks merged at once: open files, each with its read buffer. More are merged in rounds.

@@ -120,14 +120,14 @@ class Lane:
 
     @functools.cached_property
     def _sort_key(self) -> tuple[Any, ...]:
-        """Made once per lane: a big job's 10,000 lanes are sorted again at every refresh."""
+        """Made once per lane: a big job's lanes are sorted again at every refresh."""
         natural = tuple(int(p) if p.isdecimal() else p for p in re.split(r"(\d+)", self.label))
         return (self.group, contract.KINDS.index(self.kind), natural)
 
 
 class Span(NamedTuple):
     """A mark on a lane: an interval (``end`` set) or a point, with the records it stands for.
-    A named tuple: a big job's records make ~40,000, each 7x cheaper to make than a frozen
+    A named tuple: a big job's records make many, each much cheaper to make than a frozen
     dataclass's."""
 
     lane: Lane

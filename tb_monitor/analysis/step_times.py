@@ -52,7 +52,7 @@ def bucketed(
 def typical(per_rank: np.ndarray) -> np.ndarray:
     """Per column, the median rank's value (NaN where no rank has one): the line a straggler
     or a slow tail is read against. One sort of the columns (``np.nanmedian`` goes column by
-    column, 60 ms for a thousand ranks)."""
+    column, which is slow for many ranks)."""
     ordered = np.sort(per_rank, axis=0)  # NaN last
     n = np.count_nonzero(~np.isnan(ordered), axis=0)
     if not ordered.shape[0]:

@@ -2,8 +2,8 @@
 
 The iterators need nothing beyond TensorBoard's protos, so exports and the plugin can reuse
 them; ``read_scalars`` and ``read_events`` build DataFrames and need the ``pandas`` extra.
-Records are checked with a C crc32c, so 100k records read in a fraction of a second (TensorBoard's
-Python loader spends most of its time checksumming in Python). A torn record at the end of a file
+Records are checked with a C crc32c (TensorBoard's Python loader spends most of its time
+checksumming in Python). A torn record at the end of a file
 (a killed or still-running writer) is skipped; see ``tb_monitor.logdir.tfrecord``.
 
 A run is the directory holding the event files, relative to the logdir with ``/`` separators;

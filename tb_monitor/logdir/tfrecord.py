@@ -15,17 +15,17 @@ Reading tolerates what a crash or a bad disk leaves behind, and keeps every whol
   over, so reading *resynchronises*: it scans forward for the next offset where a length
   checksum and the data checksum of the record it frames both hold, and goes on from there.
   TensorBoard's loaders stop the file at that point; we keep what follows. The scan runs only
-  once damage is found (vectorised with numpy: about 20 ms per MiB of
-  garbage, 0.1 s per MiB of zeros).
+  once damage is found, vectorised with numpy.
 
 Each skip logs one warning naming the file and byte offset, and, when the caller passes a
 :class:`DamageReport`, is counted there as a :class:`Damage` (file, offset, bytes, reason), so a
 user can inspect what was lost (``tb_monitor.logdir.readers.damage(logdir)`` reads a whole
 logdir that way).
 
-A run of sound records is walked in C where it is built (``_string_tensors.sound_records``:
-~3 us a record in Python, a fraction of one in C), up to the first record it leaves to the
-Python loop, which alone decides damage and torn tails. This is the Python side of the framing; the writer's C scalar encoder
+A run of sound records is walked in C where it is built (``_string_tensors.sound_records``,
+much faster than the Python loop), up to the first record it leaves to the
+Python loop, which alone decides damage and torn tails. This is the Python side of the framing;
+the writer's C scalar encoder
 (``tb_monitor/sinks/_encoding.c``) frames its records the same way, byte for byte.
 """
 

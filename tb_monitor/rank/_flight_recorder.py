@@ -5,8 +5,8 @@ gradient buckets, FSDP's shards).
 torch records every collective of every process group, gloo's and NCCL's, in a ring buffer
 (``TORCH_FR_BUFFER_SIZE``, 2,000 by default), with its group and sequence number within it,
 and exposes it as ``_dump_fr_trace_json`` (2.13 does; where it does not, nothing is read).
-Reading it means dumping the buffer as JSON with the GIL held, ~70 ms for a full buffer
-(``bench_rank_health.py``), so ``RankHealth`` reads it only while a rank makes no step.
+Reading it means dumping the buffer as JSON with the GIL held, costly for a full buffer
+(``bench_rank_health.py`` times it), so ``RankHealth`` reads it only while a rank makes no step.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ callbacks record a timing CUDA event each on the current stream instead (never i
 capture), and each later backward reads the pairs whose end event is done, oldest first, with
 a non-blocking query (the GPU is a step or so behind; nothing waits). The events are reused.
 No thread of ours takes part: an earlier version handed the pairs to a poller thread, and its
-wake-ups and GIL hand-offs cost a launch-bound NCCL step ~320 µs on an H200
+wake-ups and GIL hand-offs slowed a launch-bound NCCL step measurably
 (``benchmarks/bench_rank_health.py``). A pair not done when the model's timing closes (the
 last backward or so) is not read.
 """

@@ -1,12 +1,12 @@
 """Timeline events gathered into batched records (content version 4) on the writer's thread.
 
-A 1,024-node job's rendezvous records a keep-alive per node every 5 s: 17 million a day, each
+A big job's rendezvous records a keep-alive per node every few seconds, millions a day, each
 the same JSON but for the time it was written. One record per event costs TensorBoard's loaders
-~10 µs and hundreds of bytes each, so the writer gathers events instead
+time and bytes per record, so the writer gathers events instead
 (``contract.encode_columnar``): the events a drain finds for a tag become one record, and a
 node's keep-alives become *runs*, each distinct value stored once. Keep-alives that differ (a
-message with a counter) still share a run: it is keyed by tag, not by payload, so a million
-distinct keep-alives are a few hundred records, not a million. Every event stays individually
+message with a counter) still share a run: it is keyed by tag, not by payload, so distinct
+keep-alives are a record per run, not one each. Every event stays individually
 readable: its own time and its own JSON.
 
 A tag's first run lasts ``RUN_S``; while nothing but keep-alives comes on the tag, each next
@@ -37,7 +37,7 @@ __all__ = ["LONGEST_RUN_S", "RUN_S", "Batch", "TimelineBatcher"]
 #: writer's clock), and its first after any other event of the tag.
 RUN_S = _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0)
 #: The longest run: runs double up to it while a tag records nothing but keep-alives. By default
-#: ``RUN_S`` (runs do not grow): a longer one (3600 for a 1,024-node job) makes a day load
+#: ``RUN_S`` (runs do not grow): a longer one (an hour for a job of many nodes) makes a day load
 #: faster, but a live node's keep-alives show up to that late in a quiet stretch, and a node
 #: killed outright loses up to that much of them, so its lane ends early.
 LONGEST_RUN_S = max(RUN_S, _env.seconds("TB_MONITOR_HEARTBEAT_LONGEST_RUN_S", RUN_S))

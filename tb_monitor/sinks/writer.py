@@ -82,7 +82,7 @@ class AsyncWriter:
     store): then records are dropped until the writer catches up. ``"drop"`` drops at once. The
     count of dropped records is written as the scalar ``tb_monitor/dropped_records``. A write
     error (a full disk) is logged once per outage and counted; writing resumes by itself, and
-    ``error`` tells the last one. Memory is bounded by ``max_queue`` records (~150 bytes each).
+    ``error`` tells the last one. Memory is bounded by ``max_queue`` records.
     ``filename_suffix`` ends the event files' names, as torch's ``SummaryWriter`` has it.
     """
 

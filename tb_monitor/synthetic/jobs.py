@@ -63,8 +63,8 @@ def generate_job(
 
     ``events`` is the total number of timeline records wanted (heartbeats make up the difference;
     0 lets the job be small and natural); or ``hours`` gives the job's length instead, each node
-    sending a keep-alive every ``heartbeat_s`` throughout (a 1,024-node day: ``nodes=1024,
-    workers_per_node=4, hours=24, restarts=3``, ~18M events). ``restarts`` failed attempts precede
+    sending a keep-alive every ``heartbeat_s`` throughout (a big job's day: ``nodes=1024,
+    workers_per_node=4, hours=24, restarts=3``). ``restarts`` failed attempts precede
     the final, successful one; the last node is a straggler in every rendezvous and in training.
     ``scalars`` also writes rank 0's ``train/loss`` and ``train/samples_per_s`` per epoch (what a
     real job logs besides its events, and what TensorBoard's Scalars tab draws);
