@@ -31,7 +31,7 @@ EXTENSIONS = {_module_name(path) for package in PACKAGES for path in (ROOT / pac
 #: the order a reader sees in the tree is the order the code runs in.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # foundations: settings, exit hooks, events, tensors as values, progress lines
-    ("_env", "_shutdown", "_event", "_tensors", "_accumulator", "progress"),
+    ("_env", "_shutdown", "_event", "_tensors", "_accumulator", "_patience", "progress"),
     # the data contract, value checks, the Stat's accumulators and timer
     ("contract", "_checks", "_accumulators", "_stat_timer"),
     # the compatible APIs and where bytes live

@@ -6,7 +6,8 @@ nothing of where the bytes go; ``fs.new_event_file`` picks the implementation fo
 - ``LocalEventFile``: an unbuffered file. A write that fails (a full disk) is cut back to the last
   whole record, so no torn record stays in the middle; ``sync`` is an ``fsync``.
 - ``ObjectEventFile``: an ``objects.ObjectStream`` (deltas and segments, uploaded from its own
-  thread); ``sync`` and ``close`` wait for the store at most ``FLUSH_TIMEOUT_S``, then warn.
+  thread); ``sync`` and ``close`` wait while the store takes uploads, at most ``FLUSH_TIMEOUT_S``
+  without one, then warn.
 
 Event file names are unique per process and file (``unique_name``), and zero-padded so that name
 order is creation order: TensorBoard reads a run's files in name order, and a later file must come
@@ -30,7 +31,8 @@ from tb_monitor.logdir.objects import ObjectStream
 
 __all__ = ["FLUSH_TIMEOUT_S", "EventFile", "LocalEventFile", "ObjectEventFile", "unique_name"]
 
-#: How long a sync or close waits for an object store before giving up (and warning).
+#: How long a sync or close waits for an object store that takes no upload before giving up
+#: (and warning); while uploads go up it waits on.
 FLUSH_TIMEOUT_S = 30.0
 
 _log = logging.getLogger(__name__)
@@ -78,6 +80,10 @@ class EventFile(Protocol):
     def dropped(self) -> int:
         """Records lost after ``write`` took them (an object store's upload buffer overflowed)."""
 
+    @property
+    def acknowledged(self) -> int:
+        """Bytes storage has taken so far (written; uploaded): a writer waits while it grows."""
+
     def deleted(self) -> bool:
         """Whether the file lost its name (it or its directory was deleted): use a new file."""
 
@@ -119,6 +125,10 @@ class LocalEventFile:
     @property
     def closed(self) -> bool:
         return self._file.closed
+
+    @property
+    def acknowledged(self) -> int:
+        return self._end
 
     def deleted(self) -> bool:
         try:
@@ -186,6 +196,10 @@ class ObjectEventFile:
     @property
     def dropped(self) -> int:
         return self.stream.dropped
+
+    @property
+    def acknowledged(self) -> int:
+        return self.stream.uploaded_bytes
 
     def deleted(self) -> bool:
         return False  # objects are replaced, never lost from under the writer

@@ -39,6 +39,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from tb_monitor._patience import wait_while_progressing
+
 __all__ = ["DELTA_MARK", "ObjectStream", "is_delta", "live_objects"]
 
 _log = logging.getLogger(__name__)
@@ -136,28 +138,47 @@ class ObjectStream:
             self.dropped += count
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Upload what is buffered now and wait for it (at most ``timeout`` s); True if it went up."""
-        deadline = None if timeout is None else self._clock() + timeout
+        """Upload what is buffered now and wait for it while uploads go up, giving up once none
+        has for ``timeout`` s; True if it went up."""
         with self._lock:
             self._kick = True
             self._retry_at = 0.0
             self._lock.notify_all()
-            while self._pending_bytes and self._thread.is_alive():
-                left = None if deadline is None else deadline - self._clock()
-                if left is not None and left <= 0:
-                    return False
-                self._lock.wait(0.05 if left is None else min(left, 0.05))
-        return True
+
+        def uploaded(wait_s: float) -> bool:
+            with self._lock:
+                if self._pending_bytes and self._thread.is_alive():
+                    self._lock.wait(wait_s)
+                return not self._pending_bytes or not self._thread.is_alive()
+
+        if timeout is None:
+            while not uploaded(0.05):
+                pass
+            return True
+        return self._waited(uploaded, timeout) and not self._pending_bytes
 
     def close(self, timeout: float | None = 30.0) -> bool:
-        """Upload what is buffered and seal the open segment; True if everything went up."""
+        """Upload what is buffered and seal the open segment, waiting while uploads go up (at
+        most ``timeout`` s without one); True if everything went up."""
         with self._lock:
             self._closing = True
             self._retry_at = 0.0
             self._lock.notify_all()
-        self._thread.join(timeout)
+
+        def ended(wait_s: float) -> bool:
+            self._thread.join(wait_s)
+            return not self._thread.is_alive()
+
+        if timeout is None:
+            self._thread.join()
+        else:
+            self._waited(ended, timeout)
         with self._lock:
             return not self._pending_bytes and not self._deltas and not self._thread.is_alive()
+
+    def _waited(self, done: Callable[[float], bool], idle_s: float) -> bool:
+        """``done`` waited for while the store takes uploads (``uploaded_bytes`` grows)."""
+        return wait_while_progressing(done, lambda: self.uploaded_bytes, idle_s, self._clock)
 
     @property
     def pending_bytes(self) -> int:

@@ -15,7 +15,9 @@ default ``RUN_S``, no growth): at 3600 a quiet day is a record per node per hour
 minutes (the plugin's cost of a day is per record). Any other event of the tag (a
 rendezvous round: a start, a restart, a node lost) writes the open run with it and starts
 over at ``RUN_S``, so around whatever happens the keep-alives are as current as the events.
-A run is written when it spans its length of event time, when it has been open that long by the
+A run is written when it spans its length of event time, when it holds ``RUN_EVENTS`` events or
+``RUN_BYTES`` bytes of distinct payloads (so what is held back, and what a close has left to
+encode, is bounded however fast keep-alives come), when it has been open its length by the
 writer's clock (so a live job's keep-alives show within ``RUN_S`` of a round, within
 ``LONGEST_RUN_S`` in a long quiet stretch), and at every ``flush()`` and ``close()`` (so an exit
 or a SIGTERM loses none). A process killed outright loses its open run: at most
@@ -31,7 +33,7 @@ from dataclasses import dataclass, field
 
 from tb_monitor import _env, contract
 
-__all__ = ["LONGEST_RUN_S", "RUN_S", "Batch", "TimelineBatcher"]
+__all__ = ["LONGEST_RUN_S", "RUN_BYTES", "RUN_EVENTS", "RUN_S", "Batch", "TimelineBatcher"]
 
 #: A tag's first run of keep-alives in one record, in seconds (of event time and of the
 #: writer's clock), and its first after any other event of the tag.
@@ -41,6 +43,11 @@ RUN_S = _env.seconds("TB_MONITOR_HEARTBEAT_RUN_S", 300.0)
 #: faster, but a live node's keep-alives show up to that late in a quiet stretch, and a node
 #: killed outright loses up to that much of them, so its lane ends early.
 LONGEST_RUN_S = max(RUN_S, _env.seconds("TB_MONITOR_HEARTBEAT_LONGEST_RUN_S", RUN_S))
+#: The most events, and bytes of distinct payloads, one run holds: past either it is written
+#: like a run that spans its length, and the next one starts. A job's ordinary keep-alives (a
+#: payload repeated) never reach them; a flood of distinct ones is written as it comes.
+RUN_EVENTS = 8192
+RUN_BYTES = 1 << 20
 #: Payloads remembered as heartbeat or not; past it the memory starts over.
 _MEMO_LIMIT = 4096
 
@@ -53,6 +60,7 @@ class Batch:
     times: list[float] = field(default_factory=list)
     payload_ids: list[int] = field(default_factory=list)
     payloads: list[str | bytes] = field(default_factory=list)
+    payload_bytes: int = 0  # of the distinct payloads
     _positions: dict[str | bytes, int] = field(default_factory=dict, repr=False)
 
     def add(self, payload: str | bytes, wall_time: float) -> None:
@@ -60,6 +68,7 @@ class Batch:
         if position is None:
             position = self._positions[payload] = len(self.payloads)
             self.payloads.append(payload)
+            self.payload_bytes += len(payload)
         self.times.append(wall_time)
         self.payload_ids.append(position)
 
@@ -79,6 +88,8 @@ class TimelineBatcher:
         run_s: float = RUN_S,
         clock: Callable[[], float] = time.monotonic,
         longest_run_s: float | None = None,
+        run_events: int = RUN_EVENTS,
+        run_bytes: int = RUN_BYTES,
     ) -> None:
         longest_run_s = max(run_s, LONGEST_RUN_S) if longest_run_s is None else longest_run_s
         if not 0 < run_s < math.inf:
@@ -87,7 +98,11 @@ class TimelineBatcher:
             raise ValueError(
                 f"longest_run_s must be seconds at least run_s ({run_s!r}), got {longest_run_s!r}"
             )
+        for name, limit in (("run_events", run_events), ("run_bytes", run_bytes)):
+            if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+                raise ValueError(f"{name} must be a positive int, got {limit!r}")
         self.run_s, self.longest_run_s = run_s, longest_run_s
+        self.run_events, self.run_bytes = run_events, run_bytes
         self._clock = clock
         self._pending: dict[str, Batch] = {}
         self._runs: dict[str, _Run] = {}  # by tag
@@ -99,6 +114,11 @@ class TimelineBatcher:
         """Events held, not yet taken."""
         held = self._pending.values(), (r.batch for r in self._runs.values()), self._sealed
         return sum(len(b.times) for group in held for b in group)
+
+    @property
+    def open_runs(self) -> int:
+        """Runs of keep-alives held open (each one record once written)."""
+        return len(self._runs)
 
     def add(self, tag: str, payload: str | bytes, wall_time: float) -> None:
         """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`."""
@@ -120,7 +140,11 @@ class TimelineBatcher:
         if run is None:
             length = self._next_length.get(tag, self.run_s)
             run = self._runs[tag] = _Run(Batch(tag), self._clock(), length)
-        run.batch.add(payload, wall_time)
+        batch = run.batch
+        batch.add(payload, wall_time)
+        if len(batch.times) >= self.run_events or batch.payload_bytes >= self.run_bytes:
+            self._runs.pop(tag)  # full: written as it is; the next run keeps this one's length
+            self._sealed.append(batch)
 
     def take(self, seal: bool = False) -> list[Batch]:
         """The batches ready to write: every event that is not a keep-alive, and the runs that

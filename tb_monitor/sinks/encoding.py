@@ -20,7 +20,7 @@ from typing import Any
 from tb_monitor import _env, _tensors, contract
 from tb_monitor.logdir import tfrecord
 from tb_monitor.sinks import summaries
-from tb_monitor.sinks.batching import TimelineBatcher
+from tb_monitor.sinks.batching import Batch, TimelineBatcher
 
 __all__ = [
     "BUILT",
@@ -207,23 +207,42 @@ class RecordEncoder:
 
     def encode_timeline(self, seal: bool = False) -> tuple[bytearray, int]:
         """One record per timeline batch that is ready (every open run too when ``seal``), and
-        how many queued records they hold: content version 4 (``contract.encode_columnar``),
-        or 3 (``contract.encode_batch``) for a batch with a payload that is no JSON object
-        ``json.dumps`` gives back as it came."""
+        how many queued records they hold."""
         out, records = bytearray(), 0
-        for batch in self._batcher.take(seal):
-            kind = contract.kind_of_tag(batch.tag)
-            strings = None
-            if COLUMNAR:
-                strings = contract.encode_columnar(batch.times, batch.payloads, batch.payload_ids)
-            if strings is None:
-                strings = [contract.encode_batch(batch.times, batch.payload_ids), *batch.payloads]
-            summary = summaries.timeline_batch_summary(kind, strings[0], strings[1:])
-            step = self.next_steps.get(batch.tag, 0)
-            self.next_steps[batch.tag] = step + 1
-            out += summary_record(batch.times[0], step, summary)
+        for batch in self.take_timeline(seal):
+            out += self.timeline_record(batch)
             records += len(batch.times)
         return out, records
+
+    def take_timeline(self, seal: bool = False) -> list[Batch]:
+        """The timeline batches that are ready (every open run too when ``seal``), each to be
+        encoded as one record (``timeline_record``)."""
+        return self._batcher.take(seal)
+
+    def timeline_record(self, batch: Batch) -> bytes:
+        """``batch`` as one record at its tag's next step: content version 4
+        (``contract.encode_columnar``), or 3 (``contract.encode_batch``) for a batch with a
+        payload that is no JSON object ``json.dumps`` gives back as it came."""
+        kind = contract.kind_of_tag(batch.tag)
+        strings = None
+        if COLUMNAR:
+            strings = contract.encode_columnar(batch.times, batch.payloads, batch.payload_ids)
+        if strings is None:
+            strings = [contract.encode_batch(batch.times, batch.payload_ids), *batch.payloads]
+        summary = summaries.timeline_batch_summary(kind, strings[0], strings[1:])
+        step = self.next_steps.get(batch.tag, 0)
+        self.next_steps[batch.tag] = step + 1
+        return summary_record(batch.times[0], step, summary)
+
+    @property
+    def held(self) -> int:
+        """Timeline records waiting for their batch."""
+        return len(self._batcher)
+
+    @property
+    def open_runs(self) -> int:
+        """Runs of keep-alives held open."""
+        return self._batcher.open_runs
 
     def clear(self) -> None:
         """Forget the timeline records waiting for their batch (a forked child's copy)."""

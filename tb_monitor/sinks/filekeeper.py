@@ -69,6 +69,12 @@ class FileKeeper:
         file = self.file
         return self._dropped + (0 if file is None else file.dropped)
 
+    @property
+    def acknowledged(self) -> int:
+        """Bytes the current file's storage has taken (a writer's close waits while it grows)."""
+        file = self.file
+        return 0 if file is None else file.acknowledged
+
     def write(self, data: bytearray, count: int) -> None:
         """Write the encoded ``data`` of ``count`` records (counted as dropped on error)."""
         if not data:

@@ -10,8 +10,10 @@ process killed outright loses at most the last flush interval; ``flush()`` and `
 Faults never reach the caller (docs/DESIGN.md, "Faults"). Storage's are ``filekeeper``'s: a
 failed write drops and counts its batch, warns once per outage, and writing resumes by itself.
 A stalled store makes a caller wait at most ``STALL_S`` for room, then drops are counted until
-the writer catches up; ``flush()`` and ``close()`` wait at most ``CLOSE_TIMEOUT_S`` for storage,
-so a process never hangs at exit. Every drop, the caller's own too (``count_dropped``), lands as
+the writer catches up. ``flush()`` and ``close()`` wait for the writer while it makes progress
+(however busy the machine) and give up only once nothing moved for ``CLOSE_TIMEOUT_S`` (storage
+that stopped answering), so a process never hangs at exit; a close that gives up says how many
+records it lost, and why, and counts them. Every drop, the caller's own too (``count_dropped``), lands as
 ``tb_monitor/dropped_records``.
 
 Steps are allocated per tag, starting one above the largest step the run directory already
@@ -33,8 +35,10 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from tb_monitor import _checks, _shutdown, contract
+from tb_monitor._patience import wait_while_progressing
 from tb_monitor.logdir import fs
 from tb_monitor.logdir.eventfile import EventFile
+from tb_monitor.sinks.closing import Ledger, run_bounded
 from tb_monitor.sinks.encoding import (
     BUILT,
     SCALAR,
@@ -52,8 +56,9 @@ __all__ = ["CLOSE_TIMEOUT_S", "DROPPED_TAG", "STALL_S", "AsyncWriter", "WriterCl
 
 #: Longest a caller waits for room in the queue before records are dropped (a stalled store).
 STALL_S = 1.0
-#: Longest ``flush()``/``close()`` wait for a writer thread stuck in storage (an object store
-#: adds its own upload deadline, ``EventFile.wait_s``).
+#: How long ``flush()``/``close()`` wait for a writer thread that makes no progress (no record
+#: encoded, no write returned, no byte acknowledged): one stuck in storage (an object store adds
+#: its own upload deadline, ``EventFile.wait_s``).
 CLOSE_TIMEOUT_S = 10.0
 
 _log = logging.getLogger(__name__)
@@ -107,10 +112,11 @@ class AsyncWriter:
         self._queue: deque[tuple] = deque()
         self._closed = False
         self._closing_done = threading.Event()
-        self._dropped = 0
         self._dropped_written = 0
         self._stalled = False
         self._tensors_queued = False
+        self._ledger = Ledger()
+        self._doing = "waiting for the run's steps"  # what the drain is doing, for a give-up
         self._init_locks()
         self._encoder: RecordEncoder | None = None  # once the run's steps are known
         self._steps = StepsKeeper(self._run_dir, self.flush_secs, _wake_the_writer_thread)
@@ -130,7 +136,8 @@ class AsyncWriter:
 
     def _init_locks(self) -> None:
         self._drain_lock = threading.RLock()  # reentrant: a SIGTERM handler may close mid-flush
-        self._room = threading.Condition(threading.Lock())
+        self._ledger.new_lock()
+        self._room = self._ledger.room
         self._waiting = 0
 
     # -- public API ------------------------------------------------------------------------------
@@ -157,7 +164,7 @@ class AsyncWriter:
         own (``count_dropped``)."""
         encoder = self._encoder
         failed = 0 if encoder is None else encoder.failed
-        return self._dropped + failed + self._storage.dropped
+        return self._ledger.dropped + failed + self._storage.dropped
 
     @property
     def error(self) -> OSError | None:
@@ -248,12 +255,11 @@ class AsyncWriter:
         ``SummaryWriter``'s on snapshot bytes): they land in ``tb_monitor/dropped_records``."""
         if type(records) is not int or records < 0:
             raise ValueError(f"records must be a non-negative int, got {records!r}")
-        with self._room:
-            self._dropped += records
+        self._ledger.drop(records)
 
     def flush(self) -> None:
         """Write everything accepted so far and sync it; never raises for storage faults, and
-        returns within ``CLOSE_TIMEOUT_S`` even if storage hangs."""
+        waits for hung storage at most ``CLOSE_TIMEOUT_S`` without progress."""
         self._bounded("flush", self._drain_sealed, self._storage.sync)
 
     def close(self) -> None:
@@ -264,7 +270,7 @@ class AsyncWriter:
         their way to storage.
         """
         if self._closed:
-            self._closing_done.wait(CLOSE_TIMEOUT_S)
+            wait_while_progressing(self._closing_done.wait, self._progress_mark, CLOSE_TIMEOUT_S)
             return
         self._closed = True
         with self._room:
@@ -281,36 +287,27 @@ class AsyncWriter:
     def _bounded(
         self, what: str, *steps: Callable[[], None], done: threading.Event | None = None
     ) -> None:
-        """Run ``steps`` under the drain lock on a helper thread, waiting ``CLOSE_TIMEOUT_S`` at
-        most: a write that never returns (hung storage) must not hang the caller, or exit.
-        ``done`` is set by the helper once the steps ran."""
+        """Run ``steps`` under the drain lock on a helper thread, waiting for it while it makes
+        progress (``closing``); ``done`` is set by the helper once the steps ran."""
         done = threading.Event() if done is None else done
+        idle_s = CLOSE_TIMEOUT_S + self._storage.wait_s
+        lock, mark = self._drain_lock, self._progress_mark
+        if not run_bounded(what, steps, lock, mark, idle_s, done, self._run_dir):
+            self._gave_up(what, idle_s)
 
-        def run() -> None:
-            try:
-                with self._drain_lock:
-                    for step in steps:
-                        step()
-            except Exception:
-                _log.exception("tb_monitor: %s of %s failed", what, self._run_dir)
-            finally:
-                done.set()
+    def _progress_mark(self) -> tuple[int, int, int]:
+        return self._ledger.writes, self._storage.acknowledged, len(self._queue)
 
-        try:
-            threading.Thread(target=run, name=f"tb_monitor-{what}", daemon=True).start()
-        except RuntimeError:  # Python 3.12+ starts no thread during interpreter shutdown
-            run()
-            return
-        timeout = CLOSE_TIMEOUT_S + self._storage.wait_s
-        if not done.wait(timeout):
-            _log.warning(
-                "tb_monitor: %s of %s gave up after %.0f s: the writer is stuck in storage; "
-                "%d records still queued",
-                what,
-                self._storage.path or self._run_dir,
-                timeout,
-                len(self._queue),
-            )
+    def _gave_up(self, what: str, idle_s: float) -> None:
+        """Say what a flush or close that gave up leaves behind; a close counts it as lost."""
+        where = self._storage.path or self._run_dir
+        ledger, queue, encoder = self._ledger, self._queue, self._encoder
+        left = ledger.abandon(queue, encoder) if what == "close" else ledger.left(queue, encoder)
+        stuck = f"{what} of {where} gave up after {idle_s:.0f} s with no progress ({self._doing})"
+        if what == "close":
+            _log.warning("tb_monitor: %s: %s lost, counted in %s", stuck, left, DROPPED_TAG)
+        else:
+            _log.warning("tb_monitor: %s; %s wait, written once it moves again", stuck, left)
 
     def __enter__(self) -> AsyncWriter:
         return self
@@ -362,8 +359,7 @@ class AsyncWriter:
                         STALL_S,
                         DROPPED_TAG,
                     )
-        with self._room:
-            self._dropped += 1
+        self._ledger.drop(1)
         return False
 
     # -- the writer thread's side ------------------------------------------------------------------
@@ -383,21 +379,36 @@ class AsyncWriter:
         waits for them, and the writer thread leaves the records queued."""
         if self._encoder is None and not self._resumed(wait=seal):
             return
-        queue = self._queue
-        while queue:
+        queue, encoder, ledger = self._queue, self._encoder, self._ledger
+        while queue and not ledger.abandoned:
             count = min(len(queue), _BATCH)
-            self._storage.write(self._encode(count), count)
+            self._doing = "encoding"
+            self._write(*self._encode(count))
             if self._waiting:
                 with self._room:
                     self._room.notify_all()
-        self._storage.write(*self._encoder.encode_timeline(seal))
+        for batch in ledger.take_batches(encoder, seal):
+            if ledger.abandoned:
+                break
+            self._doing = "encoding timeline batches"
+            self._write(encoder.timeline_record(batch), len(batch.times))
+        if ledger.abandoned:  # what is left was counted when the close gave up
+            ledger.forget(queue, encoder)
         self._stalled = False  # caught up: callers may wait for room again
         dropped = self.dropped
         if dropped != self._dropped_written and self._storage.error is None:
             self._dropped_written = dropped
             record = (SCALAR, DROPPED_TAG, float(dropped), _time(), None)
-            self._storage.write(self._encoder.encode([record]), 1)
-        self._steps.record(self._encoder.next_steps, now=seal)
+            self._write(encoder.encode([record]), 1, taken=False)
+        self._doing = "writing the steps file"
+        self._steps.record(encoder.next_steps, now=seal)
+        self._doing = "syncing"
+
+    def _write(self, data: bytes | bytearray, count: int, taken: bool = True) -> None:
+        """Hand ``count`` encoded records to storage; ``taken``: they were in hand."""
+        self._doing = "writing to storage"
+        self._storage.write(data, count)
+        self._ledger.written(count, taken)
 
     def _resumed(self, wait: bool) -> bool:
         """Whether the run's steps are known (waiting for them when ``wait``); builds the
@@ -409,14 +420,20 @@ class AsyncWriter:
         self._encoder = RecordEncoder(resumed.steps, self._run_dir)
         return True
 
-    def _encode(self, count: int) -> bytearray:
-        """Take ``count`` queued records off the queue and encode them, in order."""
-        popleft = self._queue.popleft
-        items = [popleft() for _ in range(count)]
+    def _encode(self, count: int) -> tuple[bytearray, int]:
+        """Take ``count`` queued records off the queue and encode them, in order; with how many
+        records the bytes hold (timeline records wait in their batches instead)."""
+        encoder = self._encoder
+        assert encoder is not None  # drained only once the steps are known
+        items = self._ledger.take(self._queue, count)
         tensors = self._tensors_queued
         if tensors and not self._queue:
             self._tensors_queued = False  # a tensor enqueued from now on sets it again
-        return self._encoder.encode(items, tensors)  # type: ignore[union-attr]  # drained: known
+        held = encoder.held
+        data = encoder.encode(items, tensors)
+        batched = encoder.held - held
+        self._ledger.batched(batched)
+        return data, count - batched
 
     def after_fork_in_child(self) -> None:
         """Forget the parent's pending records and file; the child writes a file of its own.
