@@ -78,13 +78,16 @@ def _clock(t: float, ms: bool = False) -> str:
 
 
 def duration(seconds: float | None) -> str:
+    """``seconds`` as a person reads it, rounded before it is split (119.9 s is 2 min 0 s)."""
     if seconds is None:
         return "?"
-    if seconds < 60:
+    if round(seconds, 1) < 60:
         return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)} min {round(seconds % 60)} s"
-    return f"{int(seconds // 3600)} h {round(seconds % 3600 / 60)} min"
+    if round(seconds) < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min"
 
 
 def _ranks(ranks: Iterable[int]) -> str:

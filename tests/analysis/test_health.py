@@ -10,6 +10,7 @@ import pytest
 from tb_monitor.analysis.attempts import attempt_dict, attempts
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.health import SCHEMA_VERSION, JobReport, job_report, report_of
+from tb_monitor.analysis.report_text import duration
 from tb_monitor.analysis.sources import timeline_rows
 from tb_monitor.cli import report as report_command
 from tb_monitor.sinks import AsyncWriter
@@ -181,3 +182,20 @@ def test_report_of_what_a_reader_holds_equals_the_logdirs(straggler):
     rows = timeline_rows(straggler.logdir)
     grid = RankGrid.from_logdir(straggler.logdir)
     assert report_of(straggler.logdir, rows, grid) == job_report(straggler.logdir)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (5.04, "5.0 s"),
+        (59.96, "1 min 0 s"),
+        (119.9, "2 min 0 s"),
+        (125.0, "2 min 5 s"),
+        (3599.6, "1 h 0 min"),
+        (7199.0, "2 h 0 min"),
+        (5430.0, "1 h 30 min"),
+    ],
+)
+def test_a_duration_is_rounded_before_it_is_split_into_units(seconds, text):
+    """An attempt of 119.9 s reads "2 min 0 s", never "1 min 60 s"."""
+    assert duration(seconds) == text
