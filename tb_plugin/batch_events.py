@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract
+from tb_plugin.columnar_merge import ColumnarEvents
 from tb_plugin.columns import Interner, Records, Texts
 
 __all__ = ["Described", "Groups", "NewEvents", "add_records", "group_events"]
@@ -29,7 +30,7 @@ _APART = "message"
 @dataclass(frozen=True)
 class Groups:
     """Events by group (one series' events alike but for a rendezvous message), segment by
-    segment (``contract.ColumnarEvents``: a run of alike events, or one event)."""
+    segment (``ColumnarEvents``: a run of alike events, or one event)."""
 
     series: list[int]  # per group: its series
     shapes: list[tuple[str, ...]]  # per group: its events' keys, in their order
@@ -41,7 +42,7 @@ class Groups:
     message: np.ndarray | None  # per segment: its position there, -1 for none
 
 
-def group_events(events: contract.ColumnarEvents, series: np.ndarray, kinds: list[str]) -> Groups:
+def group_events(events: ColumnarEvents, series: np.ndarray, kinds: list[str]) -> Groups:
     """``events`` (``series``: per record, its series, whose kinds are ``kinds``) grouped; a
     rendezvous event's message apart when every message is a string."""
     series = series[events.segment_record]

@@ -23,6 +23,7 @@ import numpy as np
 
 from tb_monitor import contract
 from tb_plugin.batch_events import Described, Groups, add_records, group_events
+from tb_plugin.columnar_merge import ColumnarEvents, merge_columnar
 from tb_plugin.columns import Interner, Records, Texts
 from tb_plugin.records import Series
 
@@ -50,7 +51,7 @@ class SeriesEvents:
 class ColumnarChunk:
     """Many series' version-4 and -5 events, merged and grouped (``batch_events``)."""
 
-    events: contract.ColumnarEvents  # its times and segments (the values are in ``groups``)
+    events: ColumnarEvents  # its times and segments (the values are in ``groups``)
     groups: Groups  # without their payloads: ``rows`` holds them decoded
     #: Per group, its payload decoded (``contract.decode_record``), or why it could not be:
     #: decoded where the chunk is (a helper process), not in TensorBoard's, which only keeps.
@@ -89,7 +90,7 @@ def decode_chunk(
             if series is not None:
                 _decode_series(run, tag, series, last.get((run, tag), -1), out, pending)
     if pending.records:
-        events = contract.merge_columnar(pending.records)
+        events = merge_columnar(pending.records)
         record_series = np.asarray(pending.record_series, dtype=np.int64)
         groups = group_events(events, record_series, pending.kinds)
         rows = [
