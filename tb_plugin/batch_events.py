@@ -16,7 +16,7 @@ import numpy as np
 
 from tb_monitor import contract
 from tb_plugin.columnar_merge import ColumnarEvents
-from tb_plugin.columns import Interner, Records, Texts
+from tb_plugin.interned import Interner, Records, Texts
 
 __all__ = ["Described", "Groups", "NewEvents", "add_records", "group_events"]
 

@@ -32,8 +32,8 @@ import numpy as np
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
-from tb_plugin.columns import Interner
 from tb_plugin.ingest import DecodedChunk, decode_chunk
+from tb_plugin.interned import Interner
 from tb_plugin.provider_store import ChunkRequest, chunk_requests
 from tb_plugin.records import Series, tensor_strings
 

@@ -24,7 +24,7 @@ import numpy as np
 from tb_monitor import contract
 from tb_plugin.batch_events import Described, Groups, add_records, group_events
 from tb_plugin.columnar_merge import ColumnarEvents, merge_columnar
-from tb_plugin.columns import Interner, Records, Texts
+from tb_plugin.interned import Interner, Records, Texts
 from tb_plugin.records import Series
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import numpy as np
 
 from tb_monitor import timeline
 from tb_monitor.analysis.jobs import JobSpan, job_of
-from tb_plugin.columns import Interner, Records, column
+from tb_plugin.interned import Interner, Records, column
 
 __all__ = ["SharedRunIds", "intern_job_lanes", "job_lanes", "shared_run_ids"]
 

@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.columns import Columns, LaneFields, Snapshot, ranges
+from tb_plugin.columns import Columns, LaneFields, Snapshot
 from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
+from tb_plugin.runlength import ranges
 
 __all__ = [
     "DETAIL_LIMIT",

@@ -48,23 +48,12 @@ from tb_monitor.analysis.agent_views import AgentView, agent_views
 from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
-from tb_plugin.columns import (
-    Columns,
-    EventIds,
-    EventRecords,
-    Interner,
-    LaneFields,
-    Records,
-    Snapshot,
-    SortedEvents,
-    Texts,
-    column,
-    exact_time_order,
-    lane_time_order,
-)
+from tb_plugin.columns import Columns, LaneFields, Snapshot, SortedEvents
 from tb_plugin.event_files import EventFiles, decode_files, file_chunks
 from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk, kept_events
+from tb_plugin.interned import Interner, Records, Texts, column
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
+from tb_plugin.lane_order import exact_time_order, lane_time_order
 from tb_plugin.provider_store import (
     ChunkRequest,
     Listing,
@@ -78,6 +67,7 @@ from tb_plugin.provider_store import (
 )
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.records import Series, read_series
+from tb_plugin.runlength import EventIds, EventRecords
 
 __all__ = [
     "CHUNK_BYTES",
