@@ -32,7 +32,6 @@ import numpy as np
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
-from tb_plugin.ingest import DecodedChunk, decode_chunk
 from tb_plugin.interned import Interner
 from tb_plugin.provider_store import ChunkRequest, chunk_requests
 from tb_plugin.records import Series, tensor_strings
@@ -43,7 +42,6 @@ __all__ = [
     "FileRange",
     "FilesRead",
     "Places",
-    "decode_files",
     "file_chunks",
     "read_ranges",
     "sampling",
@@ -289,16 +287,6 @@ def file_chunks(
     costs = {run: size + min(size, run_bytes) for run, size in weights.items()}
     chunks = chunk_requests(dict.fromkeys(grown, ()), weights, limit, costs=costs)
     return [c._replace(ranges=tuple(r for run in c.runs for r in grown[run])) for c in chunks]
-
-
-def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> DecodedChunk:
-    """A chunk's file ranges read and decoded (``last``: each series' step already kept):
-    every timeline series found in them."""
-    found = read_ranges(chunk.ranges)
-    tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
-    decoded = decode_chunk(found.series, chunk.runs, tags, last)
-    decoded.ends, decoded.places = found.ends, found.places
-    return decoded
 
 
 def _keep_event(

@@ -2,7 +2,7 @@
 
 A cold TensorBoard on a 1,024-node day reads ~300k timeline records, and decoding them is
 Python: one core busy for seconds while the others wait. Decoding a chunk is pure
-(:func:`tb_plugin.ingest.decode_chunk`), so a read of many chunks deals them out to helper
+(:func:`tb_plugin.decoding.decode_chunk`), so a read of many chunks deals them out to helper
 processes (``python -m tb_plugin.read_workers``): a helper reads its chunk, from the event files
 (:mod:`tb_plugin.event_files`) or over its own channel to TensorBoard's data server, decodes it
 and hands the decoded columns back pickled through a pipe, while the store keeps the chunk
@@ -34,8 +34,7 @@ import traceback
 from collections.abc import Callable, Generator, Mapping
 from typing import IO, Any
 
-from tb_plugin.event_files import decode_files
-from tb_plugin.ingest import DecodedChunk, decode_chunk
+from tb_plugin.decoding import DecodedChunk, decode_chunk, decode_files
 from tb_plugin.metadata import PLUGIN_NAME
 from tb_plugin.provider_store import ChunkRequest
 from tb_plugin.records import grpc_attribute, read_grpc

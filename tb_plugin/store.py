@@ -49,8 +49,9 @@ from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_plugin.columns import Columns, LaneFields, Snapshot, SortedEvents
-from tb_plugin.event_files import EventFiles, decode_files, file_chunks
-from tb_plugin.ingest import DecodedChunk, Ingest, decode_chunk, kept_events
+from tb_plugin.decoding import DecodedChunk, decode_chunk, decode_files, kept_events
+from tb_plugin.event_files import EventFiles, file_chunks
+from tb_plugin.ingest import Ingest
 from tb_plugin.interned import Interner, Records, Texts, column
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, job_lanes, shared_run_ids
 from tb_plugin.lane_order import exact_time_order, lane_time_order
@@ -554,7 +555,7 @@ class TimelineStore(Ingest, ProviderStore):
         """Every field of one event, for the details panel. The store keeps no event's JSON (a
         day's distinct worker events' would cost ~80 MB), so it is read back from the data
         provider: the TensorBoard record the event came in, its ``event_id - first`` kept
-        event (``ingest.kept_events``), as the store kept them."""
+        event (``decoding.kept_events``), as the store kept them."""
         with self._lock:
             if not 0 <= event_id < self._folded + len(self._t):
                 raise UnknownEventError(f"unknown event id {event_id!r}")
