@@ -2,8 +2,8 @@
 
 Events alike in every column but a rendezvous message form a *group*: the store decodes one
 payload per group (``contract.decode_record``), so a node's keep-alives, however many records
-hold them, are one decode. A rendezvous event's message (a counter or a time in it makes a
-million events distinct) stays apart: a record is a (group, message) pair, and the message its
+hold them, are one decode. A rendezvous event's message (a counter or a time in it makes
+every event distinct) stays apart: a record is a (group, message) pair, and the message its
 only Python object. Undecodable groups' events are left out.
 """
 
@@ -20,7 +20,7 @@ from tb_plugin.interned import Interner, Records, Texts
 
 __all__ = ["Described", "Groups", "NewEvents", "add_records", "group_events"]
 
-#: What the store says of a group's decoded payload (``TimelineStore._describe``): its lane,
+#: What the store says of a group's decoded payload (``EventTable._describe``): its lane,
 #: state, kind, run and name ids, its message, its search text's parts around the message, and
 #: its row when it may open or close an interval; None when it could not be decoded.
 Described = tuple[tuple[int, ...], str, tuple[int, int], dict[str, Any] | None] | None
