@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract, timeline
+from tb_plugin.lane_labels import label_parts
 from tb_plugin.lane_order import search_segments
 from tb_plugin.runlength import EventIds, EventRecords
 
@@ -108,10 +109,12 @@ class Columns:
 
 @dataclass(frozen=True)
 class LaneFields:
-    """Per lane id, what a payload says of it: its label, and its group (run id), kind and run
-    as positions in ``run_ids`` (every lane's run id, once each, sorted), ``contract.KINDS``
-    and ``sorted(runs)``. A store makes them again only when lanes or runs were added (a
-    big job's lanes are not walked per request)."""
+    """Per lane id, what a payload says of it: its label, the label's pieces, ours and the
+    records' in turn (``parts``: ``lane_labels.label_parts``, so the page isolates each of
+    the records'), and its group (run id), kind and run as positions in ``run_ids`` (every
+    lane's run id, once each, sorted), ``contract.KINDS`` and ``sorted(runs)``. A store makes
+    them again only when lanes or runs were added (a big job's lanes are not walked per
+    request)."""
 
     columns: dict[str, np.ndarray]
     run_ids: list[str]
@@ -125,8 +128,12 @@ class LaneFields:
         group = {g: i for i, g in enumerate(run_ids)}
         run = {r: i for i, r in enumerate(sorted(runs))}
         kind = {k: i for i, k in enumerate(contract.KINDS)}
+        parts = np.empty(len(lanes), dtype=object)  # lists of strings, not a 2-d array
+        for i, lane in enumerate(lanes):
+            parts[i] = label_parts(lane)
         columns = {
             "label": np.array([lane.label for lane in lanes], dtype=object),
+            "parts": parts,
             "group": np.array([group[lane.group] for lane in lanes], dtype=np.int64),
             "kind": np.array([kind[lane.kind] for lane in lanes], dtype=np.int64),
             "run": np.array([run[r] for r in lane_runs], dtype=np.int64),

@@ -57,6 +57,7 @@ from tb_plugin.job_analysis import (
     lane_of_rows,
 )
 from tb_plugin.job_lanes import job_lanes
+from tb_plugin.lane_labels import label_parts
 from tb_plugin.lane_order import exact_time_order, lane_time_order
 from tb_plugin.lanes import Lanes
 from tb_plugin.provider_store import (
@@ -398,9 +399,9 @@ class TimelineStore(ProviderStore):
             return sorted(self._table.runs.values)
 
     def event(self, ctx: Any, event_id: int) -> dict[str, Any]:
-        """Every field of one event, for the details panel: the store keeps no event's JSON,
-        so it is read back (:class:`~tb_plugin.read_back.EventReadBack`) from the TensorBoard
-        record the event came in, outside the lock."""
+        """Every field of one event, for the details panel, and its lane's label whole and in
+        parts (``lane_labels.label_parts``). The store keeps no event's JSON: it is read back
+        (:class:`~tb_plugin.read_back.EventReadBack`) from its record, outside the lock."""
         with self._lock:
             wall_time, rec, step, first = self._table.locate(event_id)
             records = self._table.records
@@ -415,6 +416,7 @@ class TimelineStore(ProviderStore):
             "step": step,
             "wall_time": wall_time,
             "lane": lane.label,
+            "lane_parts": label_parts(lane),
             "fields": contract.decode_record(kind, raw),
             "raw": raw,
         }
