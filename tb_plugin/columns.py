@@ -121,19 +121,25 @@ class LaneFields:
 
     @classmethod
     def of(
-        cls, lanes: Sequence[timeline.Lane], lane_runs: Sequence[str], runs: Sequence[str]
+        cls,
+        lanes: Sequence[timeline.Lane],
+        lane_runs: Sequence[str],
+        runs: Sequence[str],
+        parts: Sequence[list[str]] | None = None,
     ) -> LaneFields:
-        """The fields of ``lanes``, each first seen in its ``lane_runs`` entry, of ``runs``."""
+        """The fields of ``lanes``, each first seen in its ``lane_runs`` entry, of ``runs``
+        (``parts``: each lane's ``label_parts`` made already, else made here)."""
         run_ids = sorted({lane.group for lane in lanes})
         group = {g: i for i, g in enumerate(run_ids)}
         run = {r: i for i, r in enumerate(sorted(runs))}
         kind = {k: i for i, k in enumerate(contract.KINDS)}
-        parts = np.empty(len(lanes), dtype=object)  # lists of strings, not a 2-d array
-        for i, lane in enumerate(lanes):
-            parts[i] = label_parts(lane)
+        made = map(label_parts, lanes) if parts is None else parts
+        pieces = np.empty(len(lanes), dtype=object)  # lists of strings, not a 2-d array
+        for i, found in enumerate(made):
+            pieces[i] = found
         columns = {
             "label": np.array([lane.label for lane in lanes], dtype=object),
-            "parts": parts,
+            "parts": pieces,
             "group": np.array([group[lane.group] for lane in lanes], dtype=np.int64),
             "kind": np.array([kind[lane.kind] for lane in lanes], dtype=np.int64),
             "run": np.array([run[r] for r in lane_runs], dtype=np.int64),

@@ -17,6 +17,7 @@ from typing import Any
 from tb_monitor import timeline
 from tb_plugin.columns import LaneFields
 from tb_plugin.interned import Interner
+from tb_plugin.lane_labels import label_parts
 
 __all__ = ["Lanes"]
 
@@ -28,6 +29,8 @@ class Lanes:
         self._interned = Interner()  # tb_monitor.timeline.Lane values
         #: The first run each lane was seen in, by lane id.
         self.runs: list[str] = []
+        #: Each lane's label in pieces, ours and the records' in turn (``label_parts``), by id.
+        self.label_parts: list[list[str]] = []
         self._by_fields: dict[tuple[Any, ...], int] = {}  # see of_row
         self._fields: tuple[tuple[int, int], LaneFields] | None = None  # see fields
 
@@ -44,7 +47,10 @@ class Lanes:
         lane_id = self._interned(lane)
         if lane_id == len(self.runs):
             self.runs.append(run)
-            lane.sort_key()  # made (and kept) while reading, not in the sort after it
+            # Made once per lane while reading, not again in the sort after it, nor whenever
+            # the lanes' payload fields are made again.
+            lane.sort_key()
+            self.label_parts.append(label_parts(lane))
         return lane_id
 
     def of_row(self, row: Mapping[str, Any]) -> int:
@@ -79,5 +85,6 @@ class Lanes:
         were added (both only grow, so their counts say whether they changed)."""
         key = (len(self.values), len(runs))
         if self._fields is None or self._fields[0] != key:
-            self._fields = (key, LaneFields.of(self.values, self.runs, runs))
+            fields = LaneFields.of(self.values, self.runs, runs, self.label_parts)
+            self._fields = (key, fields)
         return self._fields[1]
