@@ -1,8 +1,8 @@
 """Every event the timeline store read, as columns, and the interned values they stand for.
 
-An event costs its time, its record's id and its severity, kept once and sorted (those read
-since the last sort are appended until the next: :meth:`EventTable.fold`), and its id, kept as
-runs of consecutive ids (:mod:`tb_plugin.runlength`). What an event shows is its record's
+An event costs its time, its record's id and its own id, kept once and sorted (those read
+since the last sort are appended until the next: :meth:`EventTable.fold`), the ids as runs
+(:mod:`tb_plugin.runlength`). What an event shows is its record's
 (:class:`~tb_plugin.interned.Records`: each distinct record once, its fields interned), so
 identical payloads (keep-alive heartbeats) are decoded once in all. :class:`EventTable` keeps a
 decoded chunk's events (:mod:`tb_plugin.decoding`): versions 1 to 3 payload by payload, decoded
@@ -221,7 +221,7 @@ class EventTable:
         """Append events (their times, the input position of the TensorBoard record each came
         in, whose step is ``steps[position]``, their records, and whether each may open or
         close an interval); return how many."""
-        first = self.folded + len(self.t)  # the first new event's id
+        first = len(self)  # the first new event's id
         starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
         self.record_first.frombytes((starts + first).astype(np.int64).tobytes())
         self.record_step.frombytes(steps[record[starts]].tobytes())
