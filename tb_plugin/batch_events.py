@@ -2,8 +2,8 @@
 
 Events alike in every column but a rendezvous message form a *group*: the store decodes one
 payload per group (``contract.decode_record``), so a node's keep-alives, however many records
-hold them, are one decode. A rendezvous event's message (a counter or a time in it makes a
-million events distinct) stays apart: a record is a (group, message) pair, and the message its
+hold them, are one decode. A rendezvous event's message (a counter or a time in it makes
+every event distinct) stays apart: a record is a (group, message) pair, and the message its
 only Python object. Undecodable groups' events are left out.
 """
 
@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract
-from tb_plugin.columns import Interner, Records, Texts
+from tb_plugin.columnar_merge import ColumnarEvents
+from tb_plugin.interned import Interner, Records, Texts
 
 __all__ = ["Described", "Groups", "NewEvents", "add_records", "group_events"]
 
-#: What the store says of a group's decoded payload (``TimelineStore._describe``): its lane,
+#: What the store says of a group's decoded payload (``EventTable._describe``): its lane,
 #: state, kind, run and name ids, its message, its search text's parts around the message, and
 #: its row when it may open or close an interval; None when it could not be decoded.
 Described = tuple[tuple[int, ...], str, tuple[int, int], dict[str, Any] | None] | None
@@ -29,7 +30,7 @@ _APART = "message"
 @dataclass(frozen=True)
 class Groups:
     """Events by group (one series' events alike but for a rendezvous message), segment by
-    segment (``contract.ColumnarEvents``: a run of alike events, or one event)."""
+    segment (``ColumnarEvents``: a run of alike events, or one event)."""
 
     series: list[int]  # per group: its series
     shapes: list[tuple[str, ...]]  # per group: its events' keys, in their order
@@ -41,7 +42,7 @@ class Groups:
     message: np.ndarray | None  # per segment: its position there, -1 for none
 
 
-def group_events(events: contract.ColumnarEvents, series: np.ndarray, kinds: list[str]) -> Groups:
+def group_events(events: ColumnarEvents, series: np.ndarray, kinds: list[str]) -> Groups:
     """``events`` (``series``: per record, its series, whose kinds are ``kinds``) grouped; a
     rendezvous event's message apart when every message is a string."""
     series = series[events.segment_record]

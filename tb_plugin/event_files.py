@@ -1,8 +1,8 @@
 """Timeline records read from the event files themselves, not from TensorBoard's data server.
 
-The data server keeps a copy of every record a plugin asks it to keep, ~900 bytes each beside
-the payload (a 1,024-node day's 300k timeline records: ~0.55 GiB of its memory), and then hands
-them over by gRPC. So when TensorBoard reads a local ``--logdir``, the plugin reads its records
+The data server keeps a copy of every record a plugin asks it to keep, hundreds of bytes each
+beside the payload (a big job's timeline costs much of its memory), and then hands them over by
+gRPC. So when TensorBoard reads a local ``--logdir``, the plugin reads its records
 from the event files itself: each file from where its last read ended, whole records only (a
 torn tail waits for the next read: the writer may still be writing it), the records of other
 plugins passed over unparsed. The data server then keeps only each timeline series' newest
@@ -32,8 +32,7 @@ import numpy as np
 
 from tb_monitor import contract
 from tb_monitor.logdir import fs, readers, tfrecord
-from tb_plugin.columns import Interner
-from tb_plugin.ingest import DecodedChunk, decode_chunk
+from tb_plugin.interned import Interner
 from tb_plugin.provider_store import ChunkRequest, chunk_requests
 from tb_plugin.records import Series, tensor_strings
 
@@ -43,7 +42,6 @@ __all__ = [
     "FileRange",
     "FilesRead",
     "Places",
-    "decode_files",
     "file_chunks",
     "read_ranges",
     "sampling",
@@ -74,7 +72,7 @@ class Places(NamedTuple):
     """Where each record of a read's series was: per series (``series``, in order) its
     records' steps, files (positions in ``paths``) and byte offsets there, one series after
     another (series ``i``'s are ``bounds[i]:bounds[i + 1]``). Columns, not a tuple per record:
-    a helper hands them over pickled, and a 1,024-node day holds 300k records."""
+    a helper hands them over pickled, and a big job holds many records."""
 
     series: list[tuple[str, str]]
     bounds: list[int]
@@ -119,8 +117,8 @@ class EventFiles:
         self.logdir = logdir
         self._ends: dict[str, int] = {}  # path -> the offset its next read starts from
         self._paths = Interner()  # the files records were kept from
-        # (run, tag) -> each record's step, file (in _paths) and offset, in step order: ~20
-        # bytes a record (a day's 300k: 6 MB), against a run's files read whole per lookup.
+        # (run, tag) -> each record's step, file (in _paths) and offset, in step order: a few
+        # bytes a record (see nbytes), against a run's files read whole per lookup.
         self._places: dict[tuple[str, str], tuple[array.array, array.array, array.array]] = {}
         self._nbytes = 0  # see nbytes
         self._listed: dict[str, int] = {}  # path -> its size at the last listing (grown)
@@ -159,7 +157,7 @@ class EventFiles:
     def advance(self, ends: dict[str, int], places: Places | None) -> None:
         """Files read up to ``ends`` (path -> offset): their next reads start there; the
         records at ``places`` are kept (those past each series' last step known). A chunk's
-        series at once: made per series, the columns cost a 1,024-node day's read ~0.6 s.
+        series at once: made per series, the columns would cost a big read a numpy call each.
         A file read short of its size at the listing (a torn tail: its writer died, or is
         writing) is listed again only once that size changed."""
         self._ends.update(ends)
@@ -291,16 +289,6 @@ def file_chunks(
     return [c._replace(ranges=tuple(r for run in c.runs for r in grown[run])) for c in chunks]
 
 
-def decode_files(chunk: ChunkRequest, last: Mapping[tuple[str, str], int]) -> DecodedChunk:
-    """A chunk's file ranges read and decoded (``last``: each series' step already kept):
-    every timeline series found in them."""
-    found = read_ranges(chunk.ranges)
-    tags = sorted({tag for by_tag in found.series.values() for tag in by_tag})
-    decoded = decode_chunk(found.series, chunk.runs, tags, last)
-    decoded.ends, decoded.places = found.ends, found.places
-    return decoded
-
-
 def _keep_event(
     by_tag: dict[str, Series],
     places: dict[tuple[str, str], list[tuple[int, int, int]]],
@@ -335,7 +323,7 @@ def _keep_event(
 def _record_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:
     """A record's step and its tensors under timeline tags, each as ``(tag, (strings,
     wall_time, batched))``; None when it holds no ``Event`` (logged). The C reader takes the
-    common case (~1 µs a record); protobuf the rest, and everything when C is not built."""
+    common case, far faster; protobuf the rest, and everything when C is not built."""
     if _string_tensors is not None:
         found = _string_tensors(data, _NEEDLE)
         if found is not None:
@@ -344,7 +332,7 @@ def _record_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:
 
 
 def _parsed_tensors(path: str, offset: int, data: bytes) -> _Tensors | None:
-    """:func:`_record_tensors` by protobuf (~16 µs a record)."""
+    """:func:`_record_tensors` by protobuf."""
     event = readers.parse_event(path, offset, data)
     if event is None:
         return None

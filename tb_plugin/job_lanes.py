@@ -18,7 +18,7 @@ import numpy as np
 
 from tb_monitor import timeline
 from tb_monitor.analysis.jobs import JobSpan, job_of
-from tb_plugin.columns import Interner, Records, column
+from tb_plugin.interned import Records, column
 
 __all__ = ["SharedRunIds", "intern_job_lanes", "job_lanes", "shared_run_ids"]
 
@@ -51,10 +51,10 @@ def shared_run_ids(
     }
 
 
-def intern_job_lanes(shared: SharedRunIds, lanes: Interner, lane_of: LaneOf) -> None:
+def intern_job_lanes(shared: SharedRunIds, lanes: Sequence[timeline.Lane], lane_of: LaneOf) -> None:
     """Every lane of a shared run id copied into each of its jobs' groups, so the intervals
     drawn from the separated records find their lanes."""
-    for lane_id, lane in enumerate(list(lanes.values)):
+    for lane_id, lane in enumerate(list(lanes)):  # a copy: ``lane_of`` adds lanes
         for job in shared.get(lane.group, ((), []))[1]:
             lane_of(replace(lane, group=job), lane_id)
 
@@ -64,7 +64,7 @@ def job_lanes(
     rec: np.ndarray,
     shared: SharedRunIds,
     records: Records,
-    lanes: Interner,
+    lanes: Sequence[timeline.Lane],
     lane_of: LaneOf,
 ) -> np.ndarray:
     """``rec`` (each event's record) with every event of a shared run id on its job's lanes:
@@ -73,7 +73,7 @@ def job_lanes(
     event_lane = column(records.columns["lane"], np.int64)[rec]
     out = rec.copy()
     for run_id, (starts, jobs) in shared.items():
-        ours = [i for i, lane in enumerate(lanes.values) if lane.group == run_id]
+        ours = [i for i, lane in enumerate(lanes) if lane.group == run_id]
         events = np.flatnonzero(np.isin(event_lane, ours))
         which = np.maximum(np.searchsorted(starts, t[events], side="right") - 1, 0)
         key = rec[events].astype(np.int64) * len(jobs) + which
@@ -82,7 +82,7 @@ def job_lanes(
         for pair in pairs.tolist():
             r, job = divmod(pair, len(jobs))
             lane_id = records.get("lane", r)
-            moved = lane_of(replace(lanes.values[lane_id], group=jobs[job]), lane_id)
+            moved = lane_of(replace(lanes[lane_id], group=jobs[job]), lane_id)
             twins.append(records.twin(r, "lane", moved))
         out[events] = np.asarray(twins, dtype=out.dtype)[inverse.reshape(-1)]
     return out

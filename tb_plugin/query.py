@@ -18,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from tb_monitor import contract, timeline
-from tb_plugin.columns import Columns, LaneFields, Snapshot, ranges
+from tb_plugin.columns import Columns, LaneFields, Snapshot
 from tb_plugin.payloads import b64, bucket_count, narrow
 from tb_plugin.requests import Query
+from tb_plugin.runlength import ranges
 
 __all__ = [
     "DETAIL_LIMIT",
@@ -69,7 +70,7 @@ def shown_of(snap: Snapshot, q: Query) -> Shown:
         lane_ids = lane_ids[np.argsort(cols.lane_rank[lane_ids])]
         # Filters are per record: an event is shown when its record is wanted.
         every = bool(wanted.all()) or not cols.rec_count[~wanted].any()
-    else:  # the 18M events of a big job are never indexed, only searched by time
+    else:  # a big job's events are never indexed, only searched by time
         lane_ids, every = cols.lanes_shown, True
     position = np.full(len(snap.lanes), -1, dtype=np.int64)
     position[lane_ids] = np.arange(len(lane_ids))
@@ -122,7 +123,7 @@ def _description(snap: Snapshot, lane_ids: np.ndarray) -> dict[str, Any]:
     states = snap.states
     fields = snap.lane_fields or LaneFields.of(snap.lanes, snap.lane_runs, snap.runs)
     return {
-        # Columns, not an object per lane: a day's 5,000 lanes are 0.2 MB of JSON, not 0.9.
+        # Columns, not an object per lane: a big job's lanes are a fraction of the JSON.
         "lanes": {
             "count": len(lane_ids),
             **{name: values[lane_ids].tolist() for name, values in fields.columns.items()},
@@ -166,7 +167,7 @@ def _window_buckets(
     the two ways to the same buckets."""
     start, end, width = window
     # A binary search per lane and bucket edge beats a pass over the window's events when
-    # there are fewer edges than events (a whole day: 10M edges, 18M events).
+    # there are fewer edges than events (a long job zoomed out).
     if shown is None and len(lane_ids) * (bucket_count(width) + 1) < in_window:
         buckets = _lane_buckets(cols, lane_ids, start, end, width)
         if buckets is not None:
@@ -283,7 +284,7 @@ def _bucket_runs(cols: Columns, t, rec, lane, start: float, scale: float, bins: 
 
 def _lane_buckets(cols: Columns, lane_ids, start: float, end: float, width: int) -> dict | None:
     """``_buckets`` of every event of the window, from each lane's sorted times. A lane with
-    more events than buckets (a node's 17,000 keep-alives a day) is searched, a binary search
+    more events than buckets (a node's keep-alives over a long job) is searched, a binary search
     per bucket edge; the others' few events are bucketed one by one. The same buckets, to the
     event; None in the rare window too narrow for its bucket edges to be found, which
     ``_buckets`` then serves."""

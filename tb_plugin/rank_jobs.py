@@ -13,16 +13,14 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.jobs import JobSpan, job_grid
+from tb_plugin.rank_snapshot import RankSnapshot
 from tb_plugin.requests import RequestError
-
-if TYPE_CHECKING:
-    from tb_plugin.ranks import RankSnapshot
 
 __all__ = ["job_snapshot", "job_view", "jobs_json", "pick_job"]
 

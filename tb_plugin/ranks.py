@@ -28,7 +28,6 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -49,6 +48,7 @@ from tb_plugin.provider_store import (
     listed_points,
 )
 from tb_plugin.rank_jobs import job_view
+from tb_plugin.rank_snapshot import RankSnapshot
 from tb_plugin.records import MAX_STEPS
 from tb_plugin.requests import RankQuery
 from tb_plugin.step_times import highlighted_rows, step_times_payload
@@ -77,30 +77,6 @@ class _Series:
     def __init__(self) -> None:
         self.wall = array.array("d")
         self.values = array.array("d")
-
-
-@dataclass(frozen=True)
-class RankSnapshot:
-    """The ranks' grid at one generation, with its scores and stalls as the route sends them."""
-
-    generation: int
-    loading: dict[str, int] | None
-    grid: RankGrid
-    windows_generation: int = -1  # the store's window data it was built from
-    scores: list[dict[str, Any]] = field(default_factory=list)  # per rank, slowest first
-    stalls: list[dict[str, Any]] = field(default_factory=list)  # the one waited for first
-    scoring: tuple[float, int] = (FLAG_THRESHOLD, FLAG_WINDOWS)  # threshold, windows in a row
-    #: Each job's own snapshot, made on demand (``tb_plugin.rank_jobs.job_snapshot``).
-    jobs: dict[Any, RankSnapshot] = field(default_factory=dict, compare=False, repr=False)
-
-    # The grid's, for the payload.
-    window_s = property(lambda self: self.grid.window_s)
-    ranks = property(lambda self: self.grid.ranks)
-    runs = property(lambda self: self.grid.runs)
-    compute = property(lambda self: self.grid.compute)
-    relative = property(lambda self: self.grid.relative)
-    extent = property(lambda self: self.grid.extent)
-    recorded = property(lambda self: self.grid.recorded)
 
 
 class RankStore(ProviderStore):
@@ -222,7 +198,7 @@ class RankStore(ProviderStore):
 
     def snapshot(self) -> RankSnapshot:
         """The grid at this generation, or the previous one while the refresh thread builds it
-        (scoring 9M cells takes seconds, so a request never waits for it when one exists)."""
+        (scoring a big grid takes seconds, so a request never waits for it when one exists)."""
         with self._lock:
             snap = self._snapshot
             fresh = snap is not None and snap.generation == self.generation

@@ -1,8 +1,8 @@
 """A big read decoded in helper processes, on the cores TensorBoard's own process leaves idle.
 
-A cold TensorBoard on a 1,024-node day reads ~300k timeline records, and decoding them is
-Python: one core busy for seconds while the others wait. Decoding a chunk is pure
-(:func:`tb_plugin.ingest.decode_chunk`), so a read of many chunks deals them out to helper
+A cold TensorBoard on a big job reads many timeline records, and decoding them is Python: one
+core busy for seconds while the others wait. Decoding a chunk is pure
+(:func:`tb_plugin.decoding.decode_chunk`), so a read of many chunks deals them out to helper
 processes (``python -m tb_plugin.read_workers``): a helper reads its chunk, from the event files
 (:mod:`tb_plugin.event_files`) or over its own channel to TensorBoard's data server, decodes it
 and hands the decoded columns back pickled through a pipe, while the store keeps the chunk
@@ -11,7 +11,7 @@ store holds the same events, with the same ids, as a read in its own process (te
 
 Helpers are used when the plugin reads the event files itself, or else with TensorBoard's
 gRPC data provider (``--load_fast``), for a read of at
-least :data:`MIN_CHUNKS` chunks (a helper's start, ~0.5 s, is worth it then), and they exit when
+least :data:`MIN_CHUNKS` chunks (a helper's start is worth its cost then), and they exit when
 the read is done. A helper that fails is a warning, not a failed read: its chunk, and once a
 helper is gone every chunk after it, is decoded in TensorBoard's process instead.
 ``TB_MONITOR_READ_PROCESSES`` sets how many helpers a read starts (default: one per usable core,
@@ -34,8 +34,7 @@ import traceback
 from collections.abc import Callable, Generator, Mapping
 from typing import IO, Any
 
-from tb_plugin.event_files import decode_files
-from tb_plugin.ingest import DecodedChunk, decode_chunk
+from tb_plugin.decoding import DecodedChunk, decode_chunk, decode_files
 from tb_plugin.metadata import PLUGIN_NAME
 from tb_plugin.provider_store import ChunkRequest
 from tb_plugin.records import grpc_attribute, read_grpc
@@ -51,7 +50,7 @@ _ENV = "TB_MONITOR_READ_PROCESSES"
 _COMMAND = [sys.executable, "-m", __name__]  # a helper, given what it reads
 _FILES = "files"  # a helper's argument: it reads event files
 #: A helper does no linear algebra: numpy's BLAS would start a thread per core as it is
-#: imported, ~0.15 CPU-s of each helper's start, taken from the read it starts for.
+#: imported, a share of each helper's start, taken from the read it starts for.
 _ONE_THREAD = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 _log = logging.getLogger(__name__)
 

@@ -17,6 +17,7 @@ from tb_monitor.logdir import readers
 from tb_monitor.sinks import summaries
 from tb_monitor.sinks.batching import TimelineBatcher
 from tb_monitor.sinks.writer import AsyncWriter
+from tb_plugin.columnar_merge import merge_columnar
 
 T0 = 1_700_000_000.0
 _AFFIXED = st.builds("a long common start {} and its end".format, st.text(max_size=3))
@@ -56,7 +57,7 @@ def test_any_events_round_trip_byte_for_byte(objects, picks, offsets):
     expected = [(pytest.approx(t, abs=1e-6), payloads[i]) for t, i in zip(times, ids, strict=True)]
     assert _events(strings) == expected
     found = contract.decode_records([(strings, 0.0, True)], columnar=True).columnar
-    merged = contract.merge_columnar([record for _, record in found])
+    merged = merge_columnar([record for _, record in found])
     assert [merged.payload(e) for e in range(len(merged))] == [payloads[i] for i in ids]
 
 
@@ -117,8 +118,8 @@ def test_records_of_both_time_forms_merge_as_each_alone():
     for times in runs:
         strings = contract.encode_columnar(times, [_rdzv("a")], [0] * len(times))
         records += [r for _, r in contract.decode_records([(strings, 0.0, True)], True).columnar]
-    merged = contract.merge_columnar(records).times.tolist()
-    alone = [t for r in records for t in contract.merge_columnar([r]).times.tolist()]
+    merged = merge_columnar(records).times.tolist()
+    alone = [t for r in records for t in merge_columnar([r]).times.tolist()]
     assert merged == alone == pytest.approx([t for times in runs for t in times], abs=1e-6)
 
 

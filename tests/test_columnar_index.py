@@ -14,6 +14,7 @@ from tb_monitor import contract
 from tb_monitor.contract import columnar
 from tb_monitor.contract._binary import from_b64
 from tb_monitor.elastic.events.api import RdzvEvent
+from tb_plugin.columnar_merge import merge_columnar
 
 BEAT = RdzvEvent(
     "DynamicRendezvousHandler._keep_alive", "job", "beat", "node-0", 4000, "RUNNING", local_id=0
@@ -86,7 +87,7 @@ def test_c_reads_any_t0_and_whole_steps_as_json_does(t0, steps):
 def _merged(records):
     """The columns ``records`` decode and merge into, as plain values."""
     found = contract.decode_records(records, columnar=True).columnar
-    events = contract.merge_columnar([record for _, record in found])
+    events = merge_columnar([record for _, record in found])
     plain = {key: getattr(events, key) for key in ("shapes", "values")}
     arrays = ("times", "length", "segment_record", "shape")
     plain.update({key: getattr(events, key).tolist() for key in arrays})

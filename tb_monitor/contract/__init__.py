@@ -10,7 +10,7 @@ contract``; ``contract.stat_tag(...)``); its modules split it by job:
 - ``ranks``: the rank-health tags;
 - ``records``: a timeline record decoded into one flat dict;
 - ``batches``: content versions 2 to 4, several events per record;
-- ``columnar``: content version 4, a record's events as columns.
+- ``columnar``: content versions 4 and 5, a record's events as columns.
 
 See ``docs/DESIGN.md`` for the reasoning behind each rule.
 """
@@ -24,11 +24,10 @@ from tb_monitor.contract.batches import (
 )
 from tb_monitor.contract.columnar import (
     ColumnarBatch,
-    ColumnarEvents,
     ParsedRecord,
     SteppedRecords,
     encode_columnar,
-    merge_columnar,
+    event_offsets,
 )
 from tb_monitor.contract.ranks import (
     RANK_BEATS,
@@ -88,7 +87,6 @@ __all__ = [
     "TIMELINE_PREFIX",
     "WORKER",
     "ColumnarBatch",
-    "ColumnarEvents",
     "DecodedRecords",
     "ParsedRecord",
     "SteppedRecords",
@@ -99,9 +97,9 @@ __all__ = [
     "decode_records",
     "encode_batch",
     "encode_columnar",
+    "event_offsets",
     "is_heartbeat",
     "kind_of_tag",
-    "merge_columnar",
     "metric_tag",
     "plugin_content",
     "rank_of",

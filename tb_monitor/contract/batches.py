@@ -90,8 +90,8 @@ class DecodedRecords:
     payloads: list[str]  # every record's distinct payloads, record after record
     errors: list[tuple[int, str]]  # (position, why) of each record left out
     #: With ``columnar``: (position, record) of each version-4 record, not in the columns
-    #: above (``contract.merge_columnar`` makes columns of many series' records at once); a
-    #: run of records read in C at once is one entry, at its first record's position.
+    #: above (a reader may merge many series' records into columns at once, as the plugin
+    #: does); a run of records read in C at once is one entry, at its first record's position.
     columnar: list[tuple[int, ParsedRecord | SteppedRecords]] = field(default_factory=list)
 
 
@@ -107,8 +107,6 @@ def decode_records(
     describe its payloads is left out and named in ``errors``. A version-4 record's events are
     its distinct payloads' JSON, rebuilt; with ``columnar`` it is handed back whole instead.
     """
-    import numpy as np  # tensorboard's dependency; imported here to keep writers' imports light
-
     t0s: list[float] = []
     counts: list[int] = []
     bases: list[int] = []  # per record: its first payload's position in ``payloads``
@@ -155,6 +153,22 @@ def decode_records(
         offsets.append(dt)
         positions.append(ids)
         payloads.extend(strings)
+    columns = _event_columns(t0s, counts, bases, used, offsets, positions)
+    return DecodedRecords(*columns, payloads, errors, found)
+
+
+def _event_columns(
+    t0s: list[float],
+    counts: list[int],
+    bases: list[int],
+    used: list[int],
+    offsets: list[bytes],
+    positions: list[bytes],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The kept records' events' times, records and payload positions, for all records at
+    once (the per-record lists of ``decode_records``)."""
+    import numpy as np  # tensorboard's dependency; imported here to keep writers' imports light
+
     n = np.array(counts, dtype=np.int64)
     # The same doubles as t0 + d * 1e-6 in Python: each number converts exactly, then one
     # multiply and one add, each rounded as IEEE 754 prescribes.
@@ -163,7 +177,7 @@ def decode_records(
     payload = np.frombuffer(b"".join(positions), dtype="<u4").astype(np.int64)
     payload += np.repeat(np.array(bases, dtype=np.int64), n)
     record = np.repeat(np.array(used, dtype=np.int64), n)
-    return DecodedRecords(times, record, payload, payloads, errors, found)
+    return times, record, payload
 
 
 def _text(value: str | bytes) -> str:

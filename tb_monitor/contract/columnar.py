@@ -48,10 +48,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ColumnarBatch",
-    "ColumnarEvents",
     "encode_columnar",
+    "event_offsets",
     "is_columnar",
-    "merge_columnar",
     "parse_columnar",
     "parse_steps_record",
     "ParsedRecord",
@@ -167,7 +166,7 @@ def is_columnar(index: dict[str, Any]) -> bool:
     return "ix" in index
 
 
-@dataclass(slots=True)  # not frozen: a day makes 300k, and a frozen one's __init__ costs 2x
+@dataclass(slots=True)  # not frozen: a big job makes many, and a frozen one's __init__ costs more
 class ParsedRecord:
     """One version-4 or -5 record, checked: its columns' values and the varying ones'
     positions."""
@@ -191,7 +190,7 @@ class ParsedRecord:
             return self.dt
         import numpy as np
 
-        return _offsets([self], np.array([len(self)], dtype=np.int64)).astype("<i8").tobytes()
+        return event_offsets([self], np.array([len(self)], dtype=np.int64)).astype("<i8").tobytes()
 
 
 def parse_columnar(
@@ -256,7 +255,7 @@ def parse_steps_record(
 @dataclass(frozen=True, slots=True)
 class SteppedRecords:
     """Consecutive records that :func:`parse_steps_record` would read, as columns: no Python
-    object per record (a day's 300k are most of its records). Each is a run of alike events
+    object per record (most of a long job's records are such). Each is a run of alike events
     (``t0``, ``dd_le32``, no varying column) whose values a memo holds checked already."""
 
     t0: np.ndarray  # float64, per record
@@ -377,43 +376,15 @@ class ColumnarBatch:
         return json.dumps({key: values[key][at.get(key, 0)] for key in self.record.shapes[row[0]]})
 
 
-@dataclass(frozen=True)
-class ColumnarEvents:
-    """The events of many version-4 records as numpy columns, in *segments*: a record whose
-    events are all alike (a node's keep-alive run) is one segment, each event of another record
-    one; so a day of keep-alives costs numpy work per record, not per event."""
-
-    times: np.ndarray  # float64, per event
-    length: np.ndarray  # int64, per segment: its events
-    segment_record: np.ndarray  # int64, per segment: its record's index
-    shapes: list[tuple[str, ...]]
-    shape: np.ndarray  # int32, per segment: its shape
-    values: dict[str, list[Any]]  # per column: every record's distinct values, one after another
-    position: dict[str, np.ndarray]  # int32, per column, per segment: its value's (-1: none)
-
-    def __len__(self) -> int:
-        return len(self.times)
-
-    def record(self) -> np.ndarray:
-        """Per event, its record's index in the list merged: made when asked, as the segments
-        tell it (kept, it would be 8 bytes an event wherever the columns go)."""
-        import numpy as np
-
-        return np.repeat(self.segment_record, self.length)
-
-    def payload(self, event: int) -> str:
-        """Event ``event``'s JSON, byte for byte as it was written."""
-        import numpy as np
-
-        segment = int(np.searchsorted(np.cumsum(self.length), event, side="right"))
-        values, position = self.values, self.position
-        shape = self.shapes[int(self.shape[segment])]
-        return json.dumps({key: values[key][int(position[key][segment])] for key in shape})
+_FIRST_STEP = bytes(4)  # a stepped record's first event: at its t0
 
 
-def _offsets(records: list[ParsedRecord | SteppedRecords], counts: np.ndarray) -> np.ndarray:
-    """Every event's int64 microseconds after its record's ``t0``: the ``dt_le64`` records'
-    as they are, the ``dd_le32`` records' summed for all of them at once (one cumulative sum,
+def event_offsets(
+    records: Sequence[ParsedRecord | SteppedRecords], counts: np.ndarray
+) -> np.ndarray:
+    """Every event's int64 microseconds after its record's ``t0`` (``counts``: per record its
+    events, a :class:`SteppedRecords` counting as its records): the ``dt_le64`` records' as
+    they are, the ``dd_le32`` records' summed for all of them at once (one cumulative sum,
     less each record's total before it)."""
     import numpy as np
 
@@ -446,81 +417,3 @@ def _offsets(records: list[ParsedRecord | SteppedRecords], counts: np.ndarray) -
     out[~per_event] = np.frombuffer(b"".join(plain), dtype="<i8")
     out[per_event] = sums
     return out
-
-
-_FIRST_STEP = bytes(4)  # a stepped record's first event: at its t0
-
-
-def merge_columnar(records: list[ParsedRecord | SteppedRecords]) -> ColumnarEvents:
-    """Records as one set of columns: numpy calls per column, Python per record only where a
-    column varies within it, and per distinct values (records sharing one parsed values, a
-    memo's, share them here: a day's 300k records hold ~10k). A :class:`SteppedRecords`
-    counts as its records, in its place."""
-    import numpy as np
-
-    t0_parts: list[Any] = []
-    count_parts: list[Any] = []
-    which: list[int] = []  # per record, its distinct (values, shapes) pair, first seen first
-    number: dict[tuple[int, int], int] = {}
-    owners: list[Any] = []  # per pair, the first record (or parsed values) holding it
-    mixed_records: list[tuple[int, ParsedRecord]] = []  # a column varies within them
-    total = 0
-    for r in records:
-        if type(r) is SteppedRecords:
-            t0_parts.append(r.t0)
-            count_parts.append(r.events)
-            last, pair = None, -1
-            for found in r.values:  # a run of one node's records shares its values
-                if found is not last:
-                    last, pair = found, _pair_number(found, number, owners)
-                which.append(pair)
-            total += len(r)
-            continue
-        t0_parts.append((r.t0,))
-        count_parts.append((r.events,))
-        which.append(_pair_number(r, number, owners))
-        if r.ix or r.shape_ix is not None:
-            mixed_records.append((total, r))
-        total += 1
-    counts = np.concatenate([np.zeros(0, dtype=np.int64), *count_parts])
-    times = np.repeat(np.concatenate([np.zeros(0), *t0_parts]), counts)
-    times += _offsets(records, counts) * 1e-6
-    mixed = np.zeros(total, dtype=bool)
-    mixed[[n for n, _ in mixed_records]] = True
-    segments = np.where(mixed, counts, 1)
-    first = np.concatenate([[0], np.cumsum(segments)])  # each record's first segment
-    segment_record = np.repeat(np.arange(total), segments)
-    length = np.where(mixed[segment_record], 1, counts[segment_record])
-    which_ids = np.array(which, dtype=np.int64)
-    shape_ids: dict[tuple[str, ...], int] = {}
-    first_shape = [shape_ids.setdefault(r.shapes[0], len(shape_ids)) for r in owners]
-    shape = np.array(first_shape, dtype=np.int32)[which_ids][segment_record]
-    values: dict[str, list[Any]] = {}
-    bases: dict[str, np.ndarray] = {}  # per column, per distinct pair: its first value's
-    for d, r in enumerate(owners):
-        for key, found in r.values.items():
-            if key not in values:
-                values[key], bases[key] = [], np.full(len(owners), -1, dtype=np.int32)
-            bases[key][d] = len(values[key])
-            values[key].extend(found)
-    position = {key: base[which_ids][segment_record] for key, base in bases.items()}
-    for n, r in mixed_records:
-        span = slice(int(first[n]), int(first[n + 1]))
-        if r.shape_ix is not None:
-            local = np.array([shape_ids.setdefault(s, len(shape_ids)) for s in r.shapes])
-            shape[span] = local[r.shape_ix]
-        for key, ix in r.ix.items():
-            moved = ix.astype(np.int32) + bases[key][which[n]]
-            position[key][span] = np.where(ix == len(r.values[key]), -1, moved)
-    return ColumnarEvents(times, length, segment_record, list(shape_ids), shape, values, position)
-
-
-def _pair_number(holder: Any, number: dict[tuple[int, int], int], owners: list[Any]) -> int:
-    """The number of ``holder``'s (values, shapes) pair (a record's, or its parsed values'),
-    numbered first seen first; its first holder kept in ``owners``."""
-    key = (id(holder.values), id(holder.shapes))
-    found = number.get(key)
-    if found is None:
-        found = number[key] = len(owners)
-        owners.append(holder)
-    return found

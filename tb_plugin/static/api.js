@@ -174,13 +174,15 @@ export function lowerBound(arr, value, lo, hi) {
   return lo;
 }
 
-// The payload's lanes, sent as columns (labels; group, kind and run as positions in the
-// facets' run ids, the kinds and the facets' runs), as one object per lane.
+// The payload's lanes, sent as columns (labels and their parts, ours and the records' in turn;
+// group, kind and run as positions in the facets' run ids, the kinds and the facets' runs), as
+// one object per lane. A label sent without parts is shown as the records' whole.
 function laneObjects(payload) {
   const l = payload.lanes;
   const { run_ids: groups, runs } = payload.facets;
   return Array.from({ length: l.count }, (_, i) => ({
     label: l.label[i],
+    parts: l.parts ? l.parts[i] : ["", l.label[i]],
     group: groups[l.group[i]],
     kind: payload.kinds[l.kind[i]],
     run: runs[l.run[i]],

@@ -18,6 +18,10 @@ export function el(tag, attrs = {}, ...children) {
 // (format.js balanced).
 export const userText = (text, attrs = {}) => el("bdi", { ...attrs, text: balanced(text) });
 
+// A lane's label from its parts (ours and the records' in turn, format.js labelText) as nodes:
+// ours as text, each of the records' in a <bdi> of its own.
+export const labelNodes = (parts) => parts.map((part, i) => (i % 2 ? userText(part) : part));
+
 // Size `canvas` to `w` x `h` CSS pixels at the screen's pixel ratio (only when that changed:
 // resizing clears it).
 export function sizeCanvas(canvas, w, h) {

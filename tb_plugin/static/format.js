@@ -68,6 +68,12 @@ export function balanced(text) {
 // `text` as an isolate (FSI … PDI), for strings: titles, options, canvas labels, composed lines.
 export const isolate = (text) => `\u2068${balanced(text)}\u2069`;
 
+// A lane's label from its parts (the server's lane_labels.label_parts: ours and the records' in
+// turn) as a string, each of the records' isolated on its own: a host name's override cannot turn
+// the "(pid 4242)" after it around, as isolating the label whole would let it (dom.js labelNodes
+// is the same in the DOM).
+export const labelText = (parts) => parts.map((part, i) => (i % 2 ? isolate(part) : part)).join("");
+
 // How far the server's first read is: "Loading events… 42%", and with a `unit` (the noun of
 // what it reads) how many of them ("(1,200 records of 3,000 read)"); a read that counts the
 // event files' bytes (`loading.unit` "byte") says so in MB ("(12 MB of 337 MB read)").

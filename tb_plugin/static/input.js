@@ -4,7 +4,7 @@
 
 import { lowerBound } from "./api.js";
 import { el } from "./dom.js";
-import { formatDuration, formatTime, isolate } from "./format.js";
+import { formatDuration, formatTime, isolate, labelText } from "./format.js";
 import { bindPlotPointer, placeTooltip } from "./pointer.js";
 
 export function bindPointer(tl) {
@@ -108,26 +108,27 @@ function onHover(tl, event) {
   }
   const d = tl.data;
   const lane = d.lanes[hit.row.lane];
+  const laneText = isolate(labelText(lane.parts));
   const lines = [];
   if (hit.event !== undefined) {
     const e = d.events;
     const i = hit.event;
     lines.push([d.states[e.state[i]] || "no state", isolate(d.events.names[e.name[i]])]);
-    lines.push([null, `${formatTime(e.t[i], true, true)} · ${isolate(lane.label)}`]);
+    lines.push([null, `${formatTime(e.t[i], true, true)} · ${laneText}`]);
     const msg = e.msgs[e.msg[i]];
     if (msg) lines.push([null, isolate(msg)]);
   } else if (hit.bucket !== undefined) {
     const b = d.buckets;
     const t0 = d.window[0] + b.bin[hit.bucket] * b.binWidth;
     lines.push([d.states[b.state[hit.bucket]] || "no state", `${b.n[hit.bucket].toLocaleString("en-US")} events`]);
-    lines.push([null, `${formatTime(t0, true)} + ${formatDuration(b.binWidth)} · ${isolate(lane.label)}`]);
+    lines.push([null, `${formatTime(t0, true)} + ${formatDuration(b.binWidth)} · ${laneText}`]);
     lines.push([null, "Zoom in to see each event."]);
   } else {
     const iv = d.intervals;
     const i = hit.interval;
     const what = d.labels[iv.label[i]];
     lines.push([iv.open[i] ? "in progress" : d.states[iv.state[i]] || "interval", isolate(what)]);
-    lines.push([null, `${formatTime(iv.t0[i], true)} → ${formatDuration(iv.t1[i] - iv.t0[i])} · ${isolate(lane.label)}`]);
+    lines.push([null, `${formatTime(iv.t0[i], true)} → ${formatDuration(iv.t1[i] - iv.t0[i])} · ${laneText}`]);
   }
   tl.tooltip.replaceChildren(
     ...lines.map(([strong, text]) => {

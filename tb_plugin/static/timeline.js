@@ -9,9 +9,9 @@
 
 import { decodePayload, every, fetchStatus, fetchTimeline, Latest, LOADING_POLL_MS, Timer } from "./api.js";
 import { clampSpan, TimeAxis, wantsDetail } from "./axis.js";
-import { el, sizeCanvas } from "./dom.js";
+import { el, labelNodes, sizeCanvas, userText } from "./dom.js";
 import { AXIS_H, drawAxis, drawPlot, GROUP_H, ROW_H } from "./draw.js";
-import { count, isolate, KIND_TITLES, loadingText } from "./format.js";
+import { count, isolate, KIND_TITLES, labelText, loadingText } from "./format.js";
 import { Frames } from "./frames.js";
 import { bindKeys, bindPointer } from "./input.js";
 
@@ -263,12 +263,13 @@ export class Timeline {
       const key = `${lane.group}\u0001${lane.kind}`;
       if (key !== section) {
         section = key;
-        const text = `${lane.group} · ${KIND_TITLES[lane.kind] || lane.kind}`;
+        const kind = ` · ${KIND_TITLES[lane.kind] || lane.kind}`;
         this.rows.push({ y, h: GROUP_H, group: true, job: lane.group, kind: lane.kind });
-        fragment.append(el("div", { class: "tl-group", role: "heading", "aria-level": "2", text }));
+        fragment.append(el("div", { class: "tl-group", role: "heading", "aria-level": "2" }, userText(lane.group), kind));
         y += GROUP_H;
       }
-      const label = el("div", { class: "tl-row", role: "listitem", title: `${isolate(lane.label)} — ${isolate(lane.run || ".")}`, text: lane.label });
+      const title = `${isolate(labelText(lane.parts))} — ${isolate(lane.run || ".")}`;
+      const label = el("div", { class: "tl-row", role: "listitem", title }, ...labelNodes(lane.parts));
       label.dataset.lane = String(i);
       this.rowOfLane[i] = this.rows.length;
       this.rows.push({ y, h: ROW_H, lane: i, node: label });

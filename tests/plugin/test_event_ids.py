@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import EventIds, EventRecords
+from tb_plugin.runlength import EventIds, EventRecords
 
 #: Permutations of event ids made of runs, as a sort by (lane, time) leaves them.
 _PIECES = st.lists(st.integers(1, 40), min_size=0, max_size=30)

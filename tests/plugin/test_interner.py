@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import Interner
+from tb_plugin.interned import Interner
 
 _BATCHES = st.lists(st.lists(st.text(alphabet="abc", max_size=3), max_size=20), max_size=4)
 

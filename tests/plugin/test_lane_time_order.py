@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import exact_time_order, lane_time_order
+from tb_plugin.lane_order import exact_time_order, lane_time_order
 
 
 @given(st.integers(0, 2**16), st.integers(1, 300), st.integers(1, 12), st.integers(1, 5))

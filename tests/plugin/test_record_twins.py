@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tb_plugin.columns import FIELDS, Records
+from tb_plugin.interned import FIELDS, Records
 
 
 def _records(count: int) -> Records:

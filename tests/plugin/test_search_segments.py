@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tb_plugin.columns import search_segments
+from tb_plugin.lane_order import search_segments
 
 #: Lanes of sorted times drawn from few values, so ties and empty lanes are common.
 _LANES = st.lists(st.lists(st.integers(0, 12).map(float), max_size=25).map(sorted), max_size=12)

@@ -21,8 +21,9 @@ from tb_monitor.elastic.events.api import Event, EventSource, RdzvEvent
 from tb_monitor.sinks.writer import AsyncWriter
 from tb_plugin import provider_store
 from tb_plugin import store as store_module
-from tb_plugin.columns import EventIds, SortedEvents
+from tb_plugin.columns import SortedEvents
 from tb_plugin.provider_store import REFRESH_INTERVAL_S
+from tb_plugin.runlength import EventIds
 from tb_plugin.store import TimelineStore, UnknownEventError
 
 

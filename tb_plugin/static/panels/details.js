@@ -4,7 +4,7 @@
 // value goes in as text (dom.js el), never as HTML.
 
 import { fetchEvent } from "../api.js";
-import { el, userText } from "../dom.js";
+import { el, labelNodes, userText } from "../dom.js";
 import { formatTime } from "../format.js";
 
 const FIELDS = ["name", "source", "state", "hostname", "pid", "rank", "local_id", "run_id", "message"];
@@ -35,7 +35,7 @@ function eventParts(info, attempts) {
     dl.append(el("dt", { text: k }), el("dd", { text: typeof v === "object" ? JSON.stringify(v) : String(v) }));
   };
   row("time", formatTime(info.wall_time, true, true));
-  row("lane", info.lane);
+  dl.append(el("dt", { text: "lane" }), el("dd", { class: "tl-lane" }, ...labelNodes(info.lane_parts || ["", info.lane])));
   row("run", info.run || ".");
   row("kind", info.kind);
   row("step", info.step);

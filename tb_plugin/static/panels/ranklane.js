@@ -1,7 +1,7 @@
 // From the Ranks view to the Timeline: a rank's worker lane focused, scrolled into view and its
 // newest event selected (panels/ranks.js calls it when a rank is clicked).
 
-import { isolate } from "../format.js";
+import { isolate, labelText } from "../format.js";
 
 // Focus rank `rank`'s lane (its run `run`, else a worker lane labelled with the rank) in the
 // Timeline `tl`, or say there is none.
@@ -19,7 +19,7 @@ export function focusRankLane(tl, run, rank) {
   r.node.classList.add("tl-row-focus");
   tl.focusedLane = lane;
   tl.scroll.scrollTop = Math.max(0, r.y - tl.height / 3);
-  tl.setStatus(`Rank ${rank}: lane “${isolate(r.node.textContent)}” and its newest event, from the Ranks view.`);
+  tl.setStatus(`Rank ${rank}: lane “${isolate(labelText(lanes[lane].parts))}” and its newest event, from the Ranks view.`);
   // Its newest event in the loaded window, in the details panel.
   const d = tl.data;
   if (d.events && d.laneStart[lane + 1] > d.laneStart[lane]) {
