@@ -16,7 +16,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tb_monitor import contract
@@ -25,6 +25,7 @@ from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, 
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span, spans
 
 __all__ = [
+    "SIGNAL_SLACK_S",
     "Attempt",
     "Termination",
     "attempt_dict",
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 _JOINED = re.compile(r"\bhas joined round (\d+)\b")
+#: A failure this close before the agent began stopping its workers is still the stop's: the
+#: signal that preempts a job often reaches its workers too, a moment before the agent acts.
+SIGNAL_SLACK_S = 1.0
 _Key = tuple[str, int]  # (job, attempt)
 
 
@@ -272,6 +276,29 @@ class Termination:
     signal: str | None  # "SIGTERM"
     exit_code: int | None  # torchrun's
     time: float
+    stop_began: float | None = None  # when the agent began stopping its workers: the signal
+
+    def ended(self, attempt: Attempt) -> Attempt:
+        """``attempt`` as this signal ended it: one still running when the agent began stopping
+        its workers is TERMINATED, and every failure of it from then on (a rank killed by the
+        stop, a peer's lost connection) is collateral, not a root cause. A failure that came
+        first (more than ``SIGNAL_SLACK_S`` before) stays the attempt's root cause."""
+        if self.stop_began is None or attempt.end < self.stop_began - SIGNAL_SLACK_S:
+            return attempt
+        root = attempt.root_cause
+        if root is not None and root.time < self.stop_began - SIGNAL_SLACK_S:
+            return attempt
+        records = attempt.collateral_records
+        if root is not None and root.record is not None:
+            records = (*records, root.record)
+        return replace(
+            attempt,
+            outcome="TERMINATED",
+            root_cause=None,
+            collateral_ranks=tuple(r for r in attempt.ranks if r in attempt.failed_ranks),
+            collateral_records=records,
+            time_lost_s=None,
+        )
 
 
 def terminations(rows: Iterable[Mapping[str, Any]]) -> dict[str, Termination]:
@@ -283,10 +310,14 @@ def terminations(rows: Iterable[Mapping[str, Any]]) -> dict[str, Termination]:
             continue
         metadata = row.get("metadata") or {}
         code = metadata.get("exit_code")
+        began = metadata.get("stop_began")
         found.setdefault(
             job_of(row),
             Termination(
-                metadata.get("signal"), code if isinstance(code, int) else None, row["wall_time"]
+                metadata.get("signal"),
+                code if isinstance(code, int) else None,
+                row["wall_time"],
+                float(began) if isinstance(began, (int, float)) else None,
             ),
         )
     return found

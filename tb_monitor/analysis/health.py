@@ -43,7 +43,12 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
     for attempt in found:
         by_job.setdefault(attempt.job, []).append(attempt)
     return tuple(
-        JobHealth(job, tuple(ours), finished.get(job, False), terminated=stopped.get(job))
+        JobHealth(
+            job,
+            tuple(ours if job not in stopped else [stopped[job].ended(a) for a in ours]),
+            finished.get(job, False),
+            terminated=stopped.get(job),
+        )
         for job, ours in by_job.items()
     )
 

@@ -44,7 +44,9 @@ not one; times are epoch seconds)::
         {
           "job": "<run id>",
           "status": "<TERMINATED, or the last attempt's outcome: SUCCEEDED, FAILED, ...>",
-          "terminated": null | {"signal": "SIGTERM", "exit_code": 1, "time": 1.7e9},
+          "terminated": null | {"signal": "SIGTERM", "exit_code": 1, "time": 1.7e9,
+                                "stop_began": 1.7e9 | null},  # the agent began stopping
+                                # its workers: an attempt running then is TERMINATED
           "finished": true,           # every agent of the job recorded its verdict
           "attempts_total": 2,
           "restarts": 1,
@@ -53,7 +55,8 @@ not one; times are epoch seconds)::
           "attempts": [
             {
               "job": "...", "attempt": 0, "start": 1.7e9, "end": 1.7e9, "duration_s": 6.0,
-              "outcome": "FAILED",
+              "outcome": "FAILED",    # SUCCEEDED, RUNNING, TERMINATED (cut short by the
+                                      # signal to its agent: its failures then collateral)
               "root_cause": null | {
                 "rank": 2, "host": "node-a", "time": 1.7e9,
                 "reason": "ValueError: bad batch",   # one line: also "killed by SIGKILL"

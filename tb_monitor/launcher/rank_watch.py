@@ -55,6 +55,7 @@ __all__ = [
     "Worker",
     "install",
     "process_state",
+    "stop_began",
     "view_of",
 ]
 
@@ -321,6 +322,18 @@ def install(destination: str) -> Callable[[], None]:
     return undo
 
 
+#: When this process's agent began stopping its workers (its first ``_shutdown``).
+_stop_began: float | None = None
+
+
+def stop_began() -> float | None:
+    """When the agent began stopping its workers, as epoch seconds (None before it did). On a
+    signal to the agent (a preemption) that is the signal's moment: torchelastic's handler
+    raises in the agent's loop and its ``run`` stops the workers at once; what they record
+    after it, a failure too, follows from the stop."""
+    return _stop_began
+
+
 def _hook_agent(watch: RankWatch) -> Callable[[], None]:
     """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``) and
     ``_shutdown`` (their stacks first); return the undo. torch offers no hook for either."""
@@ -346,6 +359,9 @@ def _hook_agent(watch: RankWatch) -> Callable[[], None]:
         return pids
 
     def _shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        global _stop_began
+        if _stop_began is None:
+            _stop_began = time.time()
         try:
             if _succeeded(self):  # they all exited 0: nothing to ask, and none to signal
                 watch.watch(())

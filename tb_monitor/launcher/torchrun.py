@@ -226,6 +226,7 @@ class AgentCapture:
             "signal": name,
             "exit_code": exit_code,
             "raw_error": f"the agent received {name}",
+            "stop_began": rank_watch.stop_began(),  # every failure after it is collateral
             "recorded_by": "tb_monitor",
         }
         event = Event(

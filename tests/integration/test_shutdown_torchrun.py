@@ -113,3 +113,19 @@ def test_a_preempted_job_is_terminated_in_the_report(side_by_side):
     report = json.loads(done.stdout)
     assert (report["status"], report["exit_code"], done.returncode) == ("terminated", 1, 1)
     assert [job["status"] for job in report["jobs"]] == ["TERMINATED"]
+
+
+def test_a_preempted_jobs_attempt_is_terminated_with_no_root_cause(side_by_side):
+    """The attempt a SIGTERM to the agents cut short is TERMINATED: no rank's end after the
+    signal (the agent's SIGTERM to it, a peer's lost connection) is given as its root cause."""
+    ours = side_by_side("agent-sigterm")["tb-monitor"]
+    done = subprocess.run(
+        tb_monitor_command("report", "--json", ours.logdir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    [job] = json.loads(done.stdout)["jobs"]
+    last = job["attempts"][-1]
+    assert (last["outcome"], last["root_cause"]) == ("TERMINATED", None), done.stdout[-3000:]
+    assert job["terminated"]["stop_began"] is not None
