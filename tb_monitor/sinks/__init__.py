@@ -6,12 +6,13 @@
 - ``memory``: ``MemorySink``, which keeps what it receives (tests; ``tb_monitor.testing``).
 - ``prometheus``: ``PrometheusSink``, series on ``/metrics`` (the ``prometheus`` extra).
 - ``handlers``: the TensorBoard handlers of torch.monitor events, metrics and torchelastic events.
-- ``checks``: ``AsyncWriter.add_*``'s argument checks, on the caller's thread.
 - ``encoding``: the hand-written wire format of the hot path (and its C twin, ``_encoding.c``).
-- ``batching``: timeline events gathered into batched records (content version 3).
+- ``batching``: timeline events gathered into batched records, keep-alives in bounded runs.
 - ``summaries``: records as TensorBoard's own protos (timeline, text, Custom Scalars layout).
 - ``service``: the one background thread per process that drains every writer.
 - ``writer``: ``AsyncWriter``, the caller-side queue, step allocation and files.
+- ``closing``: how a flush or close waits for the drain, and the ledger of what it holds.
+- ``filekeeper``, ``steps``: one writer's event file under storage faults; its steps file.
 """
 
 from tb_monitor.sinks.base import Sink, TimelineRecord, Window
