@@ -1,0 +1,83 @@
+"""The stall rule on messy faults: what an agent sees explains a stall but never makes one, an
+ended job has no live stall, and a silent rank's time without a step counts from its last step."""
+
+from __future__ import annotations
+
+from tb_monitor import contract
+from tb_monitor.analysis.agent_views import agent_views
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.health import report_of
+from tb_monitor.analysis.rank_report import rank_health
+from tb_monitor.testing import DEFAULT_START
+
+T = DEFAULT_START + 1000.0  # when stalls are judged
+
+
+def _beat(wall: float, since: float, inside: float = 0.0, steps: int = 100) -> dict:
+    """A rank's newest heartbeat values, logged at ``wall``."""
+    return {
+        "wall_time": wall,
+        "steps": steps,
+        "entered": 0,
+        "left": 0,
+        "in_collective_s": inside,
+        "since_step_s": since,
+    }
+
+
+def _grid(beats: dict[int, dict]) -> RankGrid:
+    """The grid of ``job/rank-N`` heartbeats (no windows: the 30-s floor is the rule)."""
+    return RankGrid.from_series({}, {f"job/rank-{rank}": beat for rank, beat in beats.items()})
+
+
+def _seen(rank: int, wall: float, seen: str = "stopped", state: str = "T") -> dict:
+    """The agent's record that it sees ``rank``'s process ``seen`` (process state ``state``)."""
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(
+        run="job/agent-a-1",
+        run_id="job",
+        kind=contract.WORKER,
+        name=contract.RANK_SEEN,
+        state="SILENT",
+        rank=rank,
+        pid=40 + rank,
+        hostname="a",
+        wall_time=wall,
+        message="",
+        metadata={"seen": seen, "process_state": state},
+    )
+    return row
+
+
+# -- what an agent sees explains a stall; it never makes one ---------------------------------
+
+
+def test_a_rank_its_agent_sees_stopped_while_it_steps_is_not_stalled():
+    """Rank 1, stopped from outside for most of every 100 ms, still steps: not stalled."""
+    grid = _grid({rank: _beat(T, 0.1) for rank in range(4)})
+    views = agent_views([_seen(1, T - 5.0)])
+    assert rank_health(grid, now=T, views=views).stalls == ()
+
+
+def test_a_rank_its_agent_sees_in_uninterruptible_sleep_while_it_steps_fails_no_report():
+    """Rank 2 sampled in D while loading data, stepping all along: the report exits 0."""
+    grid = _grid({rank: _beat(T, 0.2) for rank in range(4)})
+    rows = [_seen(2, T - 5.0, "uninterruptible sleep", "D")]
+    doc = report_of("logs", rows, grid, now=T)
+    assert (doc.stalled, doc.exit_code, doc.to_json()["ranks"]["stalled"]) == (False, 0, False)
+
+
+def test_a_silent_rank_is_not_stalled_before_the_floor():
+    """Rank 3's heartbeats stopped 20 s ago while the others wait: silent, not yet stalled."""
+    beats = {rank: _beat(T, 20.0, inside=19.9) for rank in range(3)} | {3: _beat(T - 20.0, 0.05)}
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_a_stopped_rank_is_named_past_the_floor_with_what_its_agent_sees():
+    """Rank 3's heartbeats stopped 40 s ago and the others wait: it is stalled, silent and
+    waited for, and its agent's view (stopped) comes with it as the explanation."""
+    beats = {rank: _beat(T, 40.0, inside=39.9) for rank in range(3)} | {3: _beat(T - 40.0, 0.05)}
+    ranks = rank_health(_grid(beats), now=T, views=agent_views([_seen(3, T - 30.0)]))
+    stall = ranks.stalls[0]
+    assert (stall.rank, stall.silent, stall.waited_for, ranks.waited_for) == (3, True, True, (3,))
+    assert ranks.view_of(stall).seen == "stopped"
