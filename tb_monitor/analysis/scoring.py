@@ -79,7 +79,7 @@ class Stall:
     row: int  # -1: a rank that recorded nothing, known from its agent (``RankGrid.stalls``)
     rank: int
     run: str
-    since_step_s: float  # seconds without a step boundary, up to the grid's newest heartbeat
+    since_step_s: float  # seconds without a step boundary, up to when stalls are judged
     entered: int  # sequence number of the last collective entered from Python
     left: int
     in_collective: bool
@@ -159,6 +159,11 @@ def stalled_ranks(
     its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
     rank has not stepped for half that long (it waits); silence makes no stall, but a silent
     stalled rank is the one waited for while another waits.
+
+    A silent rank's own count runs ahead of its last step: a beat is logged once a window and
+    written at the writer's next flush, so the newest one read may predate the steps it took
+    with the others until it stopped. The ranks that wait for it stopped stepping when it
+    stopped taking part, so it has gone no longer without a step than the longest of them.
     """
     if not beats:
         return []
@@ -168,9 +173,11 @@ def stalled_ranks(
         for rank, beat in beats.items()
         if beat.get("since_step_s") is not None
     }
-    silent = _silence(beats, counts, silent_after_s)
+    silent, longest_wait = _silence(beats, counts, silent_after_s)
     rows = []
     for rank, since in counts.items():
+        if rank in silent:
+            since = min(since, longest_wait)
         if since <= max(floor_s, factor * float(typical_step_s.get(rank) or 0.0)):
             continue
         beat, fr_seq = beats[rank], beats[rank].get("fr_seq")
@@ -210,13 +217,12 @@ def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
 
 def _silence(
     beats: Mapping[int, Mapping[str, float]], counts: Mapping[int, float], silent_after_s: float
-) -> set[int]:
+) -> tuple[set[int], float]:
     """The silent ranks (see ``stalled_ranks``): their beats lag while another rank waits (it
-    has not stepped for half of ``silent_after_s``). A rank whose beats merely stopped while the
-    others step on is not silent: it ended (a finished rank, a node the job went on without)."""
+    has not stepped for half of ``silent_after_s``); and the longest time without a step of the
+    ranks whose beats do not lag. A rank whose beats merely stopped while the others step on is
+    not silent: it ended (a finished rank, a node the job went on without)."""
     newest = max(float(b["wall_time"]) for b in beats.values())
     lagging = {rank for rank in counts if newest - float(beats[rank]["wall_time"]) > silent_after_s}
-    waiting = any(
-        since > silent_after_s / 2 for rank, since in counts.items() if rank not in lagging
-    )
-    return lagging if waiting else set()
+    longest = max((since for rank, since in counts.items() if rank not in lagging), default=0.0)
+    return (lagging if longest > silent_after_s / 2 else set()), longest

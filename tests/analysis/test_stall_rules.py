@@ -3,6 +3,8 @@ ended job has no live stall, and a silent rank's time without a step counts from
 
 from __future__ import annotations
 
+import pytest
+
 from tb_monitor import contract
 from tb_monitor.analysis.agent_views import agent_views
 from tb_monitor.analysis.grid import RankGrid
@@ -81,3 +83,25 @@ def test_a_stopped_rank_is_named_past_the_floor_with_what_its_agent_sees():
     stall = ranks.stalls[0]
     assert (stall.rank, stall.silent, stall.waited_for, ranks.waited_for) == (3, True, True, (3,))
     assert ranks.view_of(stall).seen == "stopped"
+
+
+# -- a silent rank's time without a step counts from its last step ---------------------------
+
+
+def _stopped_18_8_s_ago() -> dict[int, dict]:
+    """Rank 1 stopped 18.8 s before T; its newest beat in the logdir was logged 30 s before T (the
+    window after it was still in its writer), when it was stepping; ranks 0, 2 and 3 have waited
+    for it in a collective since it stopped."""
+    waiting = {rank: _beat(T, 18.8, inside=18.7, steps=1112) for rank in (0, 2, 3)}
+    return waiting | {1: _beat(T - 30.0, 0.05, steps=1000)}
+
+
+def test_a_silent_rank_counts_from_its_last_step_not_from_its_last_logged_beat():
+    """Rank 1 has made no step for as long as the ranks waiting for it: 18.8 s, not 30 s."""
+    stalls = _grid(_stopped_18_8_s_ago()).stalls(now=T, floor_s=10.0)
+    assert [s.since_step_s for s in stalls if s.rank == 1] == [pytest.approx(18.8)]
+
+
+def test_a_rank_stopped_18_8_s_ago_is_not_yet_stalled():
+    """18.8 s after the stop no rank has passed the 30-s floor: nothing is stalled."""
+    assert _grid(_stopped_18_8_s_ago()).stalls(now=T) == []
