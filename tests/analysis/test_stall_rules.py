@@ -105,3 +105,83 @@ def test_a_silent_rank_counts_from_its_last_step_not_from_its_last_logged_beat()
 def test_a_rank_stopped_18_8_s_ago_is_not_yet_stalled():
     """18.8 s after the stop no rank has passed the 30-s floor: nothing is stalled."""
     assert _grid(_stopped_18_8_s_ago()).stalls(now=T) == []
+
+
+# -- an ended job has no live stall; a rank whose attempt ended is not silent ----------------
+
+AGENTS = {"job/agent-a-1": (0, 1), "job/agent-b-2": (2, 3)}  # two nodes, two ranks each
+START, FAILED_AT = T - 100.0, T - 30.0
+
+
+def _rec(t: float, run: str, kind: str, state: str, name: str | None = None, **fields) -> dict:
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(run=run, run_id="job", kind=kind, wall_time=t, state=state, metadata={})
+    row.update(name=name or f"torchelastic.worker.status.{state}", hostname=run.split("-")[1])
+    row.update(fields)
+    return row
+
+
+def _joined(t: float, agent: str, attempt: int) -> dict:
+    message = f"The node '{agent.split('-')[1]}' has joined round {attempt} of 'job' as rank 0"
+    return _rec(t, agent, contract.RENDEZVOUS, "RUNNING", "h.next", message=message)
+
+
+def _worker(t: float, rank: int, state: str, attempt: int = 0, code: int | None = None) -> dict:
+    """Its agent's record of ``rank``'s worker: START, or FAILED with its exit ``code``."""
+    agent = next(agent for agent, ranks in AGENTS.items() if rank in ranks)
+    metadata = {"agent_restarts": attempt} | ({} if code is None else {"exit_code": code})
+    return _rec(t, agent, contract.WORKER, state, rank=rank, source="WORKER", metadata=metadata)
+
+
+def _rank_2_raised(ended: bool) -> list[dict]:
+    """Rank 2 raised at FAILED_AT; its sibling rank 3 ignores SIGTERM until its agent SIGKILLs
+    it 30 s later. With ``ended``, that happened, ranks 0 and 1 were stopped, and both agents
+    recorded FAILED: the job is over."""
+    rows = [*(_joined(START, agent, 0) for agent in AGENTS)]
+    rows += [*(_worker(START + 1, rank, "START") for rank in range(4))]
+    rows.append(_worker(FAILED_AT, 2, "FAILED", code=1))
+    if ended:
+        rows.append(_worker(T - 0.5, 3, "FAILED", code=-9))
+        rows += [_worker(T - 0.5, rank, "FAILED", code=-15) for rank in (0, 1)]
+        rows += [_rec(T, agent, contract.AGENT, "FAILED", source="AGENT") for agent in AGENTS]
+    return rows
+
+
+def _waiting_for_rank_2(until: float) -> RankGrid:
+    """Rank 2's beats stop when it raises; the others wait for it in a collective until
+    ``until``, their last step 5 s before it raised."""
+    since = until - FAILED_AT + 5.0
+    waiting = {rank: _beat(until, since, inside=since - 0.1) for rank in (0, 1, 3)}
+    return _grid(waiting | {2: _beat(FAILED_AT, 0.05)})
+
+
+def test_an_ended_job_lists_no_stalled_rank():
+    """The job failed and ended: no stall is listed, and the exit code is the failure's."""
+    doc = report_of("logs", _rank_2_raised(ended=True), _waiting_for_rank_2(T - 0.5))
+    assert (doc.status, doc.attempts[-1].root_cause.rank, doc.jobs[0].finished) == (
+        "failed",
+        2,
+        True,
+    )
+    assert (doc.ranks.stalls, doc.to_json()["ranks"]["stalls"], doc.exit_code) == ((), [], 1)
+
+
+def test_a_failed_rank_is_not_silent_while_its_attempt_is_torn_down():
+    """Rank 2 raised and rank 3 still ignores SIGTERM: the attempt has failed, so rank 2 is not
+    called silent, nor is any rank of it stalled."""
+    doc = report_of("logs", _rank_2_raised(ended=False), _waiting_for_rank_2(T), now=T)
+    assert (doc.status, doc.jobs[0].finished, doc.ranks.stalls) == ("failed", False, ())
+
+
+def test_a_rank_of_an_attempt_before_a_restart_is_not_stalled():
+    """Rank 3 failed, node b left, and attempt 1 runs on ranks 0 and 1: ranks 2 and 3, whose
+    beats stopped with attempt 0, are not stalled; the report is healthy."""
+    rows = [*(_joined(START, agent, 0) for agent in AGENTS)]
+    rows += [_worker(START + 1, rank, "START") for rank in range(4)]
+    rows += [_worker(START + 50, 3, "FAILED", code=1)]
+    rows += [_worker(START + 51, rank, "FAILED", code=-15) for rank in range(3)]
+    rows += [_joined(START + 79, "job/agent-a-1", 1)]
+    rows += [_worker(START + 80, rank, "START", attempt=1) for rank in (0, 1)]
+    beats = {rank: _beat(T, 0.1) for rank in (0, 1)} | {r: _beat(START + 50, 0.1) for r in (2, 3)}
+    doc = report_of("logs", rows, _grid(beats), now=T)
+    assert (doc.status, doc.ranks.stalls, doc.exit_code) == ("running", (), 0)
