@@ -178,24 +178,26 @@ def stalled_ranks(
     for rank, since in counts.items():
         if rank in silent:
             since = min(since, longest_wait)
-        if since <= max(floor_s, factor * float(typical_step_s.get(rank) or 0.0)):
-            continue
-        beat, fr_seq = beats[rank], beats[rank].get("fr_seq")
-        rows.append(
-            {
-                "rank": int(rank),
-                "since_step_s": since,
-                "entered": int(beat.get("entered") or 0),
-                "left": int(beat.get("left") or 0),
-                "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
-                # -1: steps resumed since it was read, no current value
-                "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
-                "silent": rank in silent,
-            }
-        )
+        if since > max(floor_s, factor * float(typical_step_s.get(rank) or 0.0)):
+            rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent))
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
+
+
+def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool) -> dict[str, Any]:
+    """A stalled rank's row (``waited_for`` is set once every row is known)."""
+    fr_seq = beat.get("fr_seq")
+    return {
+        "rank": int(rank),
+        "since_step_s": since,
+        "entered": int(beat.get("entered") or 0),
+        "left": int(beat.get("left") or 0),
+        "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
+        # -1: steps resumed since it was read, no current value
+        "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
+        "silent": silent,
+    }
 
 
 def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
