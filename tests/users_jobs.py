@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +39,7 @@ __all__ = [
     "DDP",
     "HF",
     "LIGHTNING",
+    "SHORT_STALL_FLOOR",
     "SHORT_WINDOWS",
     "UserJob",
     "machine_fault",
@@ -53,6 +54,9 @@ LIGHTNING = SCRIPTS / "lightning_trainer.py"
 HF = SCRIPTS / "hf_trainer.py"
 #: Short rank windows and heartbeats, so a straggler or a stall shows within seconds.
 SHORT_WINDOWS = {"TB_MONITOR_RANK_WINDOW_S": "1", "TB_MONITOR_HEARTBEAT_S": "1"}
+#: The reading side's stall floor for these jobs, whose steps take milliseconds: a rank is
+#: stalled only once past the floor, and the default (30 s) is as long as the tests wait.
+SHORT_STALL_FLOOR = {"TB_MONITOR_STALL_FLOOR_S": "5"}
 JOB_TIMEOUT = 180.0  # seconds; a healthy job takes 10-25 s here, a fault may take gloo's timeouts
 _POLL_S = 0.1
 
@@ -101,14 +105,16 @@ class UserJob:
     def returncodes(self) -> list[int | None]:
         return [agent.poll() for agent in self.agents]
 
-    def report(self) -> dict:
-        """``tb-monitor report --json`` of the job's logdir, as it stands now."""
+    def report(self, env: Mapping[str, str] | None = None) -> dict:
+        """``tb-monitor report --json`` of the job's logdir, as it stands now (``env``: settings
+        of the reading side, such as ``SHORT_STALL_FLOOR``)."""
         done = subprocess.run(
             tb_monitor_command("report", "--json", str(self.logdir)),
             capture_output=True,
             text=True,
             timeout=60,
             check=False,
+            env={**os.environ, **(env or {})},
         )
         try:
             return json.loads(done.stdout)

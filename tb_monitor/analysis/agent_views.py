@@ -3,8 +3,10 @@
 A silent rank cannot say why; its agent can (``tb_monitor.launcher.rank_watch`` records
 ``contract.RANK_SEEN`` when what it sees of a worker's process changes, ``contract.RANK_STACKS``
 with every thread's Python stack). ``agent_views(rows)`` gives per job and rank the newest view
-and the stacks recorded since it changed; the report attaches them to the rank's stall, and the
-rank's grid counts a rank its agent sees silent as silent (``RankGrid.stalls(seen_silent=)``).
+and the stacks recorded since it changed; the report attaches them to the rank's stall as its
+explanation. A view never makes a stall (a rank stopped from outside for part of each step still
+steps); only a rank that recorded nothing at all is known from its view alone
+(``RankGrid.stalls(seen_silent=)``).
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def silent_runs(
 ) -> dict[str, float]:
     """The rank runs whose agent sees them silent now, each with when it saw that: those of
     ``runs`` (``job/rank-N``), and ``job/rank-N`` for a rank of a job of ``runs`` that recorded
-    nothing at all (stopped before its first heartbeat: only its agent knows it exists)."""
+    nothing at all (stopped before its first heartbeat: only its agent knows it exists, and
+    ``RankGrid.stalls`` judges it from then)."""
     out: dict[str, float] = {}
     known, jobs = set(), set()
     for run in runs:

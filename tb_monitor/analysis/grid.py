@@ -292,9 +292,10 @@ class RankGrid:
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
-        (``agent_views.silent_runs``: with when they were seen so). Such a run that is no row
-        (it recorded nothing: stopped before its first heartbeat) is judged as silent since
-        then, its stall's ``row`` -1."""
+        (``agent_views.silent_runs``: with when they were seen so). That view explains a stall
+        and makes none, but a run seen so that is no row (it recorded nothing: stopped before
+        its first heartbeat) is known from it alone: judged as without a step since it was seen
+        so, its stall's ``row`` -1."""
         typical = self.typical_step_s()
         # In row order: equally stalled ranks come out in the grid's order, whoever reads.
         beats = {
@@ -304,7 +305,7 @@ class RankGrid:
         }
         seen_silent = seen_silent or {}
         unheard = [run for run in seen_silent if run not in self.runs]
-        if beats:  # a rank recorded nothing: silent since its agent saw it so, at the latest
+        if beats:  # a rank recorded nothing: no step since its agent saw it silent, if not longer
             for row, run in enumerate(unheard, start=len(self.runs)):
                 beats[row] = {"wall_time": seen_silent[run], "since_step_s": 0.0}
         found = stalled_ranks(
@@ -314,9 +315,6 @@ class RankGrid:
             factor=factor,
             floor_s=floor_s,
             silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
-            seen_silent={
-                row for row, run in enumerate([*self.runs, *unheard]) if run in seen_silent
-            },
         )
         return [self._stall(stall, unheard) for stall in found]
 

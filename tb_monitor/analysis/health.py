@@ -4,8 +4,9 @@ Everything a user asks of a finished or running elastic job in one typed documen
 attempts with their root causes, collateral ranks and time lost (``tb_monitor.analysis.attempts``),
 and, where the ranks recorded their health, the ranks' step times, the stragglers and the
 stalled ranks with the rank the others wait for. Each job of the logdir is read on its own
-(``tb_monitor.analysis.jobs``: by run id and start), its ranks scored among themselves, and a
-job that ended lists no rank as stalled after its end (stalls are judged at its end).
+(``tb_monitor.analysis.jobs``: by run id and start), its ranks scored among themselves; a job
+that ended, or whose last attempt is over, lists no stalled rank (a stall is live: the end says
+why its ranks stopped), and a running attempt's stalls are judged on its own heartbeats.
 ``tb-monitor report`` prints it (``tb_monitor.analysis.report``: its text, or ``--json``), a
 notebook shows the same text,
 the Timeline tab's header its attempts and the Prometheus sink its restarts and state; nothing
@@ -56,13 +57,18 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
 def _judged(
     grid: RankGrid, job: JobHealth | None, now: float | None, views: Any
 ) -> RankHealth | None:
-    """The ranks' health, stalls judged at the job's end where it ended: a rank is not stalled
-    after its job's end."""
-    if job is not None and job.finished:
-        newest = max((b.get("wall_time", -math.inf) for b in grid.beats.values()), default=None)
-        latest = now if now is not None else newest
-        now = None if latest is None else min(latest, job.attempts[-1].end)
-    return rank_health(grid, now=now, views=views)
+    """The ranks' health. A job that ended has no live stall: every agent recorded its verdict,
+    or its last attempt is over (a rank failed or was stopped), and its ranks wait for that end,
+    not for a rank. In a running attempt only the heartbeats logged since it started count: a
+    rank whose beats stopped with an earlier attempt (it failed, its node left) has ended."""
+    if job is None:
+        return rank_health(grid, now=now, views=views)
+    last = job.attempts[-1]
+    if job.finished or last.outcome != "RUNNING":
+        ranks = rank_health(grid, now=now, views=views)
+        return None if ranks is None else replace(ranks, stalls=())
+    ours = {run: b for run, b in grid.beats.items() if b.get("wall_time", -math.inf) >= last.start}
+    return rank_health(grid.with_beats(ours), now=now, views=views)
 
 
 def _with_ranks(
@@ -95,7 +101,7 @@ def report_of(
     """The report from what a reader already holds: the decoded timeline records
     (``sources.timeline_rows``; rendezvous keep-alives may be left out, they change nothing) and
     the ranks' ``RankGrid``, as the plugin reads both through TensorBoard's data provider.
-    ``now``: when stalls are judged (default: the newest heartbeat; a job that ended: its end);
+    ``now``: when stalls are judged (default: the newest heartbeat; a job that ended has none);
     ``marks``: ``timeline.spans(rows)`` when the caller already drew them (of the same rows
     ``jobs.separate_jobs`` gives back: else they are drawn again).
     """

@@ -128,7 +128,8 @@ def rank_health(
 ) -> RankHealth | None:
     """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
     are judged (default: the grid's newest heartbeat); ``views``: what the ranks' agents saw
-    (``agent_views``), which names a rank its agent sees silent."""
+    (``agent_views``), attached to each stall as its explanation (a rank that recorded nothing
+    is known from them alone)."""
     if not grid.runs:
         return None
     views = views or {}

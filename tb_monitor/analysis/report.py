@@ -181,7 +181,7 @@ class JobReport:
 
     @property
     def stalled(self) -> bool:
-        """A rank is stalled while its job runs (a stall in a job that has ended is history)."""
+        """A rank is stalled while its job runs (a job that has ended lists no stall)."""
         if self.jobs:
             return any(job.stalled for job in self.jobs)
         return self.ranks is not None and bool(self.ranks.stalls)

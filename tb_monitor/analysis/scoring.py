@@ -6,8 +6,9 @@ minus time waiting for the others (inside collectives, and in DDP's gradient all
 run from C++): ``relative`` is a window's compute over the median rank's in that
 window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
 consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
-typical steps without a step (at least ``STALL_FLOOR_S``), or at once when silent: its
-heartbeats stopped while the others wait, or its agent sees it stopped or silent.
+typical steps without a step, and at least ``STALL_FLOOR_S``, and only then: silence (its
+heartbeats stopped while the others wait) and what its agent sees of its process explain a
+stall, they never make one (a rank stopped from outside for part of each step still steps).
 :class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
 rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
@@ -15,7 +16,7 @@ rank and a :class:`Stall` per stalled rank; every reader goes through it.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +46,9 @@ FLAG_WINDOWS = 3
 #: (``$TB_MONITOR_STALL_FLOOR_S`` where the reading side runs: TensorBoard, ``tb-monitor report``).
 STALL_FACTOR = 10.0
 STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
-#: A rank is silent, and stalled whatever the floor, when its newest heartbeat is more than
-#: SILENT_WINDOWS windows (and SILENT_SLACK_S, the writers' flush) older than the newest rank's,
-#: or when its agent sees it silent (``analysis.agent_views``): a live rank beats every window.
+#: A rank is silent when its newest heartbeat is more than SILENT_WINDOWS windows (and
+#: SILENT_SLACK_S, the writers' flush) older than the newest rank's while another rank waits: a
+#: live rank beats every window. Silent, it is the rank waited for once stalled.
 SILENT_WINDOWS = 1.5
 SILENT_SLACK_S = 2.0
 
@@ -78,7 +79,7 @@ class Stall:
     row: int  # -1: a rank that recorded nothing, known from its agent (``RankGrid.stalls``)
     rank: int
     run: str
-    since_step_s: float  # seconds without a step boundary, up to the grid's newest heartbeat
+    since_step_s: float  # seconds without a step boundary, up to when stalls are judged
     entered: int  # sequence number of the last collective entered from Python
     left: int
     in_collective: bool
@@ -141,62 +142,74 @@ def stalled_ranks(
     factor: float = STALL_FACTOR,
     floor_s: float = STALL_FLOOR_S,
     silent_after_s: float = float("inf"),
-    seen_silent: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
     ``beats[rank]`` holds ``wall_time`` (when its newest heartbeat was logged) and the heartbeat
     Stats' values by name (``contract.RANK_BEATS``). Returns dicts with ``rank``,
-    ``since_step_s``, ``entered``, ``left``, ``in_collective``, ``fr_seq`` and ``waited_for``
-    (the rank the others wait for: outside a collective while others are inside one, or behind
-    in the sequence of collectives entered from Python, or in the Flight Recorder's, which
-    DDP's collectives pass through too), the waited-for first, then longest stalled first.
+    ``since_step_s``, ``entered``, ``left``, ``in_collective``, ``fr_seq``, ``silent`` and
+    ``waited_for`` (the rank the others wait for: outside a collective while others are inside
+    one, or behind in the sequence of collectives entered from Python, or in the Flight
+    Recorder's, which DDP's collectives pass through too), the waited-for first, then longest
+    stalled first.
 
-    A rank is ``silent`` when its agent sees it silent (``seen_silent``), or when its newest
-    heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank has not
-    stepped for half that long (it waits); a silent rank is stalled whatever the floor, and
-    waited for while another rank waits.
+    A rank is stalled when its time without a step passes ``factor`` typical steps and
+    ``floor_s``: its newest beat's ``since_step_s`` plus the time since that beat, so a rank
+    whose heartbeats stopped (a process that cannot beat) still counts. It is ``silent`` when
+    its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
+    rank has not stepped for half that long (it waits); silence makes no stall, but a silent
+    stalled rank is the one waited for while another waits.
+
+    A silent rank's own count runs ahead of its last step: a beat is logged once a window and
+    written at the writer's next flush, so the newest one read may predate the steps it took
+    with the others until it stopped. The ranks that wait for it stopped stepping when it
+    stopped taking part, so it has gone no longer without a step than the longest of them.
     """
     if not beats:
         return []
     now = max(float(b["wall_time"]) for b in beats.values()) if now is None else now
-    silent, waiting = _silence(beats, now, silent_after_s, seen_silent)
+    counts = {
+        rank: float(beat["since_step_s"]) + now - float(beat["wall_time"])
+        for rank, beat in beats.items()
+        if beat.get("since_step_s") is not None
+    }
+    silent, longest_wait = _silence(beats, counts, silent_after_s)
     rows = []
-    for rank, beat in beats.items():
-        if beat.get("since_step_s") is None:
-            continue
-        since = float(beat["since_step_s"]) + now - float(beat["wall_time"])
-        if rank not in silent and since <= max(
-            floor_s, factor * float(typical_step_s.get(rank) or 0.0)
-        ):
-            continue
-        fr_seq = beat.get("fr_seq")
-        rows.append(
-            {
-                "rank": int(rank),
-                "since_step_s": since,
-                "entered": int(beat.get("entered") or 0),
-                "left": int(beat.get("left") or 0),
-                "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
-                # -1: steps resumed since it was read, no current value
-                "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
-                "silent": rank in silent,
-            }
-        )
-    _mark_waited_for(rows, silent, waiting)
+    for rank, since in counts.items():
+        if rank in silent:
+            since = min(since, longest_wait)
+        if since > max(floor_s, factor * float(typical_step_s.get(rank) or 0.0)):
+            rows.append(_stall_row(rank, beats[rank], since, rank in silent))
+    _mark_waited_for(rows, bool(silent))
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
 
 
-def _mark_waited_for(rows: list[dict[str, Any]], silent: Collection[int], waiting: bool) -> None:
-    """Set each stalled row's ``waited_for``: the silent ranks while another waits, else a rank
-    outside the collective the others are in, or behind them in its collectives' sequence."""
+def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool) -> dict[str, Any]:
+    """A stalled rank's row (``waited_for`` is set once every row is known)."""
+    fr_seq = beat.get("fr_seq")
+    return {
+        "rank": int(rank),
+        "since_step_s": since,
+        "entered": int(beat.get("entered") or 0),
+        "left": int(beat.get("left") or 0),
+        "in_collective": float(beat.get("in_collective_s") or 0.0) > 0,
+        # -1: steps resumed since it was read, no current value
+        "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
+        "silent": silent,
+    }
+
+
+def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
+    """Set each stalled row's ``waited_for``: while a rank is silent (the others wait for it),
+    the silent ones; else a rank outside the collective the others are in, or behind them in
+    its collectives' sequence."""
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
     for row in rows:
-        if silent:  # the job waits for its silent ranks
-            row["waited_for"] = row["silent"] and waiting
+        if silence:
+            row["waited_for"] = row["silent"]
             continue
         behind_fr = row["fr_seq"] is not None and row["fr_seq"] < fr_most
         row["waited_for"] = (
@@ -205,20 +218,13 @@ def _mark_waited_for(rows: list[dict[str, Any]], silent: Collection[int], waitin
 
 
 def _silence(
-    beats: Mapping[int, Mapping[str, float]],
-    now: float,
-    silent_after_s: float,
-    seen_silent: Collection[int],
-) -> tuple[set[int], bool]:
-    """The silent ranks (see ``stalled_ranks``), and whether another rank waits: it has not
-    stepped for half of ``silent_after_s``. A rank whose beats merely stopped while the others
-    step on is not silent: it ended (a finished rank, a node the job went on without)."""
+    beats: Mapping[int, Mapping[str, float]], counts: Mapping[int, float], silent_after_s: float
+) -> tuple[set[int], float]:
+    """The silent ranks (see ``stalled_ranks``): their beats lag while another rank waits (it
+    has not stepped for half of ``silent_after_s``); and the longest time without a step of the
+    ranks whose beats do not lag. A rank whose beats merely stopped while the others step on is
+    not silent: it ended (a finished rank, a node the job went on without)."""
     newest = max(float(b["wall_time"]) for b in beats.values())
-    seen = {rank for rank in beats if rank in seen_silent and len(beats) > 1}
-    lagging = {rank for rank, b in beats.items() if newest - b["wall_time"] > silent_after_s}
-    waiting = any(
-        float(beat.get("since_step_s") or 0.0) + now - beat["wall_time"] > silent_after_s / 2
-        for rank, beat in beats.items()
-        if rank not in seen | lagging
-    )
-    return (seen | lagging if waiting else seen), waiting
+    lagging = {rank for rank in counts if newest - float(beats[rank]["wall_time"]) > silent_after_s}
+    longest = max((since for rank, since in counts.items() if rank not in lagging), default=0.0)
+    return (lagging if longest > silent_after_s / 2 else set()), longest

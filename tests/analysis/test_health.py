@@ -134,18 +134,17 @@ def ended(tmp_path):
     return job
 
 
-def test_a_stall_in_a_job_that_ended_is_history(ended):
-    """A rank stalled before its job ended is still named, but does not fail the report once
-    every agent recorded its verdict."""
+def test_a_stall_before_a_job_ended_is_not_listed_once_it_ended(ended):
+    """A rank stalled until just before its job ended is no stall once every agent recorded its
+    verdict: none is listed, and the report does not fail."""
     _hang(ended.logdir, ended.end - 1, hung=3)
     found = job_report(ended.logdir)
-    assert found.ranks.waited_for == (3,)
+    assert (found.ranks.stalls, found.ranks.waited_for) == ((), ())
     assert (found.stalled, found.exit_code) == (False, 0)
 
 
 def test_a_finished_job_lists_no_rank_stalled_after_its_end(ended):
-    """Heartbeats without steps after the job's end (ranks shutting down) are judged at its end:
-    no rank is stalled."""
+    """Heartbeats without steps after the job's end (ranks shutting down): no rank is stalled."""
     _hang(ended.logdir, ended.end + 240, hung=3)
     found = job_report(ended.logdir)
     assert found.jobs[0].finished and found.ranks.stalls == ()

@@ -15,6 +15,7 @@ from tb_monitor.testing import capture, manual_clock
 
 STEPS = contract.stat_tag(contract.RANK_STEP, "count")
 STEPS_SO_FAR = contract.beat_tag("steps")
+SINCE_STEP = contract.beat_tag("since_step_s")
 
 
 def _c_step_clock() -> type:
@@ -186,6 +187,26 @@ def test_each_window_logs_the_median_and_p95_of_its_step_times(torch):
     p50, p95 = (contract.stat_tag(contract.RANK_STEP, q) for q in ("p50", "p95"))
     windows = [(s.tag, s.value) for s in captured.scalars() if s.tag in (p50, p95)]
     assert windows == [(p50, 3.0), (p95, pytest.approx(4.8)), (p50, 10.0), (p95, 10.0)]
+
+
+def test_a_heartbeat_counts_from_the_last_step_not_from_a_window_boundary(torch):
+    """``rank/since_step_s`` is the time from the rank's last step to the beat, whichever
+    window the step or the beat fell in (windows end at 10 s and 20 s; ``close`` beats at 22 s)."""
+    with capture() as captured, manual_clock() as wall:
+        start = wall.time()
+        recorder = RankHealth(
+            window=timedelta(seconds=10), heartbeat_s=3600, clock=lambda: wall.time() - start
+        ).install()
+        model = torch.nn.Linear(2, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step_at, beat_at in ((2.0, 7.0), (11.0, 17.0)):
+            wall.advance(step_at - (wall.time() - start))
+            _stepped(torch, optimizer, model, 1)
+            wall.advance(beat_at - step_at)
+            recorder.beat()
+        wall.advance(5.0)
+        recorder.close()
+    assert [s.value for s in captured.scalars() if s.tag == SINCE_STEP] == [5.0, 6.0, 11.0]
 
 
 def test_a_forked_child_does_not_count_its_parents_steps(torch, clock):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from users_jobs import SHORT_WINDOWS, user_job
+from users_jobs import SHORT_STALL_FLOOR, SHORT_WINDOWS, user_job
 
 #: A stuck rank named within 30 s, beside no other timed test.
 pytestmark = pytest.mark.timed
@@ -19,14 +19,15 @@ NAMED_WITHIN_S = 30.0
 
 @pytest.fixture(scope="module")
 def stuck_in_c(tmp_path_factory) -> tuple[float | None, dict]:
-    """The job whose rank 3 blocks in C holding the GIL; the report polled until it names it
-    with its stacks (seconds it took, or None) and that report."""
+    """The job whose rank 3 blocks in C holding the GIL; the report (its stall floor 5 s: the
+    steps take milliseconds) polled until it names it with its stacks (seconds it took, or
+    None) and that report."""
     need("torch")
     with user_job(tmp_path_factory.mktemp("stuck"), SCRIPT, env=SHORT_WINDOWS) as job:
         job.wait_for_output("stuck in C")
         stuck = time.monotonic()
         while True:
-            report = job.report()
+            report = job.report(SHORT_STALL_FLOOR)
             waited = time.monotonic() - stuck
             stalls = (report.get("ranks") or {}).get("stalls", [])
             views = [s.get("agent") or {} for s in stalls if s["rank"] == 3]

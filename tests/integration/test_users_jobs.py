@@ -26,6 +26,7 @@ from users_jobs import (
     DDP,
     HF,
     LIGHTNING,
+    SHORT_STALL_FLOOR,
     SHORT_WINDOWS,
     UserJob,
     machine_fault,
@@ -237,7 +238,8 @@ class Stopped:
 
 @pytest.fixture(scope="module")
 def rank_stopped(tmp_path_factory) -> Stopped:
-    """The DDP job whose rank 3 gets SIGSTOP while it trains, under tb-monitor run."""
+    """The DDP job whose rank 3 gets SIGSTOP while it trains, under tb-monitor run; the report
+    read with a 5-s stall floor (the steps take milliseconds)."""
     need("torch")
     with user_job(
         tmp_path_factory.mktemp("sigstop"), DDP, *LONG_DDP_ARGS, env=SHORT_WINDOWS
@@ -247,7 +249,7 @@ def rank_stopped(tmp_path_factory) -> Stopped:
         stopped = time.monotonic()
         named = None
         while True:
-            report = job.report()
+            report = job.report(SHORT_STALL_FLOOR)
             waited = time.monotonic() - stopped
             ranks = report["ranks"] or {}  # None until the ranks' first windows are written
             if named is None and 3 in ranks.get("waited_for", []):

@@ -19,12 +19,13 @@ def _agent_record(name: str, state: str, when: float, **metadata) -> str:
 
 def _silent_job(logdir, stacks: bool) -> None:
     """Four ranks; rank 3's heartbeats stop at +20 s while the others' beat on without a step
-    to +40 s; its agent saw it stopped (and, with ``stacks``, recorded its stacks after)."""
+    to +60 s, past the stall floor; its agent saw it stopped (and, with ``stacks``, recorded its
+    stacks after)."""
     for rank in range(4):
         with AsyncWriter(logdir / "job" / f"rank-{rank}") as writer:
             for i in range(3):
                 writer.add_scalars(rank_window_scalars(0.1, 0.01, 50), DEFAULT_START + 10 * i)
-            last, since = (DEFAULT_START + 20, 0.05) if rank == 3 else (DEFAULT_START + 40, 20.0)
+            last, since = (DEFAULT_START + 20, 0.05) if rank == 3 else (DEFAULT_START + 60, 40.0)
             writer.add_scalars(rank_heartbeat_scalars(100, 10, 10, 0.0, since), wall_time=last)
     with AsyncWriter(logdir / "job" / "agent-b-1") as writer:
         seen = {"seen": "stopped", "process_state": "T", "message": "its process is stopped"}

@@ -1,0 +1,187 @@
+"""The stall rule on messy faults: what an agent sees explains a stall but never makes one, an
+ended job has no live stall, and a silent rank's time without a step counts from its last step."""
+
+from __future__ import annotations
+
+import pytest
+
+from tb_monitor import contract
+from tb_monitor.analysis.agent_views import agent_views
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.health import report_of
+from tb_monitor.analysis.rank_report import rank_health
+from tb_monitor.testing import DEFAULT_START
+
+T = DEFAULT_START + 1000.0  # when stalls are judged
+
+
+def _beat(wall: float, since: float, inside: float = 0.0, steps: int = 100) -> dict:
+    """A rank's newest heartbeat values, logged at ``wall``."""
+    return {
+        "wall_time": wall,
+        "steps": steps,
+        "entered": 0,
+        "left": 0,
+        "in_collective_s": inside,
+        "since_step_s": since,
+    }
+
+
+def _grid(beats: dict[int, dict]) -> RankGrid:
+    """The grid of ``job/rank-N`` heartbeats (no windows: the 30-s floor is the rule)."""
+    return RankGrid.from_series({}, {f"job/rank-{rank}": beat for rank, beat in beats.items()})
+
+
+def _seen(rank: int, wall: float, seen: str = "stopped", state: str = "T") -> dict:
+    """The agent's record that it sees ``rank``'s process ``seen`` (process state ``state``)."""
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(
+        run="job/agent-a-1",
+        run_id="job",
+        kind=contract.WORKER,
+        name=contract.RANK_SEEN,
+        state="SILENT",
+        rank=rank,
+        pid=40 + rank,
+        hostname="a",
+        wall_time=wall,
+        message="",
+        metadata={"seen": seen, "process_state": state},
+    )
+    return row
+
+
+# -- what an agent sees explains a stall; it never makes one ---------------------------------
+
+
+def test_a_rank_its_agent_sees_stopped_while_it_steps_is_not_stalled():
+    """Rank 1, stopped from outside for most of every 100 ms, still steps: not stalled."""
+    grid = _grid({rank: _beat(T, 0.1) for rank in range(4)})
+    views = agent_views([_seen(1, T - 5.0)])
+    assert rank_health(grid, now=T, views=views).stalls == ()
+
+
+def test_a_rank_its_agent_sees_in_uninterruptible_sleep_while_it_steps_fails_no_report():
+    """Rank 2 sampled in D while loading data, stepping all along: the report exits 0."""
+    grid = _grid({rank: _beat(T, 0.2) for rank in range(4)})
+    rows = [_seen(2, T - 5.0, "uninterruptible sleep", "D")]
+    doc = report_of("logs", rows, grid, now=T)
+    assert (doc.stalled, doc.exit_code, doc.to_json()["ranks"]["stalled"]) == (False, 0, False)
+
+
+def test_a_silent_rank_is_not_stalled_before_the_floor():
+    """Rank 3's heartbeats stopped 20 s ago while the others wait: silent, not yet stalled."""
+    beats = {rank: _beat(T, 20.0, inside=19.9) for rank in range(3)} | {3: _beat(T - 20.0, 0.05)}
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_a_stopped_rank_is_named_past_the_floor_with_what_its_agent_sees():
+    """Rank 3's heartbeats stopped 40 s ago and the others wait: it is stalled, silent and
+    waited for, and its agent's view (stopped) comes with it as the explanation."""
+    beats = {rank: _beat(T, 40.0, inside=39.9) for rank in range(3)} | {3: _beat(T - 40.0, 0.05)}
+    ranks = rank_health(_grid(beats), now=T, views=agent_views([_seen(3, T - 30.0)]))
+    stall = ranks.stalls[0]
+    assert (stall.rank, stall.silent, stall.waited_for, ranks.waited_for) == (3, True, True, (3,))
+    assert ranks.view_of(stall).seen == "stopped"
+
+
+# -- a silent rank's time without a step counts from its last step ---------------------------
+
+
+def _stopped_18_8_s_ago() -> dict[int, dict]:
+    """Rank 1 stopped 18.8 s before T; its newest beat in the logdir was logged 30 s before T (the
+    window after it was still in its writer), when it was stepping; ranks 0, 2 and 3 have waited
+    for it in a collective since it stopped."""
+    waiting = {rank: _beat(T, 18.8, inside=18.7, steps=1112) for rank in (0, 2, 3)}
+    return waiting | {1: _beat(T - 30.0, 0.05, steps=1000)}
+
+
+def test_a_silent_rank_counts_from_its_last_step_not_from_its_last_logged_beat():
+    """Rank 1 has made no step for as long as the ranks waiting for it: 18.8 s, not 30 s."""
+    stalls = _grid(_stopped_18_8_s_ago()).stalls(now=T, floor_s=10.0)
+    assert [s.since_step_s for s in stalls if s.rank == 1] == [pytest.approx(18.8)]
+
+
+def test_a_rank_stopped_18_8_s_ago_is_not_yet_stalled():
+    """18.8 s after the stop no rank has passed the 30-s floor: nothing is stalled."""
+    assert _grid(_stopped_18_8_s_ago()).stalls(now=T) == []
+
+
+# -- an ended job has no live stall; a rank whose attempt ended is not silent ----------------
+
+AGENTS = {"job/agent-a-1": (0, 1), "job/agent-b-2": (2, 3)}  # two nodes, two ranks each
+START, FAILED_AT = T - 100.0, T - 30.0
+
+
+def _rec(t: float, run: str, kind: str, state: str, name: str | None = None, **fields) -> dict:
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(run=run, run_id="job", kind=kind, wall_time=t, state=state, metadata={})
+    row.update(name=name or f"torchelastic.worker.status.{state}", hostname=run.split("-")[1])
+    row.update(fields)
+    return row
+
+
+def _joined(t: float, agent: str, attempt: int) -> dict:
+    message = f"The node '{agent.split('-')[1]}' has joined round {attempt} of 'job' as rank 0"
+    return _rec(t, agent, contract.RENDEZVOUS, "RUNNING", "h.next", message=message)
+
+
+def _worker(t: float, rank: int, state: str, attempt: int = 0, code: int | None = None) -> dict:
+    """Its agent's record of ``rank``'s worker: START, or FAILED with its exit ``code``."""
+    agent = next(agent for agent, ranks in AGENTS.items() if rank in ranks)
+    metadata = {"agent_restarts": attempt} | ({} if code is None else {"exit_code": code})
+    return _rec(t, agent, contract.WORKER, state, rank=rank, source="WORKER", metadata=metadata)
+
+
+def _rank_2_raised(ended: bool) -> list[dict]:
+    """Rank 2 raised at FAILED_AT; its sibling rank 3 ignores SIGTERM until its agent SIGKILLs
+    it 30 s later. With ``ended``, that happened, ranks 0 and 1 were stopped, and both agents
+    recorded FAILED: the job is over."""
+    rows = [*(_joined(START, agent, 0) for agent in AGENTS)]
+    rows += [*(_worker(START + 1, rank, "START") for rank in range(4))]
+    rows.append(_worker(FAILED_AT, 2, "FAILED", code=1))
+    if ended:
+        rows.append(_worker(T - 0.5, 3, "FAILED", code=-9))
+        rows += [_worker(T - 0.5, rank, "FAILED", code=-15) for rank in (0, 1)]
+        rows += [_rec(T, agent, contract.AGENT, "FAILED", source="AGENT") for agent in AGENTS]
+    return rows
+
+
+def _waiting_for_rank_2(until: float) -> RankGrid:
+    """Rank 2's beats stop when it raises; the others wait for it in a collective until
+    ``until``, their last step 5 s before it raised."""
+    since = until - FAILED_AT + 5.0
+    waiting = {rank: _beat(until, since, inside=since - 0.1) for rank in (0, 1, 3)}
+    return _grid(waiting | {2: _beat(FAILED_AT, 0.05)})
+
+
+def test_an_ended_job_lists_no_stalled_rank():
+    """The job failed and ended: no stall is listed, and the exit code is the failure's."""
+    doc = report_of("logs", _rank_2_raised(ended=True), _waiting_for_rank_2(T - 0.5))
+    assert (doc.status, doc.attempts[-1].root_cause.rank, doc.jobs[0].finished) == (
+        "failed",
+        2,
+        True,
+    )
+    assert (doc.ranks.stalls, doc.to_json()["ranks"]["stalls"], doc.exit_code) == ((), [], 1)
+
+
+def test_a_failed_rank_is_not_silent_while_its_attempt_is_torn_down():
+    """Rank 2 raised and rank 3 still ignores SIGTERM: the attempt has failed, so rank 2 is not
+    called silent, nor is any rank of it stalled."""
+    doc = report_of("logs", _rank_2_raised(ended=False), _waiting_for_rank_2(T), now=T)
+    assert (doc.status, doc.jobs[0].finished, doc.ranks.stalls) == ("failed", False, ())
+
+
+def test_a_rank_of_an_attempt_before_a_restart_is_not_stalled():
+    """Rank 3 failed, node b left, and attempt 1 runs on ranks 0 and 1: ranks 2 and 3, whose
+    beats stopped with attempt 0, are not stalled; the report is healthy."""
+    rows = [*(_joined(START, agent, 0) for agent in AGENTS)]
+    rows += [_worker(START + 1, rank, "START") for rank in range(4)]
+    rows += [_worker(START + 50, 3, "FAILED", code=1)]
+    rows += [_worker(START + 51, rank, "FAILED", code=-15) for rank in range(3)]
+    rows += [_joined(START + 79, "job/agent-a-1", 1)]
+    rows += [_worker(START + 80, rank, "START", attempt=1) for rank in (0, 1)]
+    beats = {rank: _beat(T, 0.1) for rank in (0, 1)} | {r: _beat(START + 50, 0.1) for r in (2, 3)}
+    doc = report_of("logs", rows, _grid(beats), now=T)
+    assert (doc.status, doc.ranks.stalls, doc.exit_code) == ("running", (), 0)
