@@ -246,7 +246,8 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
     """Every attempt of every job in decoded timeline records (``readers.decode_timeline``).
 
     Sorted by job and attempt. See ``tb_monitor.analysis.restarts.restarts`` for what each field
-    means. ``marks``: ``timeline.spans(rows)`` when the caller already has them.
+    means; an attempt a signal to its agent cut short is TERMINATED (``Termination.ended``).
+    ``marks``: ``timeline.spans(rows)`` when the caller already has them.
     """
     rows = list(rows)
     marks = spans(rows) if marks is None else marks
@@ -256,6 +257,7 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
     for span in worker_attempts:
         groups[(span.lane.group, span.number)].append(span)
     endings = _rank_endings(marks)
+    stopped = terminations(rows)
     out: list[Attempt] = []
     previous: dict[str, tuple[float, set[str] | None]] = {}  # per job: start, nodes
     for key, group in sorted(groups.items()):
@@ -263,7 +265,7 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
             logdir, key, group, endings[key], previous.get(key[0], (-math.inf, None))
         )
         previous[key[0]] = (attempt.start, set(attempt.nodes))
-        out.append(attempt)
+        out.append(stopped[key[0]].ended(attempt) if key[0] in stopped else attempt)
     return out
 
 

@@ -46,7 +46,7 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
     return tuple(
         JobHealth(
             job,
-            tuple(ours if job not in stopped else [stopped[job].ended(a) for a in ours]),
+            tuple(ours),
             finished.get(job, False),
             terminated=stopped.get(job),
         )
