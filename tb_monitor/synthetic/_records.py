@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import Event, EventMetadataValue, RdzvEvent
 from tb_monitor.synthetic._plan import SLOWDOWN, Attempt, Job, Node
+from tb_monitor.synthetic.rendezvous import keep_alive_round
 
 _RDZV_FILE = "dynamic_rendezvous.py"
 _HANDLER = "DynamicRendezvousHandler"
@@ -223,32 +224,32 @@ def _start_workers(agent: _Agent, joined: float) -> None:
 
 
 def _keep_alives(agent: _Agent, rng: random.Random) -> None:
-    """The node's keep-alives, evenly through training with a little jitter."""
+    """The node's keep-alives, evenly through training with a little jitter: each the handler's
+    one record, or with ``keep_alive_rounds`` the whole round torch records."""
     plan, node, rid = agent.plan, agent.node, agent.job.run_id
     n_beats = plan.beats[node.index]
     period = (plan.stop - plan.train0) / max(1, n_beats)
     # Every heartbeat of a node is the same event, only its time differs; unless each is to be
     # distinct: then its message counts the node's heartbeats (digits: JSON as torch's).
     count = f" (attempt {plan.index}, heartbeat {_COUNT})" if agent.job.distinct_beats else ""
-    beat = _rdzv(
-        f"{_HANDLER}._keep_alive",
-        rid,
-        f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'{count}.",
-        node,
-        "RUNNING",
-    )
-    jitter, uniform = period * 0.1, rng.random
-    agent.out.by_run[agent.run].extend(
-        Record(
-            contract.RENDEZVOUS,
-            beat.replace(_COUNT, str(i)) if count else beat,
-            plan.train0 + i * period + uniform() * jitter,
+    if agent.job.keep_alive_rounds:
+        beats = keep_alive_round(rid, node.host, node.pid, note=count)
+    else:
+        message = (
+            f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'"
         )
-        for i in range(n_beats)
-    )
+        beats = (_rdzv(f"{_HANDLER}._keep_alive", rid, f"{message}{count}.", node, "RUNNING"),)
+    jitter, uniform = period * 0.1, rng.random
+    records = agent.out.by_run[agent.run]
+    for i in range(n_beats):
+        t = plan.train0 + i * period + uniform() * jitter
+        for k, beat in enumerate(beats):
+            payload = beat.replace(_COUNT, str(i)) if count else beat
+            records.append(Record(contract.RENDEZVOUS, payload, t + _ROUND_STEP_S * k))
 
 
 _COUNT = "#COUNT#"  # where a distinct heartbeat's count goes
+_ROUND_STEP_S = 0.002  # between the records of one keep-alive round (a store round trip)
 
 
 def _end_workers(agent: _Agent) -> None:
