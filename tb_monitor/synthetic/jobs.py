@@ -113,10 +113,12 @@ def job_records(
     seed: int = 0,
     distinct_beats: bool = False,
     keep_alive_rounds: bool = False,
+    fail_last: bool = False,
 ) -> dict[str, list[tuple[str, str, float]]]:
     """The timeline records ``generate_job`` writes with the same options, run by run, each
     run's in time order as ``(kind, payload, wall time)``: for writing one job with other
-    writers (``benchmarks/bench_scale.py`` compares two versions of ours)."""
+    writers (``benchmarks/bench_scale.py`` compares two versions of ours), or for handing a
+    job's records to a sink."""
     job = Job(
         "job",
         nodes,
@@ -127,7 +129,7 @@ def job_records(
         keep_alive_rounds=keep_alive_rounds,
     )
     schedule = Schedule(
-        DEFAULT_START, 5.0, restarts=restarts, fail_last=False, events=events, hours=hours
+        DEFAULT_START, 5.0, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
     plans = plan(job, schedule)
     out: dict[str, list[tuple[str, str, float]]] = {}
