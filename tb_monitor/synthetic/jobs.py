@@ -75,18 +75,10 @@ def generate_job(
     writer (each event file then holds what one node wrote). ``distinct_beats``: every
     keep-alive's message counts the node's heartbeats, so no two events are alike (what
     rendezvous events are, but for the keep-alives). ``keep_alive_rounds``: each keep-alive is
-    the round of records torch's c10d rendezvous makes (``synthetic.rendezvous``), not only the
-    handler's own; ``events`` then counts every record of a round.
+    the round of records torch's c10d rendezvous makes (``synthetic.rendezvous``), all counted.
     """
-    job = Job(
-        run_id,
-        nodes,
-        workers_per_node,
-        epochs=epochs,
-        seed=seed,
-        distinct_beats=distinct_beats,
-        keep_alive_rounds=keep_alive_rounds,
-    )
+    beats = {"distinct_beats": distinct_beats, "keep_alive_rounds": keep_alive_rounds}
+    job = Job(run_id, nodes, workers_per_node, epochs=epochs, seed=seed, **beats)
     schedule = Schedule(
         start, heartbeat_s, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
@@ -119,15 +111,8 @@ def job_records(
     run's in time order as ``(kind, payload, wall time)``: for writing one job with other
     writers (``benchmarks/bench_scale.py`` compares two versions of ours), or for handing a
     job's records to a sink."""
-    job = Job(
-        "job",
-        nodes,
-        workers_per_node,
-        epochs=3,
-        seed=seed,
-        distinct_beats=distinct_beats,
-        keep_alive_rounds=keep_alive_rounds,
-    )
+    beats = {"distinct_beats": distinct_beats, "keep_alive_rounds": keep_alive_rounds}
+    job = Job("job", nodes, workers_per_node, epochs=3, seed=seed, **beats)
     schedule = Schedule(
         DEFAULT_START, 5.0, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
