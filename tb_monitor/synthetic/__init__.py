@@ -11,8 +11,9 @@
   ``init(torch=True)`` records (``tb_monitor.integrations.rank_health``), for any number of
   ranks and hours, with chosen slow ranks: the Ranks view's tests and benchmark.
 
-- ``keep_alive_round(...)``: the records one keep-alive of torch's c10d rendezvous makes
-  (``generate_job(keep_alive_rounds=True)`` writes them for every keep-alive).
+- ``join_round(...)``, ``keep_alive_round(...)``: the records torch's c10d rendezvous makes for
+  a node joining a round and for one keep-alive (``generate_job(keep_alive_rounds=True)``
+  writes the whole round for every keep-alive).
 
 All are deterministic for a seed. ``tb_monitor.testing`` re-exports the two generators.
 
@@ -30,7 +31,7 @@ from tb_monitor.synthetic.ranks import (
     rank_heartbeat_scalars,
     rank_window_scalars,
 )
-from tb_monitor.synthetic.rendezvous import KEEP_ALIVE_NAMES, keep_alive_round
+from tb_monitor.synthetic.rendezvous import KEEP_ALIVE_NAMES, join_round, keep_alive_round
 
 __all__ = [
     "DEFAULT_START",
@@ -39,6 +40,7 @@ __all__ = [
     "generate_job",
     "generate_rank_windows",
     "job_records",
+    "join_round",
     "keep_alive_round",
     "rank_heartbeat_scalars",
     "rank_window_scalars",

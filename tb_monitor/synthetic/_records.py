@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import Event, EventMetadataValue, RdzvEvent
 from tb_monitor.synthetic._plan import SLOWDOWN, Attempt, Job, Node
-from tb_monitor.synthetic.rendezvous import keep_alive_round
+from tb_monitor.synthetic.rendezvous import join_round, keep_alive_round
 
 _RDZV_FILE = "dynamic_rendezvous.py"
 _HANDLER = "DynamicRendezvousHandler"
-_EXECUTOR = "_DistributedRendezvousOpExecutor"
 _ENTRY_POINT = "train.py"
 
 
@@ -175,42 +174,15 @@ def node_records(job: Job, node: Node, plans: list[Attempt]) -> Records:
 
 def _join(agent: _Agent, rng: random.Random) -> float:
     """One node's side of a rendezvous round; returns when it joined."""
-    rid, attempt, d, plan = agent.job.run_id, agent.plan.index, agent.node.desc, agent.plan
-    tj = plan.joins[agent.node.index]
-    agent.rdzv(
-        f"{_HANDLER}.next_rendezvous",
-        f"The node '{d}' attempts to join the next round of the rendezvous '{rid}'.",
-        tj,
+    plan, node, job = agent.plan, agent.node, agent.job
+    tj, completes = plan.joins[node.index], node.index == plan.closer
+    payloads = join_round(
+        job.run_id, node.host, node.pid, plan.index, node.group_rank, job.nodes, completes=completes
     )
-    agent.rdzv(
-        f"{_EXECUTOR}._add_to_participants",
-        f"The node '{d}' added itself to the participants of round {attempt} of the "
-        f"rendezvous '{rid}'. Pending sync.",
-        tj + 0.05,
-    )
-    agent.rdzv(
-        f"{_EXECUTOR}.run",
-        f"The node '{d}' has successfully synced its local changes with other nodes in "
-        f"the rendezvous '{rid}'.",
-        tj + 0.06,
-    )
-    if agent.node.index == plan.closer:
-        agent.rdzv(
-            f"{_EXECUTOR}._mark_rendezvous_complete",
-            f"The node '{d}' marked round {attempt} of the rendezvous '{rid}' as "
-            "complete. Pending sync.",
-            plan.complete - 0.1,
-            "SUCCEEDED",
-        )
     joined = plan.complete + rng.uniform(0.0, 0.05)
-    rank = agent.node.group_rank
-    agent.rdzv(
-        f"{_HANDLER}.next_rendezvous",
-        f"The node '{d}' has joined round {attempt} of the rendezvous '{rid}' as rank "
-        f"{rank} in a world of size {agent.job.nodes}.",
-        joined,
-        rank=rank,
-    )
+    times = [tj, tj + 0.05, tj + 0.06, *([plan.complete - 0.1] if completes else []), joined]
+    for payload, when in zip(payloads, times, strict=True):
+        agent.out.add(agent.run, contract.RENDEZVOUS, payload, when)
     return joined
 
 
