@@ -20,6 +20,7 @@ Which records can change the answer follows from how the report reads them:
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from collections.abc import Iterator, Mapping
@@ -51,6 +52,7 @@ _VERDICTS = frozenset(AGENT_EVENT + state for state in ("SUCCEEDED", "FAILED", "
 _ATTEMPT_STATES = END_STATES | {"START"}
 #: What the report reads of a record's metadata: its restart count and how a signal ended it.
 _METADATA_KEYS = ("agent_restarts", "restart_count", "exit_code", "signal")
+_log = logging.getLogger("tb_monitor")
 
 
 def job_state(report: JobReport) -> str:
@@ -157,6 +159,7 @@ class JobCollector:
         self._lock = threading.Lock()  # one scrape works it out, concurrent ones wait for it
         self._version = -1
         self._restarts, self._state = 0, JOB_STATES[0]
+        self._warned = False  # a failure is reported once
 
     def describe(self) -> Iterator[Any]:
         """The two families, without samples: the registry refuses another of these names."""
@@ -173,13 +176,26 @@ class JobCollector:
         again only where records came since the last time."""
         with self._lock:
             if self._records.version != self._version:
-                from tb_monitor.analysis.health import report_of  # numpy: only when scraped
-
-                self._version, rows = self._records.rows()
-                report = report_of("", rows)
-                restarts = sum(job.restarts for job in report.jobs)
-                self._restarts, self._state = max(self._restarts, restarts), job_state(report)
+                self._work_out()
             return self._restarts, self._state
+
+    def _work_out(self) -> None:
+        from tb_monitor.analysis.health import report_of  # numpy: only when scraped
+
+        self._version, rows = self._records.rows()
+        try:
+            report = report_of("", rows)
+        except Exception:  # a record the report cannot read must not take /metrics down
+            if not self._warned:
+                self._warned = True
+                _log.warning(
+                    "tb_monitor: the job's restarts and state on /metrics stay as they were: "
+                    "its timeline records could not be read",
+                    exc_info=True,
+                )
+            return
+        restarts = sum(job.restarts for job in report.jobs)
+        self._restarts, self._state = max(self._restarts, restarts), job_state(report)
 
     def _families(self, created: float | None) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily

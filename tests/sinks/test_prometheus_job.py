@@ -182,6 +182,26 @@ def test_the_collector_works_the_state_out_when_scraped(monkeypatch):
     assert len(made) == 2
 
 
+def test_a_report_that_fails_leaves_the_last_state_served_and_warns_once(monkeypatch, caplog):
+    """Should the report fail on the records, /metrics still serves every series, the job's as
+    they were, and one warning says so."""
+    from tb_monitor.analysis import health
+
+    stream = job_stream(nodes=1, workers_per_node=2, restarts=1)
+    sink = fed(stream[: len(stream) // 2])
+    before = scraped(sink)
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("unreadable")
+
+    monkeypatch.setattr(health, "report_of", fails)
+    for record in stream[len(stream) // 2 :]:
+        sink.timeline(record)
+        scraped(sink)
+    assert scraped(sink) == before
+    assert caplog.text.count("stay as they were") == 1
+
+
 def test_keep_alive_rounds_are_not_kept():
     """All three records of every keep-alive round leave what the sink keeps as it was."""
     records = JobRecords("agent-n1")
