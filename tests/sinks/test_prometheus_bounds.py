@@ -87,8 +87,7 @@ def hours(sink: PrometheusSink, since: float, count: int) -> None:
 
 
 def test_what_the_sink_holds_does_not_grow_with_time():
-    """Two more hours of windows, metrics and keep-alives leave the sink holding as many objects
-    as after the first, its job's series served all along."""
+    """Two more hours of windows, metrics and keep-alives leave the sink holding as many objects."""
     sink = PrometheusSink(labels={"node": "n1", "rank": "0"})
     start = []
     for run_records in job_records(nodes=1, workers_per_node=2, restarts=0).values():
@@ -135,8 +134,7 @@ def _private_reaches(tree: ast.AST) -> list[str]:
 
 
 def test_the_sink_reaches_no_private_name_of_prometheus_client():
-    """The sink's modules import no private module or name of prometheus_client and read no
-    private attribute of its objects."""
+    """The sink's modules use no private module, name or attribute of prometheus_client."""
     paths = sorted((ROOT / "tb_monitor" / "sinks").glob("prometheus*.py"))
     assert len(paths) >= 2
     for path in paths:

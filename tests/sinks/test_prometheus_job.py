@@ -105,8 +105,7 @@ def fed(records: list[TimelineRecord]) -> PrometheusSink:
 def test_the_job_state_is_the_reports_over_the_records_seen(
     nodes, workers, restarts, fail_last, ended_by_signal, shuffle, scrapes
 ):
-    """At any scrape, in any arrival order, the sink serves the JobReport's state over the records
-    seen so far, and the most restarts it has counted."""
+    """At any scrape, in any order: the report's state over the records seen, its most restarts."""
     stream = job_stream(
         nodes=nodes, workers_per_node=workers, restarts=restarts, fail_last=fail_last
     )
@@ -134,8 +133,7 @@ def test_the_job_state_is_the_reports_over_the_records_seen(
     ids=["healthy", "restarted", "failing"],
 )
 def test_restarts_and_state_are_tb_monitor_reports(tmp_path, restarts, fail_last, state):
-    """Fed a job's logdir (torch's keep-alive rounds included), the sink serves what
-    ``tb-monitor report`` says, from a fraction of the records."""
+    """Fed a logdir, the sink serves what ``tb-monitor report`` says, keeping a tenth of it."""
     from tb_monitor.analysis.health import job_report
     from tb_monitor.analysis.sources import timeline_rows
     from tb_monitor.testing import generate_job
@@ -162,8 +160,7 @@ def test_restarts_and_state_are_tb_monitor_reports(tmp_path, restarts, fail_last
 
 
 def test_the_collector_works_the_state_out_when_scraped(monkeypatch):
-    """Records only note what they change; the report is made at a scrape, and again only once
-    a record that changes the job came."""
+    """The report is made at a scrape, and again only after a record that can change it came."""
     from tb_monitor.analysis import health
 
     made = []
@@ -183,8 +180,7 @@ def test_the_collector_works_the_state_out_when_scraped(monkeypatch):
 
 
 def test_a_report_that_fails_leaves_the_last_state_served_and_warns_once(monkeypatch, caplog):
-    """Should the report fail on the records, /metrics still serves every series, the job's as
-    they were, and one warning says so."""
+    """A failing report leaves every series served, the job's as they were, and warns once."""
     from tb_monitor.analysis import health
 
     stream = job_stream(nodes=1, workers_per_node=2, restarts=1)
@@ -228,8 +224,7 @@ def test_what_is_kept_grows_with_attempts_not_with_time():
 
 
 def test_a_restart_among_keep_alives_is_counted():
-    """A restart (a new round and its workers' START) after an hour of keep-alives counts once,
-    and the job runs again."""
+    """A restart after an hour of keep-alive rounds counts once, and the job runs again."""
     stream = [
         r
         for r in job_stream(nodes=1, workers_per_node=2, restarts=1)
@@ -244,8 +239,7 @@ def test_a_restart_among_keep_alives_is_counted():
 
 @pytest.mark.torch
 def test_torchs_own_keep_alive_round_is_the_synthetic_one_and_is_not_kept(monkeypatch):
-    """torch's c10d rendezvous, keeping a node alive, records exactly ``keep_alive_round``'s
-    three records, and the sink keeps none of them."""
+    """torch's own keep-alive round is ``keep_alive_round``'s three records; none is kept."""
     need("torch")
     from datetime import datetime, timedelta, timezone
 

@@ -100,8 +100,7 @@ def _assert_the_node(samples: list[tuple[str, tuple, float]]) -> None:
 
 
 def test_an_agent_in_multiprocess_mode_serves_the_node_once(tmp_path):
-    """An agent whose own gauges go to the directory too serves each series once, its job's
-    series (a collector's, never written there) among them."""
+    """An agent whose own gauges go to the directory serves each series once, the job's too."""
     _workers(tmp_path)
     agent = _python(AGENT, tmp_path)
     try:
@@ -113,8 +112,7 @@ def test_an_agent_in_multiprocess_mode_serves_the_node_once(tmp_path):
 
 
 def test_an_agent_that_imported_prometheus_client_first_serves_the_node_once(tmp_path, monkeypatch):
-    """An agent whose prometheus_client was imported before the directory was set (as here: its
-    own gauges in its memory) serves the workers' series, its own and the job's, each once."""
+    """An agent that imported prometheus_client before the directory serves each series once."""
     from tb_monitor.sinks.prometheus import PrometheusSink
 
     _workers(tmp_path)
