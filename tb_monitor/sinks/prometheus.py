@@ -15,21 +15,24 @@ counter, anything else outside ``[a-zA-Z0-9_]`` an underscore. Who reported a va
   Points that only say something happened are not series: ``<fn>.success``/``.failure`` (one
   per call of a ``@prof`` function) and torchelastic's ``workers.<role>.*`` flags and counts
   (its run's outcome, state and remaining restarts), which the next two series say instead;
-- the job's health: ``tb_monitor_restarts_total`` and ``tb_monitor_job_state{state=...}``
-  (1 for the current one of ``JOB_STATES``, 0 for the others), the restarts and state of the
-  ``JobReport`` (``tb_monitor.analysis.health``, what ``tb-monitor report`` prints) over the
-  timeline records the sink has seen, renewed when an agent's event arrives. Rendezvous
-  keep-alives are not kept (most of a long job's records, and they change nothing).
+- the job's health, from the first of torchelastic's agent records on:
+  ``tb_monitor_restarts_total`` and ``tb_monitor_job_state{state=...}`` (1 for the current one
+  of ``JOB_STATES``, 0 for the others), the restarts and state of the ``JobReport``
+  (``tb_monitor.analysis.health``, what ``tb-monitor report`` prints) over the timeline records
+  the sink has seen, worked out when scraped (``sinks.prometheus_job``).
 
-So a rank adds 2 series, and a node's agent 7 (restarts, their ``_created``, 5 states) plus one
-per ``@prof`` function torchelastic times (8 in torch 2.13): a 1,024-rank job on 128 nodes
-exposes 2,048 + 128 x 15 = 3,968 series (``tests/sinks/test_prometheus.py`` counts them), and
-each Stat aggregation or metric that every rank adds costs one more series per rank.
+What the sink holds is one value per series, and of the timeline only the records that can
+change the job's restarts or state: it grows with the job's ranks, attempts and names, never
+with its length. So a rank adds its two rank-health series, a node's agent its restarts (and
+their ``_created``), one series per job state and one per ``@prof`` function torchelastic
+times, and each Stat aggregation or metric that every rank adds costs one more series per rank
+(``tests/sinks/test_prometheus.py`` counts them for a large job).
 
-Under ``tb-monitor run --prometheus-port`` every process of a node writes its series to the
-agent's ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multi-process mode,
-gauges ``mostrecent``) and the agent serves the node's aggregate. A port already in use is one
-warning: the sink goes on without serving, and training never notices.
+Under ``tb-monitor run --prometheus-port`` every process of a node writes its gauges to the
+agent's ``PROMETHEUS_MULTIPROC_DIR`` (prometheus_client's multi-process mode, gauges
+``mostrecent``) and the agent serves the node's aggregate, with its own series and the job's
+(a collector's are never written there). A port already in use is one warning: the sink goes
+on without serving, and training never notices.
 """
 
 from __future__ import annotations
@@ -39,33 +42,42 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from tb_monitor import contract
 from tb_monitor.sinks.base import TimelineRecord, Window
+from tb_monitor.sinks.prometheus_job import JOB_STATES, JobCollector, JobRecords, job_state
 
 if TYPE_CHECKING:
     from tb_monitor._event import Event
-    from tb_monitor.analysis.health import JobReport
     from tb_monitor.elastic.metrics.api import MetricData
 
-__all__ = ["JOB_STATES", "MULTIPROC_DIR_ENV", "PROMETHEUS_ENV", "PrometheusSink", "job_state"]
+__all__ = [
+    "JOB_STATES",
+    "MULTIPROC_DIR_ENV",
+    "PROMETHEUS_ENV",
+    "PrometheusSink",
+    "job_state",
+    "series_name",
+]
 
 #: Set (to "1") by ``tb-monitor run --prometheus-port`` for its workers: their ``init`` adds a
 #: ``PrometheusSink`` that writes to the agent's multi-process directory.
 PROMETHEUS_ENV = "TB_MONITOR_PROMETHEUS"
 #: Where prometheus_client's multi-process mode keeps every process's values (read at import).
 MULTIPROC_DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
-#: The job states ``tb_monitor_job_state`` tells apart.
-JOB_STATES = ("rendezvous", "running", "failed", "terminated", "succeeded")
 #: Prefix of every series.
 PREFIX = "tb_monitor_"
 
-_AGENT_EVENT = "torchelastic.worker.status."
 _TORCHELASTIC_FLAGS = ("torchelastic", "workers.")  # group, and name prefix
 _WORD = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")  # CamelCase -> camel_case
 _UNSAFE = re.compile(r"[^a-z0-9]+")
+_METRIC_HELP = "The last value of a torchelastic metric, by group."
+_RANK_HELP = {
+    "rank_step_seconds": "Mean step time in the rank's last window.",
+    "rank_collective_seconds": "Seconds the rank spent in collectives in its last window.",
+}
 _log = logging.getLogger("tb_monitor")
 
 
@@ -78,17 +90,6 @@ def series_name(name: str) -> tuple[str, float]:
         if base.endswith(suffix):
             return base[: -len(suffix)] + "_seconds", scale
     return base, 1.0
-
-
-def job_state(report: JobReport) -> str:
-    """The job's state in ``report``: ``succeeded``, ``failed`` or ``terminated`` (a signal to
-    its agent: a preemption) once it has ended (its verdict), ``running`` while an attempt runs,
-    else ``rendezvous`` (before the first attempt, and between an attempt that ended and the
-    restart)."""
-    if report.finished:
-        return report.status if report.status in ("failed", "terminated") else "succeeded"
-    running = any(job.status == "RUNNING" for job in report.jobs)
-    return "running" if running else "rendezvous"
 
 
 def _process_labels() -> dict[str, str]:
@@ -114,8 +115,12 @@ class PrometheusSink:
 
     ``port`` serves ``/metrics`` on ``addr`` (``0``: any free port, see ``port``); None serves
     nothing (a torchrun worker: its agent serves). ``registry`` (a prometheus_client
-    ``CollectorRegistry``) holds the series; a new one by default. ``labels`` are the
+    ``CollectorRegistry``) holds the series; a new one by default, and one sink's only (a second
+    sink on it is a ValueError: the job's series would be there twice). ``labels`` are the
     process's (default: ``node``, and ``rank`` under torchrun).
+
+        sink = PrometheusSink(port=9100)
+        tb_monitor.init("runs/exp", sinks=[sink])
     """
 
     def __init__(
@@ -132,10 +137,10 @@ class PrometheusSink:
         self._labels = dict(_process_labels() if labels is None else labels)
         self._families: dict[str, Any] = {}
         self._lock = threading.Lock()  # families are made once, by whichever thread is first
-        # The timeline records seen, rendezvous keep-alives left out: what the job's report reads.
-        self._rows: list[dict[str, Any]] = []
-        self._rows_lock = threading.Lock()
-        self._restarts = 0
+        # Per series (what it is of, and its own labels): the gauge and the factor to its unit.
+        self._gauges: dict[tuple[str, ...], tuple[Any, float]] = {}
+        self._job = JobRecords(f"agent-{self._labels.get('node', 'node')}")
+        self.registry.register(JobCollector(self._job, PREFIX, self._labels))
         self._server: Any = None
         self.port: int | None = None  # the port it serves on
         if port is not None:
@@ -148,24 +153,14 @@ class PrometheusSink:
         if window.stat == contract.RANK_STEP:
             count = aggregations.get("count", 0.0)
             if count > 0 and "sum" in aggregations:
-                self._set(
-                    "rank_step_seconds",
-                    "Mean step time in the rank's last window.",
-                    aggregations["sum"] / count,
-                )
+                self._rank_gauge("rank_step_seconds").set(aggregations["sum"] / count)
         elif window.stat == contract.RANK_COLLECTIVE:
             if "sum" in aggregations:
-                self._set(
-                    "rank_collective_seconds",
-                    "Seconds the rank spent in collectives in its last window.",
-                    aggregations["sum"],
-                )
+                self._rank_gauge("rank_collective_seconds").set(aggregations["sum"])
         elif not window.stat.startswith(contract.RANK_PREFIX):  # heartbeats: a series each per rank
-            base, scale = series_name(window.stat)
             for aggregation, value in aggregations.items():
-                name = base if aggregation == "value" else f"{base}_{aggregation}"
-                help_text = f"{aggregation} of the Stat {window.stat!r} over its last window."
-                self._set(name, help_text, value * scale)
+                gauge, scale = self._stat_gauge(window.stat, aggregation)
+                gauge.set(value * scale)
 
     def metric(self, metric: MetricData) -> None:
         _, group, name, value = metric
@@ -175,24 +170,16 @@ class PrometheusSink:
             or not isinstance(value, (int, float))
         ):
             return
-        base, scale = series_name(name)
-        help_text = "The last value of a torchelastic metric, by group."
-        self._set(f"metric_{base}", help_text, value * scale, group=group)
+        gauge, scale = self._gauges.get(("metric", name, group)) or self._metric_gauge(name, group)
+        gauge.set(value * scale)
 
     def event(self, event: Event) -> None:
         """Events other than Stat windows are points in time: nothing to export."""
 
     def timeline(self, record: TimelineRecord) -> None:
-        """Keep the record for the job's report; an agent's event publishes the report's restarts
-        and state. Records reach here on torchelastic's thread (the agent's), not training's."""
-        fields = record.fields
-        if record.kind == contract.RENDEZVOUS and contract.is_heartbeat(fields):
-            return  # most of a long job's records, and they change nothing in the report
-        row = {**fields, "kind": record.kind, "run": self._run, "wall_time": record.wall_time}
-        with self._rows_lock:
-            self._rows.append(row)
-            if str(fields.get("name") or "").startswith(_AGENT_EVENT):
-                self._publish(self._job_report())
+        """Keep what the record can change of the job's restarts and state, worked out when
+        scraped. Records reach here on torchelastic's thread (the agent's), not training's."""
+        self._job.add(record.kind, record.wall_time, record.fields)
 
     def flush(self) -> None:
         """Values are live: nothing is buffered."""
@@ -207,51 +194,53 @@ class PrometheusSink:
     def __repr__(self) -> str:
         return f"<PrometheusSink port={self.port!r}>"
 
-    # -- the job's report ----------------------------------------------------------------------
-
-    @property
-    def _run(self) -> str:
-        """The run the records stand in: this node's agent (``analysis.attempts.finished_jobs``
-        reads an agent's verdict from its run)."""
-        return f"agent-{self._labels.get('node', 'node')}"
-
-    def _job_report(self) -> JobReport:
-        from tb_monitor.analysis.health import report_of  # numpy: not at ``import tb_monitor``
-
-        return report_of("", self._rows)
-
-    def _publish(self, report: JobReport) -> None:
-        """The report's restarts (a counter only grows) and its state, one of ``JOB_STATES``."""
-        counter = self._series("restarts", "Times the job's workers were restarted.", "Counter")
-        restarts = sum(job.restarts for job in report.jobs)
-        if restarts > self._restarts:
-            counter.inc(restarts - self._restarts)
-            self._restarts = restarts
-        state = job_state(report)
-        for each in JOB_STATES:
-            self._set("job_state", "1 for the job's current state.", each == state, state=each)
-
     # -- series -------------------------------------------------------------------------------
 
-    def _set(self, name: str, help_text: str, value: float, **labels: str) -> None:
-        self._series(name, help_text, "Gauge", **labels).set(value)
+    def _rank_gauge(self, name: str) -> Any:
+        """The gauge of one of rank health's two series."""
+        found = self._gauges.get(("rank", name))
+        if found is None:
+            found = self._gauges[("rank", name)] = (self._series(name, _RANK_HELP[name]), 1.0)
+        return found[0]
 
-    def _series(self, name: str, help_text: str, kind: str, **labels: str) -> Any:
-        """The series ``name`` (a ``kind`` family: Gauge or Counter) of this process's labels
-        and ``labels``; the family is made on first use."""
+    def _stat_gauge(self, stat: str, aggregation: str) -> tuple[Any, float]:
+        """The gauge of one aggregation of a Stat, and the factor to its unit."""
+        key = ("stat", stat, aggregation)
+        found = self._gauges.get(key)
+        if found is None:
+            base, scale = series_name(stat)
+            name = base if aggregation == "value" else f"{base}_{aggregation}"
+            help_text = f"{aggregation} of the Stat {stat!r} over its last window."
+            found = self._gauges[key] = (self._series(name, help_text), scale)
+        return found
+
+    def _metric_gauge(self, name: str, group: str) -> tuple[Any, float]:
+        base, scale = series_name(name)
+        found = (self._series(f"metric_{base}", _METRIC_HELP, group=group), scale)
+        self._gauges[("metric", name, group)] = found
+        return found
+
+    def _series(self, name: str, help_text: str, **labels: str) -> Any:
+        """The gauge ``name`` of this process's labels and ``labels``; the family is made on
+        first use."""
         family = self._families.get(name)
         if family is None:
             with self._lock:
-                family = self._families.get(name) or self._new_family(name, help_text, labels, kind)
+                family = self._families.get(name) or self._new_family(name, help_text, labels)
         return family.labels(**self._labels, **labels) if self._labels or labels else family
 
-    def _new_family(self, name: str, help_text: str, labels: Mapping[str, str], kind: str) -> Any:
-        options = {"multiprocess_mode": "mostrecent"} if kind == "Gauge" else {}
-        family = getattr(self._client, kind)(
-            PREFIX + name, help_text, [*self._labels, *labels], registry=self.registry, **options
+    def _new_family(self, name: str, help_text: str, labels: Mapping[str, str]) -> Any:
+        family = self._client.Gauge(
+            PREFIX + name,
+            help_text,
+            [*self._labels, *labels],
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
         )
         self._families[name] = family
         return family
+
+    # -- serving ------------------------------------------------------------------------------
 
     def _serve(self, port: int, addr: str) -> None:
         try:
@@ -267,14 +256,38 @@ class PrometheusSink:
 
     def _served(self) -> Any:
         """What ``/metrics`` shows: this sink's registry, or with ``$PROMETHEUS_MULTIPROC_DIR``
-        the aggregate of every process writing there (this one's too)."""
+        the aggregate of every process writing there and this one's own series."""
         directory = os.environ.get(MULTIPROC_DIR_ENV)
         if not directory or not os.path.isdir(directory):
             return self.registry
-        from prometheus_client import multiprocess, values
+        from prometheus_client import multiprocess
 
         served = self._client.CollectorRegistry()
-        multiprocess.MultiProcessCollector(served, path=directory)
-        if not values.ValueClass._multiprocess:  # imported before the directory was set
-            served.register(self.registry)
+        node = multiprocess.MultiProcessCollector(None, path=directory)
+        served.register(_NodeAggregate(node, self.registry))
         return served
+
+
+class _NodeAggregate:
+    """The node's series: what every process wrote to the multi-process directory, and this
+    process's own series that are not there (the job's, which a collector makes; and all of
+    them where prometheus_client was imported before the directory was set, so that this
+    process's gauges live in its memory instead). A series in both is served once."""
+
+    def __init__(self, node: Any, own: Any) -> None:
+        self._node, self._own = node, own
+
+    def collect(self) -> Iterator[Any]:
+        families = {family.name: family for family in self._node.collect()}
+        served = {_sample_key(s) for family in families.values() for s in family.samples}
+        for family in self._own.collect():
+            known = families.get(family.name)
+            if known is None:
+                families[family.name] = family
+            else:
+                known.samples.extend(s for s in family.samples if _sample_key(s) not in served)
+        yield from families.values()
+
+
+def _sample_key(sample: Any) -> tuple[str, tuple[tuple[str, str], ...]]:
+    return sample.name, tuple(sorted(sample.labels.items()))

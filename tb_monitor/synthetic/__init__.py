@@ -11,7 +11,11 @@
   ``init(torch=True)`` records (``tb_monitor.rank.health``), for any number of
   ranks and hours, with chosen slow ranks: the Ranks view's tests and benchmark.
 
-Both are deterministic for a seed. ``tb_monitor.testing`` re-exports them.
+- ``join_round(...)``, ``keep_alive_round(...)``: the records torch's c10d rendezvous makes for
+  a node joining a round and for one keep-alive (``generate_job(keep_alive_rounds=True)``
+  writes the whole round for every keep-alive).
+
+All are deterministic for a seed. ``tb_monitor.testing`` re-exports the two generators.
 
     >>> job = generate_job("runs/demo", nodes=8, workers_per_node=2, events=5_000)
     >>> job.total_events
@@ -27,13 +31,17 @@ from tb_monitor.synthetic.ranks import (
     rank_heartbeat_scalars,
     rank_window_scalars,
 )
+from tb_monitor.synthetic.rendezvous import KEEP_ALIVE_NAMES, join_round, keep_alive_round
 
 __all__ = [
     "DEFAULT_START",
+    "KEEP_ALIVE_NAMES",
     "SyntheticJob",
     "generate_job",
     "generate_rank_windows",
     "job_records",
+    "join_round",
+    "keep_alive_round",
     "rank_heartbeat_scalars",
     "rank_window_scalars",
 ]

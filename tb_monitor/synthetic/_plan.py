@@ -9,6 +9,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from tb_monitor.synthetic.rendezvous import KEEP_ALIVE_NAMES
+
 #: 2025-03-03 09:00:00 UTC: a fixed start keeps generated logdirs identical from run to run.
 DEFAULT_START = 1741000000.0
 
@@ -30,6 +32,7 @@ class Job:
     epochs: int
     seed: int
     distinct_beats: bool = False  # each keep-alive's message carries its own count
+    keep_alive_rounds: bool = False  # each keep-alive as torch records it: its round's records
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -143,12 +146,13 @@ def _beats(job: Job, schedule: Schedule) -> list[list[int]]:
             [int(duration * (_FAILED_SHARE if a < failed else 1.0) / schedule.heartbeat_s)] * nodes
             for a in range(attempts)
         ]
+    per_beat = len(KEEP_ALIVE_NAMES) if job.keep_alive_rounds else 1
     per_worker = _WORKER_RECORDS + job.epochs
     # Per node and attempt, plus one "complete" per round and per node the rendezvous close
     # and the agent's verdict at the end.
     fixed = nodes * attempts * (_NODE_RECORDS + job.workers_per_node * per_worker) + attempts
     fixed += nodes * 2
-    total = max(0, schedule.events - fixed) if schedule.events else nodes * attempts * 4
+    total = max(0, schedule.events - fixed) // per_beat if schedule.events else nodes * attempts * 4
     return [
         [_share(_share(total, attempts, a), nodes, n) for n in range(nodes)]
         for a in range(attempts)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import Event, EventMetadataValue, RdzvEvent
 from tb_monitor.synthetic._plan import SLOWDOWN, Attempt, Job, Node
+from tb_monitor.synthetic.rendezvous import join_round, keep_alive_round
 
 _RDZV_FILE = "dynamic_rendezvous.py"
 _HANDLER = "DynamicRendezvousHandler"
-_EXECUTOR = "_DistributedRendezvousOpExecutor"
 _ENTRY_POINT = "train.py"
 
 
@@ -174,42 +174,15 @@ def node_records(job: Job, node: Node, plans: list[Attempt]) -> Records:
 
 def _join(agent: _Agent, rng: random.Random) -> float:
     """One node's side of a rendezvous round; returns when it joined."""
-    rid, attempt, d, plan = agent.job.run_id, agent.plan.index, agent.node.desc, agent.plan
-    tj = plan.joins[agent.node.index]
-    agent.rdzv(
-        f"{_HANDLER}.next_rendezvous",
-        f"The node '{d}' attempts to join the next round of the rendezvous '{rid}'.",
-        tj,
+    plan, node, job = agent.plan, agent.node, agent.job
+    tj, completes = plan.joins[node.index], node.index == plan.closer
+    payloads = join_round(
+        job.run_id, node.host, node.pid, plan.index, node.group_rank, job.nodes, completes=completes
     )
-    agent.rdzv(
-        f"{_EXECUTOR}._add_to_participants",
-        f"The node '{d}' added itself to the participants of round {attempt} of the "
-        f"rendezvous '{rid}'. Pending sync.",
-        tj + 0.05,
-    )
-    agent.rdzv(
-        f"{_EXECUTOR}.run",
-        f"The node '{d}' has successfully synced its local changes with other nodes in "
-        f"the rendezvous '{rid}'.",
-        tj + 0.06,
-    )
-    if agent.node.index == plan.closer:
-        agent.rdzv(
-            f"{_EXECUTOR}._mark_rendezvous_complete",
-            f"The node '{d}' marked round {attempt} of the rendezvous '{rid}' as "
-            "complete. Pending sync.",
-            plan.complete - 0.1,
-            "SUCCEEDED",
-        )
     joined = plan.complete + rng.uniform(0.0, 0.05)
-    rank = agent.node.group_rank
-    agent.rdzv(
-        f"{_HANDLER}.next_rendezvous",
-        f"The node '{d}' has joined round {attempt} of the rendezvous '{rid}' as rank "
-        f"{rank} in a world of size {agent.job.nodes}.",
-        joined,
-        rank=rank,
-    )
+    times = [tj, tj + 0.05, tj + 0.06, *([plan.complete - 0.1] if completes else []), joined]
+    for payload, when in zip(payloads, times, strict=True):
+        agent.out.add(agent.run, contract.RENDEZVOUS, payload, when)
     return joined
 
 
@@ -223,32 +196,32 @@ def _start_workers(agent: _Agent, joined: float) -> None:
 
 
 def _keep_alives(agent: _Agent, rng: random.Random) -> None:
-    """The node's keep-alives, evenly through training with a little jitter."""
+    """The node's keep-alives, evenly through training with a little jitter: each the handler's
+    one record, or with ``keep_alive_rounds`` the whole round torch records."""
     plan, node, rid = agent.plan, agent.node, agent.job.run_id
     n_beats = plan.beats[node.index]
     period = (plan.stop - plan.train0) / max(1, n_beats)
     # Every heartbeat of a node is the same event, only its time differs; unless each is to be
     # distinct: then its message counts the node's heartbeats (digits: JSON as torch's).
     count = f" (attempt {plan.index}, heartbeat {_COUNT})" if agent.job.distinct_beats else ""
-    beat = _rdzv(
-        f"{_HANDLER}._keep_alive",
-        rid,
-        f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'{count}.",
-        node,
-        "RUNNING",
-    )
-    jitter, uniform = period * 0.1, rng.random
-    agent.out.by_run[agent.run].extend(
-        Record(
-            contract.RENDEZVOUS,
-            beat.replace(_COUNT, str(i)) if count else beat,
-            plan.train0 + i * period + uniform() * jitter,
+    if agent.job.keep_alive_rounds:
+        beats = keep_alive_round(rid, node.host, node.pid, note=count)
+    else:
+        message = (
+            f"The node '{node.desc}' has sent a keep-alive heartbeat to the rendezvous '{rid}'"
         )
-        for i in range(n_beats)
-    )
+        beats = (_rdzv(f"{_HANDLER}._keep_alive", rid, f"{message}{count}.", node, "RUNNING"),)
+    jitter, uniform = period * 0.1, rng.random
+    records = agent.out.by_run[agent.run]
+    for i in range(n_beats):
+        t = plan.train0 + i * period + uniform() * jitter
+        for k, beat in enumerate(beats):
+            payload = beat.replace(_COUNT, str(i)) if count else beat
+            records.append(Record(contract.RENDEZVOUS, payload, t + _ROUND_STEP_S * k))
 
 
 _COUNT = "#COUNT#"  # where a distinct heartbeat's count goes
+_ROUND_STEP_S = 0.002  # between the records of one keep-alive round (a store round trip)
 
 
 def _end_workers(agent: _Agent) -> None:

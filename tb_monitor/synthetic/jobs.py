@@ -58,6 +58,7 @@ def generate_job(
     fail_last: bool = False,
     processes: int = 1,
     distinct_beats: bool = False,
+    keep_alive_rounds: bool = False,
 ) -> SyntheticJob:
     """Write a synthetic elastic job into ``logdir`` and describe what was written.
 
@@ -73,11 +74,11 @@ def generate_job(
     ``seed``; ``processes`` > 1 writes the nodes in that many processes, with the project's own
     writer (each event file then holds what one node wrote). ``distinct_beats``: every
     keep-alive's message counts the node's heartbeats, so no two events are alike (what
-    rendezvous events are, but for the keep-alives).
+    rendezvous events are, but for the keep-alives). ``keep_alive_rounds``: each keep-alive is
+    the round of records torch's c10d rendezvous makes (``synthetic.rendezvous``), all counted.
     """
-    job = Job(
-        run_id, nodes, workers_per_node, epochs=epochs, seed=seed, distinct_beats=distinct_beats
-    )
+    beats = {"distinct_beats": distinct_beats, "keep_alive_rounds": keep_alive_rounds}
+    job = Job(run_id, nodes, workers_per_node, epochs=epochs, seed=seed, **beats)
     schedule = Schedule(
         start, heartbeat_s, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
@@ -103,13 +104,17 @@ def job_records(
     restarts: int = 1,
     seed: int = 0,
     distinct_beats: bool = False,
+    keep_alive_rounds: bool = False,
+    fail_last: bool = False,
 ) -> dict[str, list[tuple[str, str, float]]]:
     """The timeline records ``generate_job`` writes with the same options, run by run, each
     run's in time order as ``(kind, payload, wall time)``: for writing one job with other
-    writers (``benchmarks/bench_scale.py`` compares two versions of ours)."""
-    job = Job("job", nodes, workers_per_node, epochs=3, seed=seed, distinct_beats=distinct_beats)
+    writers (``benchmarks/bench_scale.py`` compares two versions of ours), or for handing a
+    job's records to a sink."""
+    beats = {"distinct_beats": distinct_beats, "keep_alive_rounds": keep_alive_rounds}
+    job = Job("job", nodes, workers_per_node, epochs=3, seed=seed, **beats)
     schedule = Schedule(
-        DEFAULT_START, 5.0, restarts=restarts, fail_last=False, events=events, hours=hours
+        DEFAULT_START, 5.0, restarts=restarts, fail_last=fail_last, events=events, hours=hours
     )
     plans = plan(job, schedule)
     out: dict[str, list[tuple[str, str, float]]] = {}
