@@ -230,8 +230,8 @@ class _Payloads:
     The frontend asks for the same window every few seconds; while a long first read goes on,
     and whenever nothing new came, the columns it would be computed from are the same, so the
     answer is too (but for how far loading is). And every window of the same filters says the
-    same of its lanes, facets and attempts (a day's: 0.6 of a zoomed window's 1.8 MB, ~15 ms
-    of JSON each time): that frame is encoded once per columns and filters. Only the newest
+    same of its lanes, facets and attempts (on a big job most of a zoomed window's payload,
+    and its JSON encoding each time): that frame is encoded once per columns and filters. Only the newest
     columns' payloads are kept: older columns would otherwise stay in memory with them.
     """
 

@@ -83,10 +83,10 @@ def chunk_requests(
     another's, read by one helper while the others wait.
 
     The runs are dealt, biggest first, each to the lightest chunk so far, so every chunk holds
-    a like share of big runs and of small ones. In name order, a 1,024-node day's 4,096
+    a like share of big runs and of small ones. In name order, a big job's many
     one-point rank runs filled the last chunks: their records cost TensorBoard's process the
-    most to keep (each one described) and the helpers the least, so it kept them alone for
-    1.5 s after the helpers were done. Each chunk lists its runs in name order."""
+    most to keep (each one described) and the helpers the least, so it kept them alone long
+    after the helpers were done. Each chunk lists its runs in name order."""
     costs = weights if costs is None else costs
     total = sum(costs.values())
     lightest = [(0, at) for at in range(max(1, -(-total // max(1, limit))))]  # a heap
@@ -109,7 +109,7 @@ def chunk_requests(
 def release_freed_memory() -> None:
     """Hand the C heap's free pages back to the system. A long read frees hundreds of MB of
     passing objects (the provider's replies, decoded chunks) in small blocks, which glibc
-    keeps for the process (a 1,024-node day: ~0.1 GiB of TensorBoard's RSS at rest). Elsewhere
+    keeps for the process (a sizeable share of TensorBoard's RSS at rest after a big read). Elsewhere
     than glibc, nothing to do."""
     try:
         trim = ctypes.CDLL(None).malloc_trim
@@ -177,8 +177,8 @@ _HUGE_PAGES = _ProcessSetting(_flip_huge_pages)
 def cyclic_gc_paused() -> contextlib.AbstractContextManager[None]:
     """Python's cyclic garbage collector paused while a bulk read or sort runs. These make
     millions of short-lived containers, and each collection they trigger walks every live
-    object of TensorBoard's process: a 1,024-node day read 7.3 s with it paused against
-    11.1 s without. Reference counting still frees what they drop; only garbage in cycles
+    object of TensorBoard's process: a big job's day reads markedly faster with it paused
+    (``bench_scale.py``). Reference counting still frees what they drop; only garbage in cycles
     waits for the last pause (in any thread) to end, when the collector runs again as it did."""
     return _GC.off()
 
@@ -187,9 +187,8 @@ def small_pages() -> contextlib.AbstractContextManager[None]:
     """NumPy's huge-page advice off while a big sort runs. NumPy asks the kernel for huge
     pages for every array of 4 MB and more; where the kernel then compacts memory in the
     thread that touches the new array first (transparent huge pages' defrag ``madvise``, the
-    default), each of a cold sort's new 142-MB columns cost ~0.15-0.2 s of it in TensorBoard's
-    process, whose heap is fragmented by then: a 1,024-node day's tail 2.0 s with the advice,
-    1.8 s without. Back as it was once the last sort (in any thread) ends."""
+    default), each of a cold sort's new columns of a big job paid for it in TensorBoard's process,
+    whose heap is fragmented by then: the tail of a day's load was slower with the advice. Back as it was once the last sort (in any thread) ends."""
     return _HUGE_PAGES.off()
 
 
@@ -290,7 +289,7 @@ class ProviderStore:
         found = iter(fetched)
         try:
             # One pause for the whole read: a pause per chunk let a collection run after each
-            # one, walking every object kept so far (~0.7 s of a 1,024-node day's 30 chunks).
+            # one, walking every object kept so far: on a big read, a large share of its time.
             with cyclic_gc_paused():
                 for chunk in chunks:
                     keep(next(found))

@@ -1,11 +1,11 @@
 """Timeline records' strings from TensorBoard's data provider, without a numpy array per record.
 
-The provider's ``read_tensors`` turns every record into a numpy array (``make_ndarray``:
-~25 µs a string tensor, a third of a cold load of a 1,024-node day's 300k records), and the
+The provider's ``read_tensors`` turns every record into a numpy array (``make_ndarray``, a
+large share of a cold load of a big job's records), and the
 store only wants the strings back. With ``--load_fast=true`` the provider is a
 :class:`~tensorboard.data.grpc_provider.GrpcDataProvider`: :func:`read_series` then asks its data
 server the same ``ReadTensors`` question itself and takes each tensor's ``string_val`` as it
-came (~2 µs). Any other provider, and any tensor that is not a plain string tensor, goes
+came, far cheaper. Any other provider, and any tensor that is not a plain string tensor, goes
 through the public path, so both give the same strings (tested). On the public path one
 record ``make_ndarray`` refuses fails the provider's whole read: the series are then read one
 at a time, and a refused one from the tensors TensorBoard's loader keeps, so that record alone
@@ -193,7 +193,7 @@ def tensor_strings(value: Any, wall_time: float) -> tuple[Sequence[str | bytes],
         if len(dims) == 1 and dims[0].size == len(strings):
             return strings, wall_time, True
     # Imported here: tensorboard's tensor_util pulls in its TensorFlow stub (and boto3 with
-    # it), ~0.4 s a helper process spends at its start, for the rare record that needs it.
+    # it), which a helper process would pay at its start, for the rare record that needs it.
     from tensorboard.util import tensor_util
 
     try:

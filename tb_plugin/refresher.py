@@ -102,8 +102,8 @@ class Refresher(Generic[StoreT]):
     def request_behind_once_read(self, ctx: Any) -> None:
         """Like ``request``, but once the store has read everything the request does not wait:
         it answers from what the store holds and the refresh runs behind it, for the next
-        poll (listing a 1,024-rank day's series takes the data server ~0.5 s every time, a
-        walk of its files ~0.1 s)."""
+        poll (listing a big job's series costs the data server noticeably every time, more than a
+        walk of its files)."""
         self.request(ctx, wait_s=0.0 if self.store.has_read_all() else ANSWER_WAIT_S)
 
     def _run(self) -> None:
@@ -139,7 +139,7 @@ class Refresher(Generic[StoreT]):
     def _trim_after_requests(self) -> None:
         """After a poll no request asked for (none came for ``poll_s``), give the C heap's free
         pages back if requests came since the last time. A big job's queries free blocks of
-        a few MiB, which glibc keeps (a 1,024-node day's TensorBoard held ~90 MiB at rest);
+        a few MiB, which glibc keeps (a big job's TensorBoard would hold them at rest);
         trimming while requests come would only make the next one fault its pages in again."""
         with self._cond:
             served, self._served = self._served, False

@@ -50,8 +50,8 @@ def step_times_payload(
 
     Past :data:`BAND_RANKS` ranks the view draws the medians as one band, so with ``keep`` only
     the rows in it get their curves (the others ``null``) and ``band`` holds the band: per
-    bucket the lowest and highest rank median (at 1,024 ranks x 480 buckets every curve is 5 MB
-    of JSON, the band 5 kB)."""
+    bucket the lowest and highest rank median (every curve of many ranks is megabytes of
+    JSON, the band a few kB)."""
     median, tail, recorded = bucketed(grid, per, start, stop)
     out: dict[str, Any] = {
         "recorded": recorded,

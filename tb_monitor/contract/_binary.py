@@ -69,8 +69,8 @@ _MAX_STEP = 2**32 - 1
 
 
 def from_b64(text: str | bytes) -> bytes:
-    """Strict base64 (only its alphabet, padded right); a ValueError otherwise. A day's reader
-    decodes 300k of these: ``a2b_base64``'s strict mode checks in C what ``b64decode``'s
+    """Strict base64 (only its alphabet, padded right); a ValueError otherwise. A big job's reader
+    decodes a great many of these: ``a2b_base64``'s strict mode checks in C what ``b64decode``'s
     ``validate`` checks with a regular expression."""
     if sys.version_info >= (3, 11):
         return binascii.a2b_base64(text, strict_mode=True)
