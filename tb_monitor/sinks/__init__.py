@@ -4,7 +4,8 @@
 - ``fanout``: one handler per registry handing each record to every sink, isolating failures.
 - ``tensorboard``: ``TensorboardSink``, the three TensorBoard handlers on one writer.
 - ``memory``: ``MemorySink``, which keeps what it receives (tests; ``tb_monitor.testing``).
-- ``prometheus``: ``PrometheusSink``, series on ``/metrics`` (the ``prometheus`` extra).
+- ``prometheus``: ``PrometheusSink``, series on ``/metrics`` (the ``prometheus`` extra);
+  ``prometheus_job``: the job's restarts and state, worked out when scraped.
 - ``handlers``: the TensorBoard handlers of torch.monitor events, metrics and torchelastic events.
 - ``encoding``: the hand-written wire format of the hot path (and its C twin, ``_encoding.c``).
 - ``batching``: timeline events gathered into batched records, keep-alives in bounded runs.

@@ -2,7 +2,8 @@
 gives up only on storage that stopped answering, saying what it lost.
 
 Real processes on real files and a real S3 server (SeaweedFS); the CPU is kept busy by
-busy-loop neighbours, as other jobs on a shared machine would.
+busy-loop neighbours, as other jobs on a shared machine would. Neighbours and writers all run at
+the lowest priority (``nice 19``): they starve each other, not the tests running beside them.
 """
 
 from __future__ import annotations
@@ -50,13 +51,15 @@ RECORDER = """
             )
 """
 WRITERS, KEEP_ALIVES = 8, 128_000
+#: The busy processes and the writers, below everything else on the machine.
+LOWEST = ["nice", "-n", "19"]
 
 
 @contextlib.contextmanager
 def busy_neighbours() -> Iterator[None]:
     """One busy-loop process per core beside the test's own, stopped by pid afterwards."""
     loops = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        subprocess.Popen([*LOWEST, sys.executable, "-c", "while True: pass"])
         for _ in range(os.cpu_count() or 2)
     ]
     try:
@@ -71,7 +74,7 @@ def _record_in_parallel(run_dirs: list[str], env: dict[str, str] | None = None) 
     """Run one recorder per run directory at once; their stderr, each checked to have exited 0."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(RECORDER), run_dir, str(KEEP_ALIVES)],
+            [*LOWEST, sys.executable, "-c", textwrap.dedent(RECORDER), run_dir, str(KEEP_ALIVES)],
             stderr=subprocess.PIPE,
             text=True,
             env=env,
