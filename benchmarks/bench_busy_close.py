@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_scale import _baseline_source  # noqa: E402  (today's code, built as ours is)
+from busy_cpu import LOWEST, busy_neighbours  # noqa: E402  (the tests' busy machine)
 
 BASELINE = "1ea15f5"  # before closes waited for progress and runs were bounded
 RECORDER = """
@@ -65,20 +66,6 @@ class Figures:
     rss: int
 
 
-@contextlib.contextmanager
-def busy_neighbours() -> Iterator[None]:
-    loops = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
-
-
 def run(source: str, logdir: str, writers: int, keep_alives: int, env: dict) -> Figures:
     """One version's writers on a busy machine, then what reached the logdir."""
     env = {**env, "PYTHONPATH": source}
@@ -86,7 +73,7 @@ def run(source: str, logdir: str, writers: int, keep_alives: int, env: dict) -> 
     with busy_neighbours():
         procs = [
             subprocess.Popen(
-                [sys.executable, "-c", script, f"{logdir}/agent-{i}", str(keep_alives)],
+                [*LOWEST, sys.executable, "-c", script, f"{logdir}/agent-{i}", str(keep_alives)],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 text=True,

@@ -19,7 +19,13 @@ from tb_monitor.sinks.writer import AsyncWriter
 from tb_monitor.testing import generate_job
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
-from plugin_helpers import chromium, small_job, start_tensorboard, stop  # noqa: E402
+from plugin_helpers import (  # noqa: E402
+    VISUAL_ORDER,
+    chromium,
+    small_job,
+    start_tensorboard,
+    stop,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -34,21 +40,6 @@ BIG = "hostilebig " + ("0123456789abcdef" * 65536)  # 1 MiB and a bit
 BIDI_RUN = "x\u2069\u202eDEDEECCUS"
 #: A page.evaluate round trip after selecting an event must come back within this (seconds).
 RESPONSIVE_S = 2.0
-#: Each character of a one-line element's text in the order it is drawn, left to right.
-VISUAL_ORDER = """(node) => {
-    const chars = [], walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
-    for (let t; (t = walker.nextNode()); ) {
-        for (let i = 0; i < t.data.length; i++) {
-            const range = document.createRange();
-            range.setStart(t, i);
-            range.setEnd(t, i + 1);
-            const box = range.getBoundingClientRect();
-            if (box.width > 0) chars.push([box.left, t.data[i]]);
-        }
-    }
-    chars.sort((a, b) => a[0] - b[0]);
-    return chars.map((c) => c[1]).join("");
-}"""
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,6 @@ the lowest priority (``nice 19``): they starve each other, not the tests running
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
@@ -17,7 +16,6 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -27,6 +25,7 @@ from tb_monitor.sinks import DROPPED_TAG, batching, writer
 from tb_monitor.sinks.writer import AsyncWriter
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugin"))
+from busy_cpu import LOWEST, busy_neighbours  # noqa: E402
 from plugin_helpers import refreshed_store  # noqa: E402
 
 #: A node agent's rendezvous keep-alives, as a user records them with the public API: 32 nodes
@@ -51,23 +50,6 @@ RECORDER = """
             )
 """
 WRITERS, KEEP_ALIVES = 8, 128_000
-#: The busy processes and the writers, below everything else on the machine.
-LOWEST = ["nice", "-n", "19"]
-
-
-@contextlib.contextmanager
-def busy_neighbours() -> Iterator[None]:
-    """One busy-loop process per core beside the test's own, stopped by pid afterwards."""
-    loops = [
-        subprocess.Popen([*LOWEST, sys.executable, "-c", "while True: pass"])
-        for _ in range(os.cpu_count() or 2)
-    ]
-    try:
-        yield
-    finally:
-        for loop in loops:
-            loop.kill()
-            loop.wait()
 
 
 def _record_in_parallel(run_dirs: list[str], env: dict[str, str] | None = None) -> list[str]:

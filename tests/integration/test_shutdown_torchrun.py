@@ -37,6 +37,17 @@ def _bench():
     return module
 
 
+def _report(run) -> tuple[subprocess.CompletedProcess, dict]:
+    """``tb-monitor report --json`` of a scenario's logdir: the process and its document."""
+    done = subprocess.run(
+        tb_monitor_command("report", "--json", run.logdir),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done, json.loads(done.stdout)
+
+
 def _within(ours: float | None, plain: float | None) -> bool:
     """Ours is as fast as plain torchrun's, with room for a loaded machine (not for 30 s)."""
     return ours is not None and plain is not None and ours <= 2 * plain + 5.0
@@ -103,14 +114,7 @@ def test_a_preempted_agent_records_its_verdict_terminated(side_by_side):
 
 def test_a_preempted_job_is_terminated_in_the_report(side_by_side):
     """``tb-monitor report`` calls a preempted job TERMINATED, with exit code 1, never healthy."""
-    ours = side_by_side("agent-sigterm")["tb-monitor"]
-    done = subprocess.run(
-        tb_monitor_command("report", "--json", ours.logdir),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    report = json.loads(done.stdout)
+    done, report = _report(side_by_side("agent-sigterm")["tb-monitor"])
     assert (report["status"], report["exit_code"], done.returncode) == ("terminated", 1, 1)
     assert [job["status"] for job in report["jobs"]] == ["TERMINATED"]
 
@@ -118,14 +122,8 @@ def test_a_preempted_job_is_terminated_in_the_report(side_by_side):
 def test_a_preempted_jobs_attempt_is_terminated_with_no_root_cause(side_by_side):
     """The attempt a SIGTERM to the agents cut short is TERMINATED: no rank's end after the
     signal (the agent's SIGTERM to it, a peer's lost connection) is given as its root cause."""
-    ours = side_by_side("agent-sigterm")["tb-monitor"]
-    done = subprocess.run(
-        tb_monitor_command("report", "--json", ours.logdir),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    [job] = json.loads(done.stdout)["jobs"]
+    done, report = _report(side_by_side("agent-sigterm")["tb-monitor"])
+    [job] = report["jobs"]
     last = job["attempts"][-1]
     assert (last["outcome"], last["root_cause"]) == ("TERMINATED", None), done.stdout[-3000:]
     assert job["terminated"]["stop_began"] is not None

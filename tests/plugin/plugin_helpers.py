@@ -347,3 +347,20 @@ def huge_pages_advised() -> bool:
     was = provider_store._MADVISE(False)
     provider_store._MADVISE(was)
     return was
+
+
+#: Each character of an element's text in the order it is drawn, left to right.
+VISUAL_ORDER = """(node) => {
+    const chars = [], walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
+    for (let t; (t = walker.nextNode()); ) {
+        for (let i = 0; i < t.data.length; i++) {
+            const range = document.createRange();
+            range.setStart(t, i);
+            range.setEnd(t, i + 1);
+            const box = range.getBoundingClientRect();
+            if (box.width > 0) chars.push([box.left, t.data[i]]);
+        }
+    }
+    chars.sort((a, b) => a[0] - b[0]);
+    return chars.map((c) => c[1]).join("");
+}"""

@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from plugin_helpers import chromium, small_job, start_tensorboard, stop
+from plugin_helpers import VISUAL_ORDER, chromium, small_job, start_tensorboard, stop
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -19,21 +19,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 HOST = "evil\u202ehost"  # an override: shown raw, it turns everything after it around
 PID = "(pid 4242)"
 TOKEN = "hostilelane"  # the hostile event's message, searched for
-#: Each character of an element's text in the order it is drawn, left to right.
-VISUAL_ORDER = """(node) => {
-    const chars = [], walker = document.createTreeWalker(node, NodeFilter.SHOW_TEXT);
-    for (let t; (t = walker.nextNode()); ) {
-        for (let i = 0; i < t.data.length; i++) {
-            const range = document.createRange();
-            range.setStart(t, i);
-            range.setEnd(t, i + 1);
-            const box = range.getBoundingClientRect();
-            if (box.width > 0) chars.push([box.left, t.data[i]]);
-        }
-    }
-    chars.sort((a, b) => a[0] - b[0]);
-    return chars.map((c) => c[1]).join("");
-}"""
 
 
 @pytest.fixture(scope="module")
