@@ -111,18 +111,22 @@ def test_a_close_against_storage_that_stops_answering_gives_up_and_says_what_it_
     """Storage that never returns from a write: the close gives up once nothing moved for its
     deadline, names how many records were lost and why, and counts them as dropped."""
     monkeypatch.setattr(writer, "CLOSE_TIMEOUT_S", 1.0)
-    hung = threading.Event()
+    hung, answer = threading.Event(), threading.Event()
     async_writer = AsyncWriter(tmp_path / "run", flush_secs=60)
     async_writer.flush()  # the steps are known: the next drain writes at once
-    async_writer.file.write = lambda data, records: (hung.set(), threading.Event().wait())
+    async_writer.file.write = lambda data, records: (hung.set(), answer.wait())
     for i in range(10):
         async_writer.add_timeline(contract.RENDEZVOUS, _keep_alive(i), 1_700_000_000.0 + i)
     for i in range(100):
         async_writer.add_scalar("x", float(i))
-    with caplog.at_level(logging.WARNING, logger="tb_monitor.sinks.writer"):
-        start = time.monotonic()
-        async_writer.close()
-        took = time.monotonic() - start
+    try:
+        with caplog.at_level(logging.WARNING, logger="tb_monitor.sinks.writer"):
+            start = time.monotonic()
+            async_writer.close()
+            took = time.monotonic() - start
+        dropped = async_writer.dropped
+    finally:
+        answer.set()  # else the writer thread of this process stays stuck for later tests
     assert hung.is_set() and 1.0 <= took < 5.0
     [message] = [r.getMessage() for r in caplog.records if "gave up" in r.getMessage()]
     assert "close of" in message and "with no progress (writing to storage)" in message
@@ -132,7 +136,7 @@ def test_a_close_against_storage_that_stops_answering_gives_up_and_says_what_it_
         message
     )
     assert f"counted in {DROPPED_TAG}" in message
-    assert async_writer.dropped == 110
+    assert dropped == 110
 
 
 @pytest.mark.timed
@@ -151,10 +155,12 @@ def test_a_flush_that_gives_up_keeps_the_records_for_later(tmp_path, monkeypatch
 
     async_writer.file.write = stuck_write
     async_writer.add_scalar("x", 1.0)
-    with caplog.at_level(logging.WARNING, logger="tb_monitor.sinks.writer"):
-        async_writer.flush()
+    try:
+        with caplog.at_level(logging.WARNING, logger="tb_monitor.sinks.writer"):
+            async_writer.flush()
+    finally:
+        release.set()  # storage answers again (and no writer thread stays stuck for later tests)
     assert any("wait, written once it moves again" in r.getMessage() for r in caplog.records)
-    release.set()
     async_writer.close()
     assert async_writer.dropped == 0
     assert [p.value for p in readers.iter_scalars(tmp_path / "run") if p.tag == "x"] == [1.0]
