@@ -160,7 +160,7 @@ class RecordEncoder:
 
     ``next_steps`` holds each tag's next step (one above what the run directory already holds:
     ``logdir.resume``). Timeline records wait in a ``TimelineBatcher`` and come out of
-    ``encode_timeline`` as batches. A record that cannot be encoded (a bug: the caller checked
+    ``take_timeline`` as batches, each encoded by ``timeline_record``. A record that cannot be encoded (a bug: the caller checked
     its arguments) is logged, naming ``run_dir``, and counted in ``failed``.
     """
 
@@ -204,15 +204,6 @@ class RecordEncoder:
                 self.failed += 1
                 _log.exception("tb_monitor could not encode a record for %s", self._run_dir)
         return out
-
-    def encode_timeline(self, seal: bool = False) -> tuple[bytearray, int]:
-        """One record per timeline batch that is ready (every open run too when ``seal``), and
-        how many queued records they hold."""
-        out, records = bytearray(), 0
-        for batch in self.take_timeline(seal):
-            out += self.timeline_record(batch)
-            records += len(batch.times)
-        return out, records
 
     def take_timeline(self, seal: bool = False) -> list[Batch]:
         """The timeline batches that are ready (every open run too when ``seal``), each to be

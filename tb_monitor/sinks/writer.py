@@ -26,6 +26,7 @@ this writer's own steps file up to date for the next process.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
@@ -260,7 +261,7 @@ class AsyncWriter:
     def flush(self) -> None:
         """Write everything accepted so far and sync it; never raises for storage faults, and
         waits for hung storage at most ``CLOSE_TIMEOUT_S`` without progress."""
-        self._bounded("flush", self._drain_sealed, self._storage.sync)
+        self._bounded("flush", self._drain_all, self._storage.sync)
 
     def close(self) -> None:
         """Flush, close the file and stop accepting records. Idempotent; bounded in time.
@@ -270,14 +271,15 @@ class AsyncWriter:
         their way to storage.
         """
         if self._closed:
-            wait_while_progressing(self._closing_done.wait, self._progress_mark, CLOSE_TIMEOUT_S)
+            idle_s = CLOSE_TIMEOUT_S + self._storage.wait_s  # as the first close's
+            wait_while_progressing(self._closing_done.wait, self._progress_mark, idle_s)
             return
         self._closed = True
         with self._room:
             self._room.notify_all()  # callers waiting for room see the writer is closed
         try:
             # The file's close syncs (an object store's uploads and seals what is left).
-            self._bounded("close", self._drain_sealed, self._storage.close, done=self._closing_done)
+            self._bounded("close", self._drain_all, self._storage.close, done=self._closing_done)
         finally:
             _service.remove(self)
             # Only now: a SIGTERM during the close runs the exit hooks, whose close waits.
@@ -295,8 +297,8 @@ class AsyncWriter:
         if not run_bounded(what, steps, lock, mark, idle_s, done, self._run_dir):
             self._gave_up(what, idle_s)
 
-    def _progress_mark(self) -> tuple[int, int, int]:
-        return self._ledger.writes, self._storage.acknowledged, len(self._queue)
+    def _progress_mark(self) -> tuple[int, int]:
+        return self._ledger.writes, self._storage.acknowledged  # a longer queue is no progress
 
     def _gave_up(self, what: str, idle_s: float) -> None:
         """Say what a flush or close that gave up leaves behind; a close counts it as lost."""
@@ -369,9 +371,6 @@ class AsyncWriter:
         with self._drain_lock:
             self._drain()
 
-    def _drain_sealed(self) -> None:
-        self._drain(seal=True)
-
     def _drain(self, seal: bool = False) -> None:
         """Encode and write every queued record, then the timeline batches that are ready
         (every open run of keep-alives too when ``seal``), then update the steps file. Runs with
@@ -403,6 +402,8 @@ class AsyncWriter:
         self._doing = "writing the steps file"
         self._steps.record(encoder.next_steps, now=seal)
         self._doing = "syncing"
+
+    _drain_all = functools.partialmethod(_drain, seal=True)  # a flush's or close's: every run
 
     def _write(self, data: bytes | bytearray, count: int, taken: bool = True) -> None:
         """Hand ``count`` encoded records to storage; ``taken``: they were in hand."""
