@@ -102,6 +102,11 @@ class UserJob:
         return "\n".join(self._log(n).read_text(errors="replace") for n in nodes)
 
     @property
+    def ranks(self) -> int:
+        """How many ranks the job has (2 workers per agent)."""
+        return 2 * len(self.agents)
+
+    @property
     def returncodes(self) -> list[int | None]:
         return [agent.poll() for agent in self.agents]
 
@@ -229,10 +234,11 @@ def start_job(
     env: dict[str, str] | None = None,
     max_restarts: int = 0,
     nodes: int = 2,
+    node_env: Mapping[int, Mapping[str, str]] | None = None,
 ) -> UserJob:
     """Start the agents (``nodes``, 2 workers each) of one job of ``script ARGS`` in
     ``workdir`` (its logdir is ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or
-    plain torchrun."""
+    plain torchrun. ``node_env``: more environment for one node's agent (a host of its own)."""
     run_id = f"user-{uuid.uuid4().hex[:8]}"
     launcher = ["run", "--logdir", str(workdir / "logs")] if monitored else []
     command = [
@@ -252,7 +258,7 @@ def start_job(
                 subprocess.Popen(
                     command,
                     cwd=cwd,
-                    env=agent_env(**(env or {})),
+                    env=agent_env(**{**(env or {}), **(node_env or {}).get(node, {})}),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -1,0 +1,33 @@
+"""The fault campaign's hooks inside a job: a worker raises, or leaks memory, when told to from
+outside.
+
+On ``PYTHONPATH`` of the campaign's jobs only (``tests/fault_injection.py``), imported by every
+Python process there, and active in torchrun's workers alone (they have ``RANK``): SIGUSR2 makes
+the worker's main thread raise, as a bug in the user's code would, at its next Python line;
+SIGRTMIN+5 starts a leak (8 MiB every 50 ms) that a memory limit then answers with the kernel's
+OOM killer. The user's script is not changed.
+"""
+
+import os
+import signal
+import threading
+import time
+
+LEAK_SIGNAL = signal.SIGRTMIN + 5
+
+if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
+
+    def _raise(signum, frame):
+        raise RuntimeError(f"injected fault: rank {os.environ['RANK']} raised on request")
+
+    def _leak_forever():
+        leaked = []
+        while True:
+            leaked.append(bytearray(8 << 20))
+            time.sleep(0.05)
+
+    def _leak(signum, frame):
+        threading.Thread(target=_leak_forever, name="campaign-leak", daemon=True).start()
+
+    signal.signal(signal.SIGUSR2, _raise)
+    signal.signal(LEAK_SIGNAL, _leak)

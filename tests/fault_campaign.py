@@ -1,0 +1,283 @@
+"""A seeded fault campaign: users' scripts under ``tb-monitor run``, a fault injected from
+outside at a random moment and rank, and ``tb-monitor report --json`` scored against the truth.
+
+``plan(seed, count)`` draws the cases (the seed decides the script, rank and moment; the fault
+kinds come round in a shuffled order, so a small sample still meets each kind); ``run_case`` runs
+one as a real job (``tests/users_jobs.py``), hits it (``tests/fault_injection.py``), reads the
+report while the job runs and once it has ended, and answers with an ``Outcome``: right, wrong
+(and what was wrong), or missed, with the time from the fault until the report named it.
+
+Read while it runs, a report must never call a job stalled that no fault stopped; read at the end,
+it must give the truth's status, exit code, root cause (rank and kind), and stragglers, and list
+no stall. Used by tests/integration/test_fault_campaign.py (a fixed sample in CI) and
+benchmarks/bench_fault_campaign.py (any seed and count, with the table of results).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from busy_cpu import busy_neighbours
+from fault_injection import FAKETIME, FAULTS, HOOKS, Fault, Truth, cgroups_usable
+from users_jobs import DDP, HF, LIGHTNING, SHORT_STALL_FLOOR, SHORT_WINDOWS, UserJob, user_job
+
+__all__ = ["SCRIPTS", "Case", "Outcome", "Script", "plan", "run_case", "usable_faults"]
+
+
+@dataclass(frozen=True)
+class Script:
+    """A users' script as the campaign runs it: its arguments, hosts, and what it prints once
+    it trains."""
+
+    path: Path
+    args: tuple[str, ...]
+    nodes: int
+    training: str
+    module: str  # the framework it imports
+
+
+SCRIPTS = {
+    "ddp": Script(DDP, ("40", "1000"), 2, "Epoch 1 ", "torch"),
+    "lightning": Script(
+        LIGHTNING, ("--num_nodes", "1"), 1, "All distributed processes registered", "lightning"
+    ),
+    "hf": Script(HF, (), 1, "'loss'", "transformers"),
+}
+#: The jobs' environment: short rank windows, steps of 0.05 s, about 12 s of training, and the
+#: hooks that let a worker be made to raise or to leak.
+JOB_ENV = {
+    **SHORT_WINDOWS,
+    "STEP_SLEEP_S": "0.05",
+    "TRAIN_SECONDS": "12",
+    "TB_MONITOR_CAMPAIGN_HOOKS": "1",
+    "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])),
+}
+READ_ENV = SHORT_STALL_FLOOR  # the reading side's stall floor for steps of milliseconds
+JOB_TIMEOUT_S = 150.0  # a job that has not ended by then is killed, and its case missed
+RELEASE_AFTER_S = 40.0  # a stopped or throttled rank is let go after this, named or not
+READ_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class Case:
+    """One job and the fault it meets."""
+
+    number: int
+    script: str
+    fault: str
+    rank: int
+    after_s: float  # seconds after training began (after the workers exist, in rendezvous)
+
+    def __str__(self) -> str:
+        return f"#{self.number} {self.fault} on rank {self.rank} of {self.script}"
+
+
+@dataclass
+class Outcome:
+    """How the report answered one case."""
+
+    case: Case
+    truth: Truth
+    wrong: list[str] = field(default_factory=list)  # what it got wrong, each in one line
+    missed: bool = False  # it never named what the truth has to name
+    named_s: float | None = None  # fault -> the first report that named it
+    flagged: frozenset[int] = frozenset()  # stragglers in the end
+    waited_for: frozenset[int] = frozenset()  # every rank named waited for while it ran
+    report: dict | None = None
+
+    @property
+    def verdict(self) -> str:
+        return "missed" if self.missed else "wrong" if self.wrong else "right"
+
+
+def usable_faults() -> dict[str, str]:
+    """Each fault kind this machine cannot make, and why."""
+    why_not = {}
+    for name, fault in FAULTS.items():
+        if fault.needs_cgroups and (reason := cgroups_usable()):
+            why_not[name] = reason
+        if fault.node_env and not FAKETIME.exists():
+            why_not[name] = f"no libfaketime at {FAKETIME} (Debian's faketime)"
+    return why_not
+
+
+def plan(
+    seed: int, count: int, scripts: Iterable[str] = SCRIPTS, faults: Iterable[str] = FAULTS
+) -> list[Case]:
+    """``count`` cases drawn with ``seed``: fault kinds in turn (their order shuffled), each on
+    a script with hosts enough for it, at a random rank and moment."""
+    rng = random.Random(seed)
+    kinds = list(faults)
+    rng.shuffle(kinds)
+    names = list(scripts)
+    cases = []
+    for number in range(count):
+        fault = FAULTS[kinds[number % len(kinds)]]
+        script = rng.choice([n for n in names if SCRIPTS[n].nodes >= fault.nodes])
+        ranks = 2 * SCRIPTS[script].nodes
+        after = 0.0 if fault.during_rendezvous else round(rng.uniform(0.5, 4.0), 1)
+        cases.append(Case(number, script, fault.name, rng.randrange(ranks), after))
+    return cases
+
+
+def run_case(case: Case, workdir: Path) -> Outcome:
+    """Run ``case`` as a real job in ``workdir`` and score the report against its truth."""
+    fault, script = FAULTS[case.fault], SCRIPTS[case.script]
+    neighbours = busy_neighbours() if fault.busy else contextlib.nullcontext()
+    with (
+        neighbours,
+        user_job(
+            workdir,
+            script.path,
+            *script.args,
+            env=JOB_ENV,
+            nodes=script.nodes,
+            node_env=fault.node_env,
+        ) as job,
+    ):
+        _wait_to_hit(job, script, fault, case.after_s)
+        truth = fault.truth(job, case.rank)
+        outcome = Outcome(case, truth)
+        hit_at = time.monotonic()
+        release = _Release(fault.hit(job, case.rank))
+        try:
+            _follow(job, outcome, hit_at, release)
+        finally:
+            release()
+    _score_end(outcome, job)
+    return outcome
+
+
+def _wait_to_hit(job: UserJob, script: Script, fault: Fault, after_s: float) -> None:
+    if not fault.during_rendezvous:
+        job.wait_for_output(script.training)
+    job.wait_for_workers(job.ranks)
+    time.sleep(after_s)
+
+
+class _Release:
+    """A fault's undo, done once (a rank stopped or throttled let go), whoever asks first."""
+
+    def __init__(self, undo: Callable[[], None] | None) -> None:
+        self._undo = undo
+
+    def __call__(self) -> None:
+        undo, self._undo = self._undo, None
+        if undo is not None:
+            with contextlib.suppress(ProcessLookupError):  # the process has ended meanwhile
+                undo()
+
+
+def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) -> None:
+    """Read the report while the job runs: when it first names the fault, what it says is
+    stalled, and (for a fault that holds a rank) let the rank go once named."""
+    truth = outcome.truth
+    while job.running():
+        if time.monotonic() - hit_at > JOB_TIMEOUT_S:
+            outcome.missed = True
+            outcome.wrong.append(f"the job still ran {JOB_TIMEOUT_S:.0f} s after the fault")
+            return
+        report = job.report(READ_ENV)
+        waited = _waited_for(report)
+        outcome.waited_for |= waited
+        if outcome.named_s is None and _names(report, truth):
+            outcome.named_s = time.monotonic() - hit_at
+        holding = truth.waited_for or truth.stragglers
+        if holding and (outcome.named_s is not None or time.monotonic() - hit_at > RELEASE_AFTER_S):
+            release()
+        time.sleep(READ_EVERY_S)
+
+
+def _score_end(outcome: Outcome, job: UserJob) -> None:
+    """What the report of the ended job says, against the truth."""
+    truth = outcome.truth
+    report = outcome.report = job.report(READ_ENV)
+    wrong = outcome.wrong
+    if report["status"] != truth.status:
+        wrong.append(f"status {report['status']!r}, not {truth.status!r}")
+    expected_exit = 0 if truth.status == "succeeded" else 1
+    if report["exit_code"] != expected_exit:
+        wrong.append(f"report's exit code {report['exit_code']}, not {expected_exit}")
+    if report["ranks"] and report["ranks"]["stalled"]:
+        wrong.append(f"an ended job still lists stalls: {_stalled_ranks(report)}")
+    false_waits = outcome.waited_for - truth.waited_for - truth.cause_ranks
+    if false_waits:
+        wrong.append(f"ranks {sorted(false_waits)} called waited for, wrongly")
+    if truth.waited_for and not truth.waited_for <= outcome.waited_for:
+        outcome.missed = True
+        wrong.append(f"rank {sorted(truth.waited_for)} never named as waited for")
+    outcome.flagged = _stragglers(report)
+    if outcome.flagged != truth.stragglers:
+        wrong.append(f"stragglers {sorted(outcome.flagged)}, not {sorted(truth.stragglers)}")
+    _score_cause(outcome, report)
+
+
+def _score_cause(outcome: Outcome, report: dict) -> None:
+    truth, cause = outcome.truth, _root_cause(report)
+    if not truth.cause_ranks:
+        if cause is not None:
+            outcome.wrong.append(f"a root cause where there is none: {cause['reason']}")
+        return
+    if cause is None:
+        outcome.missed = True
+        outcome.wrong.append("no root cause")
+        return
+    named = frozenset(cause.get("ranks") or [cause["rank"]])
+    ranks_right = (
+        named == truth.cause_ranks
+        if truth.cause_kind == "node lost"
+        else (cause["rank"] in truth.cause_ranks)
+    )
+    if not ranks_right or cause_kind(cause) != truth.cause_kind:
+        outcome.wrong.append(
+            f"root cause rank {sorted(named)} ({cause_kind(cause)}: {cause['reason']}), "
+            f"not {sorted(truth.cause_ranks)} ({truth.cause_kind})"
+        )
+
+
+def cause_kind(cause: dict) -> str:
+    """What kind of failure a report's root cause names, in the truth's words."""
+    if cause.get("source") == "vanished" or cause.get("node_lost"):
+        return "node lost"
+    if cause.get("exception"):
+        return "exception"
+    return cause.get("signal") or f"exit code {cause.get('exit_code')}"
+
+
+def _names(report: dict, truth: Truth) -> bool:
+    """The report names what the truth says happened."""
+    if truth.waited_for:
+        return truth.waited_for <= _waited_for(report)
+    if truth.stragglers:
+        return truth.stragglers <= _stragglers(report)
+    if truth.cause_ranks:
+        cause = _root_cause(report)
+        return cause is not None and cause["rank"] in truth.cause_ranks
+    return report["status"] == truth.status and truth.status != "succeeded"
+
+
+def _root_cause(report: dict) -> dict | None:
+    jobs = report.get("jobs") or []
+    if not jobs or not jobs[-1]["attempts"]:
+        return None
+    return jobs[-1]["attempts"][-1]["root_cause"]
+
+
+def _waited_for(report: dict) -> frozenset[int]:
+    ranks = report.get("ranks") or {}
+    return frozenset(ranks.get("waited_for") or [])
+
+
+def _stalled_ranks(report: dict) -> list[int]:
+    return sorted(stall["rank"] for stall in report["ranks"].get("stalls") or [])
+
+
+def _stragglers(report: dict) -> frozenset[int]:
+    ranks = report.get("ranks") or {}
+    return frozenset(s["rank"] for s in ranks.get("stragglers") or [] if s.get("flagged"))

@@ -1,0 +1,258 @@
+"""Faults from outside a running job, as a machine or a scheduler makes them, with their truth.
+
+Each ``Fault`` hits a ``UserJob`` (``tests/users_jobs.py``) at one rank and says what happened:
+the ``Truth`` a report is scored against (``tests/fault_campaign.py``). The faults use only what a
+machine offers: signals by pid, control groups (a CPU quota, a memory limit, the freezer, which
+holds a process in uninterruptible sleep as a stuck disk or filesystem would), and one hook, a
+worker made to raise or to leak memory by a signal (``campaign_hooks/sitecustomize.py``): the scripts stay unmodified.
+
+Control groups need root; v1 hierarchies (``/sys/fs/cgroup/<controller>``) and the unified v2 one
+are both handled. Every group made here is removed again, whatever happened.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from users_jobs import UserJob
+
+__all__ = [
+    "FAILURES",
+    "FAULTS",
+    "HOOKS",
+    "NOISE",
+    "STALLS",
+    "Cgroup",
+    "Fault",
+    "Truth",
+    "cgroups_usable",
+]
+
+HOOKS = Path(__file__).parent / "campaign_hooks"
+LEAK_SIGNAL = signal.SIGRTMIN + 5  # campaign_hooks/sitecustomize.py starts a leak on it
+#: Debian's libfaketime: the clock of every process of a host a few seconds ahead.
+FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+SKEW = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": "+4s", "FAKETIME_DONT_RESET": "1"}
+_ROOT = Path("/sys/fs/cgroup")
+_V2 = (_ROOT / "cgroup.controllers").exists()
+
+
+def cgroups_usable() -> str | None:
+    """Why control groups cannot be used here (not root, no hierarchy), or None when they can."""
+    if os.geteuid() != 0:
+        return "control groups need root"
+    if not _V2 and not (_ROOT / "cpu").is_dir():
+        return f"no cgroup hierarchy under {_ROOT}"
+    return None
+
+
+@dataclass
+class Cgroup:
+    """A control group of our own for one controller (``cpu``, ``memory``, ``freezer``)."""
+
+    controller: str
+    path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        base = _ROOT if _V2 else _ROOT / self.controller
+        self.path = base / f"tbm-campaign-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (every thread of it) into the group."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def set(self, v1_file: str, v1_value: str, v2_file: str, v2_value: str) -> None:
+        """Write a setting, under its v1 or its v2 name."""
+        name, value = (v2_file, v2_value) if _V2 else (v1_file, v1_value)
+        (self.path / name).write_text(value)
+
+    def remove(self) -> None:
+        """Thaw, move every process back to the root group, and remove the group."""
+        with contextlib.suppress(OSError):
+            if self.controller == "freezer":
+                self.set("freezer.state", "THAWED", "cgroup.freeze", "0")
+        root = self.path.parent / "cgroup.procs"
+        for _ in range(50):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    root.write_text(pid)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+                return
+            time.sleep(0.1)
+
+
+@dataclass(frozen=True)
+class Truth:
+    """What a fault did, as the report should tell it."""
+
+    status: str  # the job's status in the end: "failed", "terminated" or "succeeded"
+    cause_ranks: frozenset[int] = frozenset()  # the root cause is one of these (all, for a node)
+    cause_kind: str | None = None  # "exception", "SIGKILL", "SIGSEGV", "node lost"
+    stragglers: frozenset[int] = frozenset()
+    waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One kind of fault: ``hit(job, rank)`` injects it and returns an undo (or None)."""
+
+    name: str
+    truth: Callable[[UserJob, int], Truth]
+    hit: Callable[[UserJob, int], Callable[[], None] | None]
+    nodes: int = 1  # the least nodes a job needs for it
+    during_rendezvous: bool = False  # hits as soon as the workers exist, before training
+    needs_cgroups: bool = False
+    busy: bool = False  # the job runs beside busy-loop neighbours, one per core
+    node_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # per host
+
+
+def _failed(kind: str) -> Callable[[UserJob, int], Truth]:
+    return lambda job, rank: Truth("failed", frozenset({rank}), kind)
+
+
+def _signal(signum: int) -> Callable[[UserJob, int], None]:
+    def hit(job: UserJob, rank: int) -> None:
+        job.signal_rank(rank, signum)
+
+    return hit
+
+
+def _raise(job: UserJob, rank: int) -> None:
+    job.signal_rank(rank, signal.SIGUSR2)
+
+
+def _two_kills(job: UserJob, rank: int) -> None:
+    """SIGKILL of ``rank``, then of the next rank a third of a second later."""
+    other = job.worker_pid((rank + 1) % job.ranks)
+    job.signal_rank(rank, signal.SIGKILL)
+    time.sleep(0.3)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(other, signal.SIGKILL)
+
+
+def _node_ranks(job: UserJob, rank: int) -> frozenset[int]:
+    node = job.node_of(rank)
+    return frozenset(r for r in range(job.ranks) if job.node_of(r) == node)
+
+
+def _kill_node(job: UserJob, rank: int) -> None:
+    job.kill_node(job.node_of(rank))
+
+
+def _preempt(job: UserJob, rank: int) -> None:
+    """SIGTERM to every agent, as a scheduler preempting the job."""
+    for node in range(len(job.agents)):
+        job.signal_agent(node)
+
+
+@contextlib.contextmanager
+def _in_cgroup(controller: str, pid: int) -> Iterator[Cgroup]:
+    group = Cgroup(controller)
+    try:
+        group.add(pid)
+        yield group
+    except BaseException:
+        group.remove()
+        raise
+
+
+def _stop(job: UserJob, rank: int) -> Callable[[], None]:
+    pid = job.worker_pid(rank)
+    os.kill(pid, signal.SIGSTOP)
+    return lambda: os.kill(pid, signal.SIGCONT)
+
+
+def _freeze(job: UserJob, rank: int) -> Callable[[], None]:
+    """The rank held in uninterruptible sleep (the freezer shows it in state D)."""
+    with _in_cgroup("freezer", job.worker_pid(rank)) as group:
+        group.set("freezer.state", "FROZEN", "cgroup.freeze", "1")
+    return group.remove
+
+
+def _throttle(job: UserJob, rank: int) -> Callable[[], None]:
+    """The rank held to a tenth of a core by a CPU quota."""
+    with _in_cgroup("cpu", job.worker_pid(rank)) as group:
+        group.set("cpu.cfs_period_us", "100000", "cpu.max", "10000 100000")
+        if not _V2:
+            group.set("cpu.cfs_quota_us", "10000", "cpu.max", "10000 100000")
+    return group.remove
+
+
+def _oom(job: UserJob, rank: int) -> Callable[[], None]:
+    """The rank's new memory capped at 64 MiB, then a leak in it: the kernel's OOM killer ends
+    it (SIGKILL)."""
+    with _in_cgroup("memory", job.worker_pid(rank)) as group:
+        group.set("memory.limit_in_bytes", str(64 << 20), "memory.max", str(64 << 20))
+        job.signal_rank(rank, LEAK_SIGNAL)
+    return group.remove
+
+
+def _nothing(job: UserJob, rank: int) -> None:
+    return None
+
+
+def _healthy(job: UserJob, rank: int) -> Truth:
+    return Truth("succeeded")
+
+
+def _stalled(job: UserJob, rank: int) -> Truth:
+    return Truth("succeeded", waited_for=frozenset({rank}))
+
+
+FAILURES = {
+    fault.name: fault
+    for fault in (
+        Fault("raise", _failed("exception"), _raise),
+        Fault("sigkill", _failed("SIGKILL"), _signal(signal.SIGKILL)),
+        Fault("sigsegv", _failed("SIGSEGV"), _signal(signal.SIGSEGV)),
+        Fault("oom-kill", _failed("SIGKILL"), _oom, needs_cgroups=True),
+        Fault(
+            "rendezvous-kill", _failed("SIGKILL"), _signal(signal.SIGKILL), during_rendezvous=True
+        ),
+        Fault("two-kills", _failed("SIGKILL"), _two_kills),
+        Fault(
+            "node-kill9",
+            lambda job, rank: Truth("failed", _node_ranks(job, rank), "node lost"),
+            _kill_node,
+            nodes=2,
+        ),
+        Fault("preempt", lambda job, rank: Truth("terminated"), _preempt),
+    )
+}
+#: Faults the job survives once undone: a rank the others wait for meanwhile, or a slow one.
+STALLS = {
+    fault.name: fault
+    for fault in (
+        Fault("sigstop", _stalled, _stop),
+        Fault("d-state", _stalled, _freeze, needs_cgroups=True),
+        Fault(
+            "cpu-throttle",
+            lambda job, rank: Truth("succeeded", stragglers=frozenset({rank})),
+            _throttle,
+            needs_cgroups=True,
+        ),
+    )
+}
+#: No fault: what a healthy job meets (busy neighbours; one host's clock ahead of the other's).
+NOISE = {
+    fault.name: fault
+    for fault in (
+        Fault("healthy", _healthy, _nothing),
+        Fault("busy-neighbour", _healthy, _nothing, busy=True),
+        Fault("clock-skew", _healthy, _nothing, nodes=2, node_env={1: SKEW}),
+    )
+}
+FAULTS = {**FAILURES, **STALLS, **NOISE}
