@@ -3,8 +3,9 @@
 A rank that went down because another rank failed is not a failure of its own: its attempt and
 the records that ended it take the state ``STOPPED_BY_RESTART`` where a restart followed, and
 ``STOPPED_AT_END`` in the job's last attempt (it stopped when the job ended); the root cause's
-attempt is labelled with its reason. The Timeline tab, the Perfetto export and the notebook
-figure apply this to ``tb_monitor.timeline.spans`` so they draw the same thing.
+attempt is labelled with its reason (each of a lost node's ranks). The Timeline tab, the
+Perfetto export and the notebook figure apply this to ``tb_monitor.timeline.spans`` so they
+draw the same thing.
 """
 
 from __future__ import annotations
@@ -34,7 +35,12 @@ def mark_restarts(marks: list[Span], found: list[Attempt]) -> list[Span]:
         (a.job, a.attempt, rank): a.collateral_state for a in found for rank in a.collateral_ranks
     }
     ending = {id(row): a.collateral_state for a in found for row in a.collateral_records}
-    causes = {(a.job, a.attempt, a.root_cause.rank): a.root_cause for a in found if a.root_cause}
+    causes = {
+        (a.job, a.attempt, rank): a.root_cause
+        for a in found
+        if a.root_cause
+        for rank in a.root_cause.ranks
+    }
     out = []
     for span in marks:
         rank = span.lane.key[0] if span.lane.kind == contract.WORKER else None
