@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from tb_monitor import contract
 from tb_monitor.analysis.attempts import Attempt
+from tb_monitor.analysis.root_cause import RootCause
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span
 
 __all__ = ["STOPPED_AT_END", "STOPPED_BY_RESTART", "STOPPED_WORDS", "mark_restarts"]
@@ -21,6 +22,12 @@ STOPPED_WORDS = {
     STOPPED_BY_RESTART: "stopped by restart",
     STOPPED_AT_END: "stopped when the job ended",
 }
+
+
+def _ended(span: Span, cause: RootCause) -> bool:
+    """Whether the cause's rank ended in ``span``: a lost node's ranks recorded no end, their
+    last record still says RUNNING."""
+    return span.state != "RUNNING" or cause.source == "vanished"
 
 
 def mark_restarts(marks: list[Span], found: list[Attempt]) -> list[Span]:
@@ -50,7 +57,7 @@ def mark_restarts(marks: list[Span], found: list[Attempt]) -> list[Span]:
             span = span._replace(
                 state=state, label=f"attempt {span.number}: {STOPPED_WORDS[state]}"
             )
-        elif span.end is not None and key in causes and span.state != "RUNNING":
+        elif span.end is not None and key in causes and _ended(span, causes[key]):
             span = span._replace(label=f"attempt {span.number}: {causes[key].reason}")
         elif span.end is None and span.rows and id(span.rows[0]) in ending:
             span = span._replace(state=ending[id(span.rows[0])])
