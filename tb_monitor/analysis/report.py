@@ -113,8 +113,8 @@ _EXIT_OK, _EXIT_FAILED = 0, 1
 
 @dataclass(frozen=True)
 class JobHealth:
-    """One job of the logdir: its attempts in order, whether every agent recorded its end, and
-    its ranks' health (None where they recorded none)."""
+    """One job of the logdir: its attempts in order, whether it ended (every agent recorded its
+    end or was lost with its node), and its ranks' health (None where they recorded none)."""
 
     job: str
     attempts: tuple[Attempt, ...]

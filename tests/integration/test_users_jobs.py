@@ -159,11 +159,8 @@ def run_fault(tmp: Path, fault: Fault, timeout: float = 150.0) -> dict[bool, End
                     ended_at[monitored] = time.monotonic()
             time.sleep(0.1)
         return {
-            monitored: replace(
-                _ended(job, hit[monitored], ended_at.get(monitored), at[monitored]),
-                fault_at=wall[monitored],
-            )
-            for monitored, job in jobs.items()
+            m: replace(_ended(job, hit[m], ended_at.get(m), at[m]), fault_at=wall[m])
+            for m, job in jobs.items()
         }
 
 
@@ -318,32 +315,29 @@ def test_node_killed_root_cause_is_the_lost_node(node_killed):
     """The root cause of a job whose node was killed is one of that node's ranks, not a peer
     that lost its connection to it."""
     ended = node_killed[True]
-    (job,) = ended.report["jobs"]
-    cause = job["attempts"][-1]["root_cause"]
+    cause = _last_attempt(ended)["root_cause"]
     assert cause is not None and cause["rank"] in ended.fault_ranks, json.dumps(cause)
 
 
-def _node_killed_cause(ended: Ended) -> dict:
+def _last_attempt(ended: Ended) -> dict:
     (job,) = ended.report["jobs"]
-    return job["attempts"][-1]["root_cause"]
+    return job["attempts"][-1]
 
 
 def test_node_killed_root_cause_names_every_rank_of_the_node(node_killed):
     """The root cause of a job whose node was killed names every rank of that node, none of
     them collateral of another."""
-    ended = node_killed[True]
-    cause = _node_killed_cause(ended)
+    ended, attempt = node_killed[True], _last_attempt(node_killed[True])
+    cause = attempt["root_cause"]
     assert cause["ranks"] == list(ended.fault_ranks), json.dumps(cause)
     assert cause["reason"].startswith("node ") and " lost: ranks 2, 3" in cause["reason"]
-    (job,) = ended.report["jobs"]
-    assert not set(job["attempts"][-1]["collateral_ranks"]) & set(ended.fault_ranks)
+    assert not set(attempt["collateral_ranks"]) & set(ended.fault_ranks)
 
 
 def test_node_killed_root_cause_is_dated_after_the_kill(node_killed):
     """The loss is dated by what the survivors recorded after the kill, not by the lost ranks'
     last flushed records before it."""
-    ended = node_killed[True]
-    cause = _node_killed_cause(ended)
+    ended, cause = node_killed[True], _last_attempt(node_killed[True])["root_cause"]
     assert ended.fault_at is not None and cause["time"] >= ended.fault_at, json.dumps(cause)
 
 
