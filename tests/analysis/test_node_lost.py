@@ -4,6 +4,8 @@ survivors recorded, and a job that reads ended once the surviving agent recorded
 
 from __future__ import annotations
 
+from elastic_records import agent, joined, own, rendezvous, verdict
+
 from tb_monitor import contract
 from tb_monitor.analysis.attempts import attempt_dict, attempts, finished_jobs
 from tb_monitor.analysis.health import report_of
@@ -15,74 +17,9 @@ GLOO = "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:1234: Connection rese
 LAST_FLUSHED, KILLED_AT = 1.5, 4.0
 
 
-def _rec(t, run, kind, name, state=None, **fields):
-    row = dict.fromkeys(contract.FIELDS)
-    row.update(run=run, kind=kind, wall_time=t, name=name, state=state, run_id="job")
-    row["metadata"] = fields.pop("metadata", {})
-    row.update(fields)
-    return row
-
-
-def _rendezvous(t, node, pid, state, message):
-    return _rec(
-        t,
-        f"job/agent-{node}-{pid}",
-        contract.RENDEZVOUS,
-        "h.op",
-        state,
-        message=message,
-        hostname=node,
-        pid=pid,
-        source="RENDEZVOUS",
-    )
-
-
-def _joined(t, node, pid):
-    message = f"The node '{node}_{pid}_0' has joined round 0 of the rendezvous 'job' as rank 0"
-    return _rendezvous(t, node, pid, "RUNNING", message)
-
-
-def _agent(t, node, pid, state, rank, exit_code=None):
-    return _rec(
-        t,
-        f"job/agent-{node}-{pid}",
-        contract.WORKER,
-        f"torchelastic.worker.status.{state}",
-        state,
-        rank=rank,
-        hostname=node,
-        metadata={"exit_code": exit_code},
-        source="WORKER",
-    )
-
-
-def _verdict(t, node, pid, state):
-    """An agent's final record of the whole run (source AGENT)."""
-    return _rec(
-        t,
-        f"job/agent-{node}-{pid}",
-        contract.AGENT,
-        f"torchelastic.worker.status.{state}",
-        state,
-        hostname=node,
-        source="AGENT",
-    )
-
-
 def _own(t, rank, state, message=None):
-    node = "a" if rank < 2 else "b"
-    return _rec(
-        t,
-        f"job/rank-{rank}",
-        contract.WORKER,
-        f"tb_monitor.worker.status.{state}",
-        state,
-        rank=rank,
-        hostname=node,
-        message=message,
-        error_trace=message,
-        source="WORKER",
-    )
+    """Rank ``rank``'s own record: ranks 0 and 1 on node a, 2 and 3 on node b."""
+    return own(t, rank, state, message, message, host="a" if rank < 2 else "b")
 
 
 def _node_b_killed(survivor_fails_at: float = 5.0) -> list[dict]:
@@ -90,21 +27,21 @@ def _node_b_killed(survivor_fails_at: float = 5.0) -> list[dict]:
     ``KILLED_AT``, its last records flushed at ``LAST_FLUSHED``; ranks 0 and 1 fail on gloo's
     read error from ``survivor_fails_at`` and a's agent records the ranks' failures and its
     own SUCCEEDED (torchelastic's: its ``run()`` returned), as a real store host does."""
-    rows = [_joined(0.5, "a", 10), _joined(0.6, "b", 20)]
-    rows += [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
-    rows += [_agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
     rows += [_own(1.2, r, "RUNNING") for r in (0, 1)] + [_own(LAST_FLUSHED, 2, "RUNNING")]
     rows += [_own(LAST_FLUSHED - 0.1, 3, "RUNNING")]
     rows += [_own(survivor_fails_at, 1, "FAILED", GLOO)]
     rows += [_own(survivor_fails_at + 0.03, 0, "FAILED", GLOO)]
-    rows += [_agent(survivor_fails_at + 1.6, "a", 10, "FAILED", r, 1) for r in (0, 1)]
-    return [*rows, _verdict(survivor_fails_at + 1.6, "a", 10, "SUCCEEDED")]
+    rows += [agent(survivor_fails_at + 1.6, "a", 10, "FAILED", r, 1) for r in (0, 1)]
+    return [*rows, verdict(survivor_fails_at + 1.6, "a", 10, "SUCCEEDED")]
 
 
 def _keep_alive_failed(t: float) -> dict:
     """Node a's agent failing to reach the store node b hosted."""
     message = "The node 'a_10_0' has failed to send a keep-alive heartbeat to the rendezvous"
-    return _rendezvous(t, "a", 10, "FAILED", message)
+    return rendezvous(t, "a", 10, "FAILED", message, method="h._keep_alive")
 
 
 def test_a_lost_node_is_dated_by_the_first_survivors_failure():
