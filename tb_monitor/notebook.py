@@ -240,7 +240,8 @@ def _attempt_marks(source: Any) -> list[tuple[float, str, str, str]]:
         out.append((a.start, f"attempt {a.attempt} {verb}", state_color("RENDEZVOUS"), "--"))
         if a.root_cause is not None:
             cause = a.root_cause
-            out.append((cause.time, f"rank {cause.rank} failed", state_color("FAILED"), "-"))
+            what = cause.reason if cause.source == "vanished" else f"rank {cause.rank} failed"
+            out.append((cause.time, what, state_color("FAILED"), "-"))
     return out
 
 

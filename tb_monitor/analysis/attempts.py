@@ -82,6 +82,8 @@ class _Logdir:
     agent_last: dict[str, float]  # each agent run's newest record
     members: dict[_Key, set[str]]  # the nodes that joined each round
     rounds: list[Span]  # the rendezvous rounds, as intervals
+    alarms: dict[str, list[float]]  # per agent run, when it recorded trouble: dates a lost node
+    agent_nodes: dict[str, str]  # per agent run, its node: "host (pid N)"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -127,6 +129,11 @@ def _rank_endings(marks: list[Span]) -> dict[_Key, dict[int, RankEnding]]:
     return endings
 
 
+def _node(row: Mapping[str, Any]) -> str:
+    """A rendezvous record's node, as the attempts name nodes: ``host (pid N)``."""
+    return f"{row.get('hostname')} (pid {row.get('pid')})"
+
+
 def _round_members(rows: Iterable[Mapping[str, Any]]) -> dict[_Key, set[str]]:
     """Per (job, round): the nodes (agents) that joined it."""
     members: dict[_Key, set[str]] = defaultdict(set)
@@ -136,8 +143,7 @@ def _round_members(rows: Iterable[Mapping[str, Any]]) -> dict[_Key, set[str]]:
         message = row.get("message") or ""
         found = _JOINED.search(message) if "has joined round" in message else None
         if found:
-            node = f"{row.get('hostname')} (pid {row.get('pid')})"
-            members[(job_of(row), int(found.group(1)))].add(node)
+            members[(job_of(row), int(found.group(1)))].add(_node(row))
     return members
 
 
@@ -146,11 +152,25 @@ def _read_logdir(
 ) -> _Logdir:
     rounds = [s for s in marks if s.lane.kind == contract.RENDEZVOUS and s.end is not None]
     agent_last: dict[str, float] = {}
+    alarms: dict[str, list[float]] = defaultdict(list)
+    nodes: dict[str, str] = {}
     for row in rows:
         run = row["run"]
-        if is_agent_run(run):
-            agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
-    return _Logdir(_attempt_starts(worker_attempts), agent_last, _round_members(rows), rounds)
+        if not is_agent_run(run):
+            continue
+        agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
+        if row.get("state") == "FAILED" or is_verdict(row):
+            alarms[run].append(row["wall_time"])
+        if row["kind"] == contract.RENDEZVOUS and row.get("pid") is not None:
+            nodes.setdefault(run, _node(row))
+    return _Logdir(
+        _attempt_starts(worker_attempts),
+        agent_last,
+        _round_members(rows),
+        rounds,
+        dict(alarms),
+        nodes,
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -168,14 +188,14 @@ def _fault(
     logdir: _Logdir, started: list[int], by_rank: Mapping[int, RankEnding]
 ) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]]]:
     """The root cause, the collateral ranks and their records that ended the attempt."""
-    root = root_cause(by_rank, logdir.agent_last)
+    root = root_cause(by_rank, logdir.agent_last, logdir.alarms, logdir.agent_nodes)
     if root is None:
         return None, [], []
     collateral: list[int] = []
     records: list[Mapping[str, Any]] = []
     for rank in started:
         ending = by_rank.get(rank, RankEnding())
-        if rank == root.rank or (ending.succeeded and not ending.failed):
+        if rank in root.ranks or (ending.succeeded and not ending.failed):
             continue
         collateral.append(rank)
         records.extend(ending.ends)
@@ -333,8 +353,11 @@ def finished_jobs(
     torchelastic's agent records ``torchelastic.worker.status.SUCCEEDED`` or ``FAILED`` with
     source AGENT once, when it ends (``tb-monitor run``'s also ``TERMINATED``: a signal stopped
     it). One FAILED or TERMINATED ends the job: that agent closes the rendezvous
-    and the others follow (or were lost, killed with their node, and record nothing). A job
-    whose records hold no agent is over when none of its workers is still running.
+    and the others follow (or were lost, killed with their node, and record nothing). An agent
+    lost with its node (an attempt's root cause) never records its end: it counts as ended, so
+    a job whose other agents recorded theirs (the survivor's SUCCEEDED: its ``run()`` returned)
+    is over. A job whose records hold no agent is over when none of its workers is still
+    running.
     ``found``: ``attempts(rows)`` when the caller already has them.
     """
     agents: dict[str, set[str]] = defaultdict(set)
@@ -355,6 +378,9 @@ def finished_jobs(
                     failed.add(job)
     found = attempts(rows) if found is None else found
     running = {a.job for a in found if a.outcome == "RUNNING"}
+    for a in found:
+        if a.root_cause is not None and a.root_cause.agent is not None:
+            done[a.job].add(a.root_cause.agent)  # lost with its node: it records no end
     return {
         job: (job in failed or agents[job] <= done[job]) if agents[job] else job not in running
         for job in jobs
@@ -372,6 +398,9 @@ def _root_cause_dict(cause: RootCause, traceback: bool) -> dict[str, Any]:
         "exit_code": cause.exit_code,
         "signal": cause.signal,
         "source": cause.source,
+        "ranks": list(cause.ranks),
+        "node": cause.node,
+        "seen_by": cause.seen_by,
     }
     if traceback:
         root["traceback"] = cause.traceback

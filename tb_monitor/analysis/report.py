@@ -47,7 +47,8 @@ not one; times are epoch seconds)::
           "terminated": null | {"signal": "SIGTERM", "exit_code": 1, "time": 1.7e9,
                                 "stop_began": 1.7e9 | null},  # the agent began stopping
                                 # its workers: an attempt running then is TERMINATED
-          "finished": true,           # every agent of the job recorded its verdict
+          "finished": true,           # every agent of the job recorded its verdict (or was
+                                      # lost with its node), or one recorded FAILED
           "attempts_total": 2,
           "restarts": 1,
           "time_lost_s": 2.7,         # summed over the attempts a restart followed
@@ -63,7 +64,13 @@ not one; times are epoch seconds)::
                 "exception": "ValueError" | null, "message": "bad batch" | null,
                 "exit_code": 1 | null, "signal": "SIGKILL" | null,
                 "source": "worker" | "error_file" | "agent" | "vanished",
-                "traceback": "Traceback (most recent call last): ..." | null
+                "traceback": "Traceback (most recent call last): ..." | null,
+                "ranks": [2],         # every rank it names: a lost node's ("vanished") all
+                                      # of its ranks, "rank" the lowest; reason "node
+                                      # node-a lost: ranks 2, 3", time when a survivor first
+                                      # recorded the loss
+                "node": "node-a (pid 41)" | null,  # a lost node, as in "nodes"
+                "seen_by": "rank 0" | "the agent on node-b (pid 42)" | null  # who dated it
               },
               "collateral_ranks": [0, 1, 3], "failed_ranks": [0, 1, 2, 3], "ranks": [0, 1, 2, 3],
               "time_lost_s": 2.7 | null,  # root cause -> next attempt; null: none followed
@@ -106,8 +113,8 @@ _EXIT_OK, _EXIT_FAILED = 0, 1
 
 @dataclass(frozen=True)
 class JobHealth:
-    """One job of the logdir: its attempts in order, whether every agent recorded its end, and
-    its ranks' health (None where they recorded none)."""
+    """One job of the logdir: its attempts in order, whether it ended (every agent recorded its
+    end or was lost with its node), and its ranks' health (None where they recorded none)."""
 
     job: str
     attempts: tuple[Attempt, ...]

@@ -17,11 +17,11 @@ reads as SUCCEEDED). Such characters are shown as their escapes (``\x1b``, ``\u2
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from tb_monitor.analysis.restart_marks import STOPPED_WORDS
+from tb_monitor.analysis.root_cause import ranks_words
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD
 
 if TYPE_CHECKING:
@@ -90,21 +90,20 @@ def duration(seconds: float | None) -> str:
     return f"{hours} h {minutes} min"
 
 
-def _ranks(ranks: Iterable[int]) -> str:
-    ranks = list(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
-
-
 def plural(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 def _render_cause(cause: RootCause) -> list[str]:
-    host = f" on {visible(cause.host)}" if cause.host else ""
+    where = cause.node if cause.source == "vanished" else cause.host
+    host = f" on {visible(where)}" if where else ""
     lines = [
-        f"    root cause      rank {cause.rank}{host} at {_clock(cause.time, True)}",
+        f"    root cause      {ranks_words(cause.ranks)}{host} at {_clock(cause.time, True)}",
         f"                    {visible(cause.reason)}",
     ]
+    if cause.source == "vanished":
+        seen = f"; first seen by {visible(cause.seen_by)}" if cause.seen_by else ""
+        lines.append(f"                    (no exit recorded, its agent went silent{seen})")
     code = []
     if cause.signal and cause.signal not in cause.reason:
         code.append(f"signal {visible(cause.signal)}")
@@ -125,7 +124,7 @@ def attempt_lines(a: Attempt, later: Attempt | None) -> list[str]:
         lines.extend(_render_cause(a.root_cause))
     if a.collateral_ranks:
         how = STOPPED_WORDS[a.collateral_state]
-        lines.append(f"    went down with  {_ranks(a.collateral_ranks)} ({how})")
+        lines.append(f"    went down with  {ranks_words(a.collateral_ranks)} ({how})")
     if a.time_lost_s is not None and later is not None:
         until = f"attempt {later.attempt} started"
         lines.append(f"    time lost       {duration(a.time_lost_s)} (until {until})")
@@ -201,5 +200,5 @@ def ranks_lines(ranks: RankHealth, stalled: bool) -> list[str]:
 
 def stalled_line(job: str, ranks: RankHealth | None) -> str:
     waited = ranks.waited_for if ranks else ()
-    who = f"{job} waits for {_ranks(waited)}" if waited else f"progress stopped in {job}"
+    who = f"{job} waits for {ranks_words(waited)}" if waited else f"progress stopped in {job}"
     return f"STALLED: {who} (exit code 1)"

@@ -121,7 +121,8 @@ def restarts(source: Any) -> pandas.DataFrame:
       "ValueError: ...", "killed by SIGKILL", "exited with code 3"), ``traceback``,
       ``failed_at`` (UTC timestamp), ``exit_code`` (Int64: the exit code its agent saw, negative
       for a signal) and ``signal`` ("SIGKILL"). The root cause is the earliest real failure
-      (``tb_monitor.analysis.root_cause``): a rank whose node vanished, a failure that reads as
+      (``tb_monitor.analysis.root_cause``): a node that vanished (``root_cause_rank`` its lowest
+      rank; its other ranks are not collateral), a failure that reads as
       a lost peer (a collective's connection error, a timeout) and the agent's own shutdown of
       the group (its stop signal, and the SIGKILL it sends a rank that ignored it after another
       of its ranks failed) count only when no real failure is known: a rank killed by SIGKILL

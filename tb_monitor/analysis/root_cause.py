@@ -4,10 +4,15 @@ A rank that raised records its own FAILED (``tb_monitor.rank.worker``: exception
 message, traceback); its agent records FAILED too, with the exit code and, under ``@record``,
 torchelastic's error file. A rank killed by a signal records nothing itself. ``cause_of`` reads
 whichever is there; ``root_cause`` picks an attempt's: its earliest real failure. Not real, in
-this order of last resort: a rank whose node vanished (no end recorded, its agent silent since),
-a failure that reads as a lost peer (a connection error, a timeout), and the agent's own
-shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
+this order of last resort: a node that vanished (its ranks record no end, its agent silent
+since), a failure that reads as a lost peer (a connection error, a timeout), and the agent's
+own shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
 that ignored it once another rank of its own had failed): those ranks are collateral.
+
+A vanished node (``kill -9`` of a machine) is one cause naming every rank it took with it, dated
+by the survivors: its own last flushed records can predate the loss by a flush interval, so
+the date is the first thing another node recorded after them that says something broke (a
+rank's failure, its agent's failed keep-alive or store call, its verdict).
 """
 
 from __future__ import annotations
@@ -16,11 +21,19 @@ import json
 import math
 import re
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AGENT_PREFIX", "WORKER_PREFIX", "RankEnding", "RootCause", "cause_of", "root_cause"]
+__all__ = [
+    "AGENT_PREFIX",
+    "WORKER_PREFIX",
+    "RankEnding",
+    "RootCause",
+    "cause_of",
+    "ranks_words",
+    "root_cause",
+]
 
 WORKER_PREFIX = "tb_monitor.worker.status."  # a worker's own record (rank.worker)
 AGENT_PREFIX = "torchelastic.worker.status."  # its agent's record of it
@@ -54,6 +67,15 @@ class RootCause:
     host: str | None = None
     source: str = "worker"  # "worker" (its own), "error_file" (@record), "agent" or "vanished"
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    #: Every rank it names: ``(rank,)``, or all the ranks a lost node took with it.
+    ranks: tuple[int, ...] = ()
+    node: str | None = None  # a lost node: "host (pid N)", its agent
+    seen_by: str | None = None  # a lost node: who recorded the loss first ("rank 0", a node)
+    agent: str | None = field(default=None, compare=False, repr=False)  # a lost node's agent run
+
+    def __post_init__(self) -> None:
+        if not self.ranks:
+            object.__setattr__(self, "ranks", (self.rank,))
 
 
 @dataclass
@@ -214,22 +236,66 @@ def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -
     return _STOPPED if cause.signal == "SIGKILL" and escalated else _REAL
 
 
-def _vanished(rank: int, ending: RankEnding) -> RootCause:
-    """A rank with no end recorded whose agent went silent before the first failure."""
+def ranks_words(ranks: Sequence[int]) -> str:
+    """``rank 2`` or ``ranks 2, 3``: how the report names ranks."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _lost_nodes(
+    by_rank: Mapping[int, RankEnding], agent_last: Mapping[str, float], first: float
+) -> dict[str, list[int]]:
+    """Per agent silent since before the first failure: its ranks that recorded no end."""
+    lost: dict[str, list[int]] = {}
+    for rank, ending in sorted(by_rank.items()):
+        silent = ending.agent is not None and agent_last.get(ending.agent, -math.inf) < first
+        if silent and not (ending.failed or ending.succeeded or ending.ends):
+            lost.setdefault(str(ending.agent), []).append(rank)
+    return lost
+
+
+def _node_lost(
+    agent: str,
+    ranks: list[int],
+    by_rank: Mapping[int, RankEnding],
+    causes: Mapping[int, RootCause],
+    alarms: Mapping[str, Sequence[float]],
+    nodes: Mapping[str, str],
+) -> RootCause:
+    """A vanished node as one cause: every rank of it, dated by the first survivor's record
+    of trouble after the node's last record (its own last record where none followed)."""
+    last = max(by_rank[rank].last_seen for rank in ranks)
+    seen = [(c.time, f"rank {r}") for r, c in causes.items() if by_rank[r].agent != agent]
+    seen += [
+        (t, f"the agent on {nodes.get(run, run)}")
+        for run, times in alarms.items()
+        if run != agent
+        for t in times
+    ]
+    when, seen_by = min((s for s in seen if s[0] >= last), default=(last, None))
+    host = by_rank[ranks[0]].host
     return RootCause(
-        rank=rank,
-        time=ending.last_seen,
-        reason="vanished with its node: no exit recorded, its agent went silent",
-        host=ending.host,
+        rank=ranks[0],
+        time=when,
+        reason=f"node {host or nodes.get(agent, agent)} lost: {ranks_words(ranks)}",
+        host=host,
         source="vanished",
+        ranks=tuple(ranks),
+        node=nodes.get(agent, host),
+        seen_by=seen_by,
+        agent=agent,
     )
 
 
 def root_cause(
-    by_rank: Mapping[int, RankEnding], agent_last: Mapping[str, float]
+    by_rank: Mapping[int, RankEnding],
+    agent_last: Mapping[str, float],
+    alarms: Mapping[str, Sequence[float]] | None = None,
+    nodes: Mapping[str, str] | None = None,
 ) -> RootCause | None:
     """The attempt's root cause: its earliest real failure (see the module docstring), or None
-    where no rank failed. ``agent_last``: per agent run, the time of its newest record."""
+    where no rank failed. ``agent_last``: per agent run, the time of its newest record;
+    ``alarms``: per agent run, when it recorded trouble (a failed record, its verdict), which
+    dates a lost node; ``nodes``: per agent run, its node as "host (pid N)"."""
     causes = {rank: cause_of(rank, e) for rank, e in by_rank.items() if e.failed}
     if not causes:
         return None
@@ -241,8 +307,7 @@ def root_cause(
         (_standing(cause, by_rank[rank], by_agent[by_rank[rank].agent]), cause.time, rank, cause)
         for rank, cause in causes.items()
     ]
-    for rank, ending in by_rank.items():
-        silent = ending.agent is not None and agent_last.get(ending.agent, -math.inf) < first
-        if not (ending.failed or ending.succeeded or ending.ends) and silent:
-            ranked.append((_VANISHED, ending.last_seen, rank, _vanished(rank, ending)))
+    for agent, ranks in _lost_nodes(by_rank, agent_last, first).items():
+        lost = _node_lost(agent, ranks, by_rank, causes, alarms or {}, nodes or {})
+        ranked.append((_VANISHED, lost.time, lost.rank, lost))
     return min(ranked, key=lambda c: c[:3])[3]

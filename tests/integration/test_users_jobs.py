@@ -16,7 +16,7 @@ import signal
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -61,6 +61,7 @@ class Ended:
     leftover: str = ""  # what still ran when the wait gave up
     fault_ranks: tuple[int, ...] = ()  # the ranks the fault hit directly
     logdir: Path | None = None  # under tb-monitor run
+    fault_at: float | None = None  # when the fault was injected (epoch seconds, time.time())
 
     def grid(self) -> RankGrid:
         """The job's rank-health grid, read back from its logdir."""
@@ -147,8 +148,9 @@ def run_fault(tmp: Path, fault: Fault, timeout: float = 150.0) -> dict[bool, End
         for job in jobs.values():
             job.wait_for_output("Epoch 3 ")
             job.wait_for_workers()
-        hit, at = {}, {}
+        hit, at, wall = {}, {}, {}
         for monitored, job in jobs.items():
+            wall[monitored] = time.time()
             hit[monitored], at[monitored] = fault(job), time.monotonic()
         ended_at: dict[bool, float] = {}
         while len(ended_at) < len(jobs) and time.monotonic() < min(at.values()) + timeout:
@@ -157,8 +159,8 @@ def run_fault(tmp: Path, fault: Fault, timeout: float = 150.0) -> dict[bool, End
                     ended_at[monitored] = time.monotonic()
             time.sleep(0.1)
         return {
-            monitored: _ended(job, hit[monitored], ended_at.get(monitored), at[monitored])
-            for monitored, job in jobs.items()
+            m: replace(_ended(job, hit[m], ended_at.get(m), at[m]), fault_at=wall[m])
+            for m, job in jobs.items()
         }
 
 
@@ -313,9 +315,38 @@ def test_node_killed_root_cause_is_the_lost_node(node_killed):
     """The root cause of a job whose node was killed is one of that node's ranks, not a peer
     that lost its connection to it."""
     ended = node_killed[True]
-    (job,) = ended.report["jobs"]
-    cause = job["attempts"][-1]["root_cause"]
+    cause = _last_attempt(ended)["root_cause"]
     assert cause is not None and cause["rank"] in ended.fault_ranks, json.dumps(cause)
+
+
+def _last_attempt(ended: Ended) -> dict:
+    (job,) = ended.report["jobs"]
+    return job["attempts"][-1]
+
+
+def test_node_killed_root_cause_names_every_rank_of_the_node(node_killed):
+    """The root cause of a job whose node was killed names every rank of that node, none of
+    them collateral of another."""
+    ended, attempt = node_killed[True], _last_attempt(node_killed[True])
+    cause = attempt["root_cause"]
+    assert cause["ranks"] == list(ended.fault_ranks), json.dumps(cause)
+    assert cause["reason"].startswith("node ") and " lost: ranks 2, 3" in cause["reason"]
+    assert not set(attempt["collateral_ranks"]) & set(ended.fault_ranks)
+
+
+def test_node_killed_root_cause_is_dated_after_the_kill(node_killed):
+    """The loss is dated by what the survivors recorded after the kill, not by the lost ranks'
+    last flushed records before it."""
+    ended, cause = node_killed[True], _last_attempt(node_killed[True])["root_cause"]
+    assert ended.fault_at is not None and cause["time"] >= ended.fault_at, json.dumps(cause)
+
+
+def test_node_killed_report_says_the_job_ended(node_killed):
+    """Once every process exited, the report calls the job finished, not still running."""
+    ended = node_killed[True]
+    assert ended.shutdown_s is not None, ended.leftover
+    assert [job["finished"] for job in ended.report["jobs"]] == [True]
+    assert ended.report["status"] != "running"
 
 
 def test_node_killed_shutdown_as_fast_as_plain_torchrun(node_killed):
