@@ -26,7 +26,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from fault_campaign import SCRIPTS, Outcome, plan, run_case, usable_faults  # noqa: E402
+from fault_campaign import (  # noqa: E402
+    SCRIPTS,
+    STALL_FLOOR_S,
+    Outcome,
+    plan,
+    run_case,
+    usable_faults,
+)
 from fault_injection import FAULTS  # noqa: E402
 
 
@@ -98,6 +105,9 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=14)
     parser.add_argument("--script", nargs="+", choices=sorted(SCRIPTS), default=list(SCRIPTS))
     parser.add_argument("--fault", nargs="+", choices=sorted(FAULTS), default=None)
+    parser.add_argument(
+        "--stall-floor", type=float, default=STALL_FLOOR_S, help="the stall rule's floor, seconds"
+    )
     args = parser.parse_args()
     left_out = usable_faults()
     for name, why in left_out.items():
@@ -108,7 +118,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             start = time.monotonic()
-            outcome = run_case(case, Path(tmp) / str(case.number))
+            outcome = run_case(case, Path(tmp) / str(case.number), args.stall_floor)
             outcomes.append(outcome)
             named = "-" if outcome.named_s is None else f"{outcome.named_s:.1f} s"
             print(

@@ -43,22 +43,23 @@ class Script:
 
 
 SCRIPTS = {
-    "ddp": Script(DDP, ("40", "1000"), 2, "Epoch 1 ", "torch"),
+    "ddp": Script(DDP, ("25", "1000"), 2, "Epoch 1 ", "torch"),
     "lightning": Script(
         LIGHTNING, ("--num_nodes", "1"), 1, "All distributed processes registered", "lightning"
     ),
     "hf": Script(HF, (), 1, "'loss'", "transformers"),
 }
-#: The jobs' environment: short rank windows, steps of 0.05 s, about 12 s of training, and the
+#: The jobs' environment: short rank windows, steps of 0.05 s, about 8 s of training, and the
 #: hooks that let a worker be made to raise or to leak.
 JOB_ENV = {
     **SHORT_WINDOWS,
     "STEP_SLEEP_S": "0.05",
-    "TRAIN_SECONDS": "12",
+    "TRAIN_SECONDS": "8",
     "TB_MONITOR_CAMPAIGN_HOOKS": "1",
     "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])),
 }
-READ_ENV = SHORT_STALL_FLOOR  # the reading side's stall floor for steps of milliseconds
+#: The reading side's stall floor for steps of milliseconds (the default, 30 s, outlasts a case).
+STALL_FLOOR_S = float(SHORT_STALL_FLOOR["TB_MONITOR_STALL_FLOOR_S"])
 JOB_TIMEOUT_S = 150.0  # a job that has not ended by then is killed, and its case missed
 RELEASE_AFTER_S = 40.0  # a stopped or throttled rank is let go after this, named or not
 READ_EVERY_S = 1.0
@@ -84,11 +85,13 @@ class Outcome:
 
     case: Case
     truth: Truth
+    stall_floor_s: float
     wrong: list[str] = field(default_factory=list)  # what it got wrong, each in one line
     missed: bool = False  # it never named what the truth has to name
     named_s: float | None = None  # fault -> the first report that named it
     flagged: frozenset[int] = frozenset()  # stragglers in the end
     waited_for: frozenset[int] = frozenset()  # every rank named waited for while it ran
+    agent_saw: set[str] = field(default_factory=set)  # what the stalled ranks' agents saw
     report: dict | None = None
 
     @property
@@ -126,8 +129,9 @@ def plan(
     return cases
 
 
-def run_case(case: Case, workdir: Path) -> Outcome:
-    """Run ``case`` as a real job in ``workdir`` and score the report against its truth."""
+def run_case(case: Case, workdir: Path, stall_floor_s: float = STALL_FLOOR_S) -> Outcome:
+    """Run ``case`` as a real job in ``workdir`` and score the report against its truth, read
+    with ``stall_floor_s`` as the stall rule's floor."""
     fault, script = FAULTS[case.fault], SCRIPTS[case.script]
     neighbours = busy_neighbours() if fault.busy else contextlib.nullcontext()
     with (
@@ -143,7 +147,7 @@ def run_case(case: Case, workdir: Path) -> Outcome:
     ):
         _wait_to_hit(job, script, fault, case.after_s)
         truth = fault.truth(job, case.rank)
-        outcome = Outcome(case, truth)
+        outcome = Outcome(case, truth, stall_floor_s)
         hit_at = time.monotonic()
         release = _Release(fault.hit(job, case.rank))
         try:
@@ -183,7 +187,7 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
             outcome.missed = True
             outcome.wrong.append(f"the job still ran {JOB_TIMEOUT_S:.0f} s after the fault")
             return
-        report = job.report(READ_ENV)
+        report = _report(job, outcome)
         waited = _waited_for(report)
         outcome.waited_for |= waited
         if outcome.named_s is None and _names(report, truth):
@@ -194,10 +198,20 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
         time.sleep(READ_EVERY_S)
 
 
+def _done_holding(outcome: Outcome, since_hit_s: float) -> bool:
+    """A rank held by the fault can be let go: the report named it, and its agent's view (where
+    the truth has one) is in, or the wait is over."""
+    truth = outcome.truth
+    if not (truth.waited_for or truth.stragglers):
+        return False
+    seen = truth.agent_sees is None or truth.agent_sees in outcome.agent_saw
+    return (outcome.named_s is not None and seen) or since_hit_s > RELEASE_AFTER_S
+
+
 def _score_end(outcome: Outcome, job: UserJob) -> None:
     """What the report of the ended job says, against the truth."""
     truth = outcome.truth
-    report = outcome.report = job.report(READ_ENV)
+    report = outcome.report = _report(job, outcome)
     wrong = outcome.wrong
     if report["status"] != truth.status:
         wrong.append(f"status {report['status']!r}, not {truth.status!r}")
@@ -212,6 +226,8 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
     if truth.waited_for and not truth.waited_for <= outcome.waited_for:
         outcome.missed = True
         wrong.append(f"rank {sorted(truth.waited_for)} never named as waited for")
+    if truth.agent_sees and truth.agent_sees not in outcome.agent_saw:
+        wrong.append(f"its agent saw {sorted(outcome.agent_saw)}, not {truth.agent_sees!r}")
     outcome.flagged = _stragglers(report)
     if outcome.flagged != truth.stragglers:
         wrong.append(f"stragglers {sorted(outcome.flagged)}, not {sorted(truth.stragglers)}")
@@ -262,6 +278,10 @@ def _names(report: dict, truth: Truth) -> bool:
     return report["status"] == truth.status and truth.status != "succeeded"
 
 
+def _report(job: UserJob, outcome: Outcome) -> dict:
+    return job.report({"TB_MONITOR_STALL_FLOOR_S": str(outcome.stall_floor_s)})
+
+
 def _root_cause(report: dict) -> dict | None:
     jobs = report.get("jobs") or []
     if not jobs or not jobs[-1]["attempts"]:
@@ -272,6 +292,16 @@ def _root_cause(report: dict) -> dict | None:
 def _waited_for(report: dict) -> frozenset[int]:
     ranks = report.get("ranks") or {}
     return frozenset(ranks.get("waited_for") or [])
+
+
+def _agent_views(report: dict, ranks: frozenset[int]) -> set[str]:
+    """What the agents of ``ranks`` see of their stalled processes, as the report says."""
+    stalls = (report.get("ranks") or {}).get("stalls") or []
+    return {
+        s["agent"]["seen"]
+        for s in stalls
+        if s["rank"] in ranks and (s.get("agent") or {}).get("seen")
+    }
 
 
 def _stalled_ranks(report: dict) -> list[int]:

@@ -39,6 +39,8 @@ HOOKS = Path(__file__).parent / "campaign_hooks"
 LEAK_SIGNAL = signal.SIGRTMIN + 5  # campaign_hooks/sitecustomize.py starts a leak on it
 #: Debian's libfaketime: the clock of every process of a host a few seconds ahead.
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
+#: Workers whose SIGTERM handler hangs past the agent's grace, which then SIGKILLs them.
+HANGING_HANDLER = {"TB_MONITOR_CAMPAIGN_TERM_HANG_S": "60"}
 SKEW = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": "+4s", "FAKETIME_DONT_RESET": "1"}
 _ROOT = Path("/sys/fs/cgroup")
 _V2 = (_ROOT / "cgroup.controllers").exists()
@@ -103,6 +105,7 @@ class Truth:
     cause_kind: str | None = None  # "exception", "SIGKILL", "SIGSEGV", "node lost"
     stragglers: frozenset[int] = frozenset()
     waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
+    agent_sees: str | None = None  # what the stalled rank's agent sees of its process
 
 
 @dataclass(frozen=True)
@@ -208,8 +211,8 @@ def _healthy(job: UserJob, rank: int) -> Truth:
     return Truth("succeeded")
 
 
-def _stalled(job: UserJob, rank: int) -> Truth:
-    return Truth("succeeded", waited_for=frozenset({rank}))
+def _stalled(seen: str) -> Callable[[UserJob, int], Truth]:
+    return lambda job, rank: Truth("succeeded", waited_for=frozenset({rank}), agent_sees=seen)
 
 
 FAILURES = {
@@ -230,14 +233,20 @@ FAILURES = {
             nodes=2,
         ),
         Fault("preempt", lambda job, rank: Truth("terminated"), _preempt),
+        Fault(
+            "preempt-hung-handler",
+            lambda job, rank: Truth("terminated"),
+            _preempt,
+            node_env={node: HANGING_HANDLER for node in (0, 1)},
+        ),
     )
 }
 #: Faults the job survives once undone: a rank the others wait for meanwhile, or a slow one.
 STALLS = {
     fault.name: fault
     for fault in (
-        Fault("sigstop", _stalled, _stop),
-        Fault("d-state", _stalled, _freeze, needs_cgroups=True),
+        Fault("sigstop", _stalled("stopped"), _stop),
+        Fault("d-state", _stalled("uninterruptible sleep"), _freeze, needs_cgroups=True),
         Fault(
             "cpu-throttle",
             lambda job, rank: Truth("succeeded", stragglers=frozenset({rank})),

@@ -345,6 +345,16 @@ def terminations(rows: Iterable[Mapping[str, Any]]) -> dict[str, Termination]:
     return found
 
 
+def stops_begun(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Per job: when an agent of it last began stopping its workers (``AGENT_STOPPING``)."""
+    found: dict[str, float] = {}
+    for row in rows:
+        if row.get("name") == contract.AGENT_STOPPING:
+            job = job_of(row)
+            found[job] = max(found.get(job, -math.inf), float(row["wall_time"]))
+    return found
+
+
 def finished_jobs(
     rows: Iterable[Mapping[str, Any]], found: list[Attempt] | None = None
 ) -> dict[str, bool]:

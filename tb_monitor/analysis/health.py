@@ -24,7 +24,13 @@ from dataclasses import replace
 from typing import Any
 
 from tb_monitor.analysis.agent_views import agent_views
-from tb_monitor.analysis.attempts import Attempt, attempts, finished_jobs, terminations
+from tb_monitor.analysis.attempts import (
+    Attempt,
+    attempts,
+    finished_jobs,
+    stops_begun,
+    terminations,
+)
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.jobs import job_grid, job_spans, separate_jobs
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
@@ -39,7 +45,7 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
     """Each job's attempts, in the order ``attempts`` gives them."""
     found = attempts(rows, marks)
     finished = finished_jobs(rows, found)
-    stopped = terminations(rows)
+    stopped, stopping = terminations(rows), stops_begun(rows)
     by_job: dict[str, list[Attempt]] = {}
     for attempt in found:
         by_job.setdefault(attempt.job, []).append(attempt)
@@ -49,6 +55,7 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
             tuple(ours),
             finished.get(job, False),
             terminated=stopped.get(job),
+            stop_began=stopping.get(job),
         )
         for job, ours in by_job.items()
     )
@@ -58,13 +65,15 @@ def _judged(
     grid: RankGrid, job: JobHealth | None, now: float | None, views: Any
 ) -> RankHealth | None:
     """The ranks' health. A job that ended has no live stall: every agent recorded its verdict,
-    or its last attempt is over (a rank failed or was stopped), and its ranks wait for that end,
-    not for a rank. In a running attempt only the heartbeats logged since it started count: a
-    rank whose beats stopped with an earlier attempt (it failed, its node left) has ended."""
+    or its last attempt is over (a rank failed or was stopped), or an agent began stopping its
+    workers, and its ranks wait for that end, not for a rank. In a running attempt only the
+    heartbeats logged since it started count: a rank whose beats stopped with an earlier
+    attempt (it failed, its node left) has ended."""
     if job is None:
         return rank_health(grid, now=now, views=views)
     last = job.attempts[-1]
-    if job.finished or last.outcome != "RUNNING":
+    stopping = job.stop_began is not None and job.stop_began >= last.start
+    if job.finished or last.outcome != "RUNNING" or stopping:
         ranks = rank_health(grid, now=now, views=views)
         return None if ranks is None else replace(ranks, stalls=())
     ours = {run: b for run, b in grid.beats.items() if b.get("wall_time", -math.inf) >= last.start}

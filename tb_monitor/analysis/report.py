@@ -121,6 +121,7 @@ class JobHealth:
     finished: bool
     ranks: RankHealth | None = None
     terminated: Termination | None = None  # a signal to its agent ended it
+    stop_began: float | None = None  # when an agent of it last began stopping its workers
 
     @property
     def stalled(self) -> bool:

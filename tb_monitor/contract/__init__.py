@@ -45,6 +45,7 @@ from tb_monitor.contract.records import FIELDS, decode_record, is_heartbeat, rea
 from tb_monitor.contract.runs import agent_run_name, rank_of, run_name_from_env
 from tb_monitor.contract.tags import (
     AGENT,
+    AGENT_STOPPING,
     CONTENT_VERSION,
     KINDS,
     LOGDIR_ENV,
@@ -75,6 +76,7 @@ __all__ = [
     "RANK_COLLECTIVE",
     "RANK_GRAD_WAIT",
     "RANK_PREFIX",
+    "AGENT_STOPPING",
     "RANK_SEEN",
     "RANK_STACKS",
     "RANK_STEP",

@@ -6,6 +6,7 @@ import json
 
 __all__ = [
     "AGENT",
+    "AGENT_STOPPING",
     "CONTENT_VERSION",
     "KINDS",
     "LOGDIR_ENV",
@@ -57,6 +58,9 @@ LOGDIR_ENV = "TB_MONITOR_LOGDIR"
 #: again), RANK_STACKS with ``stacks``, every thread's Python stack as the worker dumped it.
 RANK_SEEN = "tb_monitor.rank.seen"
 RANK_STACKS = "tb_monitor.rank.stacks"
+#: The agent of ``tb-monitor run`` began stopping its workers (a signal to it, a rank's failure,
+#: a restart): what they do from then on is the stop's doing, not a stall (state STOPPING).
+AGENT_STOPPING = "tb_monitor.agent.stopping"
 
 
 def timeline_tag(kind: str) -> str:

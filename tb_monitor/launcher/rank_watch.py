@@ -168,6 +168,13 @@ class RankWatch:
             for worker in self._workers:
                 self._look_at(worker, now)
 
+    def stopping(self) -> None:
+        """Record that the agent began stopping its workers (``contract.AGENT_STOPPING``): what
+        they do from now on, a SIGTERM handler that hangs included, is the stop's doing."""
+        metadata = {**self._base, "state": "STOPPING"}
+        when = int(self._clock() * 1000)
+        self._record(Event(contract.AGENT_STOPPING, EventSource.AGENT, when, metadata))
+
     def stacks_before_stop(self, wait_s: float = STOP_WAIT_S) -> None:
         """Ask every worker alive and not stopped for its stacks; record what they write
         within ``wait_s`` (the agent is about to stop them: nothing could dump after)."""
@@ -366,6 +373,7 @@ def _hook_agent(watch: RankWatch) -> Callable[[], None]:
             if _succeeded(self):  # they all exited 0: nothing to ask, and none to signal
                 watch.watch(())
             else:
+                watch.stopping()
                 watch.stacks_before_stop()
         except Exception:
             _log.warning("tb_monitor: could not take the workers' stacks", exc_info=True)

@@ -185,3 +185,38 @@ def test_a_rank_of_an_attempt_before_a_restart_is_not_stalled():
     beats = {rank: _beat(T, 0.1) for rank in (0, 1)} | {r: _beat(START + 50, 0.1) for r in (2, 3)}
     doc = report_of("logs", rows, _grid(beats), now=T)
     assert (doc.status, doc.ranks.stalls, doc.exit_code) == ("running", (), 0)
+
+
+# -- a job its agent is stopping has no live stall ---------------------------------------------
+
+
+def _stopping(t: float, agent: str) -> dict:
+    """The agent's record that it began stopping its workers (a signal, a failure, a restart)."""
+    return _rec(t, agent, contract.AGENT, "STOPPING", contract.AGENT_STOPPING, source="AGENT")
+
+
+def _stuck_in_their_sigterm_handlers() -> tuple[list[dict], RankGrid]:
+    """Both agents got SIGTERM at T - 50 and began stopping; the ranks hang in their SIGTERM
+    handlers since (no step for 40 s and more, past the floor): no verdict recorded yet."""
+    rows = [*(_joined(START, agent, 0) for agent in AGENTS)]
+    rows += [_worker(START + 1, rank, "START") for rank in range(4)]
+    rows += [_stopping(T - 50.0, agent) for agent in AGENTS]
+    return rows, _grid({rank: _beat(T, 40.0 + rank) for rank in range(4)})
+
+
+def test_ranks_hung_in_a_stop_the_agent_began_are_not_stalled():
+    """Ranks that stop stepping once their agent began stopping them (a preemption whose
+    handler hangs) are the stop's doing: no rank is stalled or waited for, exit code 0."""
+    rows, grid = _stuck_in_their_sigterm_handlers()
+    doc = report_of("logs", rows, grid, now=T)
+    assert (doc.ranks.stalls, doc.ranks.waited_for, doc.exit_code) == ((), (), 0)
+
+
+def test_a_stop_before_the_running_attempt_leaves_its_stalls_alone():
+    """An agent's stop of an earlier attempt (before a restart) does not hide the new
+    attempt's stall."""
+    rows, grid = _stuck_in_their_sigterm_handlers()
+    rows = [r for r in rows if r["name"] != contract.AGENT_STOPPING]
+    rows += [_stopping(START - 5.0, agent) for agent in AGENTS]
+    doc = report_of("logs", rows, grid, now=T)
+    assert doc.ranks.stalls != ()

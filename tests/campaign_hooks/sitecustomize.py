@@ -5,7 +5,8 @@ On ``PYTHONPATH`` of the campaign's jobs only (``tests/fault_injection.py``), im
 Python process there, and active in torchrun's workers alone (they have ``RANK``): SIGUSR2 makes
 the worker's main thread raise, as a bug in the user's code would, at its next Python line;
 SIGRTMIN+5 starts a leak (8 MiB every 50 ms) that a memory limit then answers with the kernel's
-OOM killer. The user's script is not changed.
+OOM killer; with ``TB_MONITOR_CAMPAIGN_TERM_HANG_S`` set, a SIGTERM handler hangs that long, as
+a handler stuck in a collective on its way out would. The user's script is not changed.
 """
 
 import os
@@ -29,5 +30,11 @@ if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
     def _leak(signum, frame):
         threading.Thread(target=_leak_forever, name="campaign-leak", daemon=True).start()
 
+    def _hang(signum, frame):
+        time.sleep(float(os.environ["TB_MONITOR_CAMPAIGN_TERM_HANG_S"]))
+        raise SystemExit(128 + signum)
+
     signal.signal(signal.SIGUSR2, _raise)
     signal.signal(LEAK_SIGNAL, _leak)
+    if os.environ.get("TB_MONITOR_CAMPAIGN_TERM_HANG_S"):
+        signal.signal(signal.SIGTERM, _hang)

@@ -248,3 +248,13 @@ def test_stacks_before_stop_skip_a_stopped_worker(tmp_path, start_worker):
     watch.stacks_before_stop(wait_s=WAIT_CAP_S)
     assert time.monotonic() - started < WAIT_CAP_S / 2  # not waited for
     assert records == []
+
+
+def test_the_agent_records_when_it_began_stopping_its_workers(tmp_path, start_worker):
+    """``stopping`` records AGENT_STOPPING (state STOPPING) from the agent, with its run id."""
+    proc, records = start_worker(), []
+    watch = _watch(tmp_path, proc, records)
+    watch.stopping()
+    (stop,) = [r for r in records if r.name == contract.AGENT_STOPPING]
+    assert (stop.source.name, stop.metadata["state"]) == ("AGENT", "STOPPING")
+    assert "run_id" in stop.metadata

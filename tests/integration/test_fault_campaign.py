@@ -1,0 +1,38 @@
+"""The fault campaign's CI sample: one fixed seed's cases, every fault kind once, each a real job
+of a users' script under ``tb-monitor run`` hit from outside; the report must be right about each.
+
+The cases and their scoring are ``tests/fault_campaign.py``; the full campaign, with its table and
+rates, is ``benchmarks/bench_fault_campaign.py``. A wrong answer the campaign finds gets a test of
+its own (tests/analysis/) before it is fixed; this sample keeps the fixed ones fixed.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import IN_CI, need
+from fault_campaign import SCRIPTS, plan, run_case, usable_faults
+from fault_injection import FAULTS
+
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.timed]
+
+SEED = 20261201
+#: Every kind once, on the DDP and Hugging Face scripts (a Lightning job's imports cost half a
+#: minute here; the benchmark runs it, and tests/integration/test_users_jobs.py runs it healthy).
+SAMPLE = plan(SEED, len(FAULTS), scripts=("ddp", "hf"))
+
+
+@pytest.mark.parametrize("case", SAMPLE, ids=str)
+def test_report_is_right_about_the_fault(case, tmp_path):
+    """The report gives the case's status, exit code, root cause, stragglers and stalls."""
+    need(SCRIPTS[case.script].module)
+    why_not = usable_faults().get(case.fault)
+    if why_not is not None:
+        if IN_CI:
+            pytest.fail(f"{case.fault} is required when CI=true: {why_not}")
+        pytest.skip(why_not)
+    outcome = run_case(case, tmp_path)
+    assert outcome.verdict == "right", (
+        f"{case}: {'; '.join(outcome.wrong)}\n{json.dumps(outcome.report, indent=1)[:4000]}"
+    )
