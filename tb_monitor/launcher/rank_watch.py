@@ -23,14 +23,19 @@ without a pulse file is never silent, and silence takes at least two looks' inte
 once seen gone is forgotten (its pid may be reused), and when torchelastic stops its workers
 after they succeeded none is asked.
 
+Once per stall of all its workers (``launcher.roll_call``) the agent records every worker's
+stacks with ``roll_call``, ``method`` and the main thread's ``frames`` (JSON): read by py-spy
+where it can (``launcher.stack_capture``: native frames, stopped processes), else dumped by
+faulthandler; a worker seen silent is read by py-spy first too.
+
 ``install(destination)`` wires it into torch's ``LocalElasticAgent``, looking every
-``$TB_MONITOR_HEARTBEAT_S`` (5 s) and calling a worker silent after three looks without a pulse
-(at least ``$TB_MONITOR_SILENT_AFTER_S``, 5 s); ``RankWatch`` is the part that needs no torch.
-Linux only: where there is no ``/proc`` nothing is recorded.
+``$TB_MONITOR_HEARTBEAT_S`` (5 s), a worker silent after three looks without a pulse (at least
+``$TB_MONITOR_SILENT_AFTER_S``, 5 s); ``RankWatch`` needs no torch. Linux only (``/proc``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -44,10 +49,20 @@ from typing import Any
 
 from tb_monitor import _env, contract
 from tb_monitor.elastic.events.api import Event, EventSource
-from tb_monitor.rank.stacks import exited_path, pulse_path, stack_signal, stacks_path
+from tb_monitor.launcher import stack_capture
+from tb_monitor.launcher.roll_call import StallTrigger, stall_floor_s
+from tb_monitor.rank.stacks import (
+    Progress,
+    exited_path,
+    pulse_path,
+    read_pulse,
+    stack_signal,
+    stacks_path,
+)
 
 __all__ = [
     "SILENT",
+    "ROLL_CALL_WAIT_S",
     "STOP_WAIT_S",
     "STOPPED",
     "UNINTERRUPTIBLE",
@@ -59,11 +74,11 @@ __all__ = [
     "view_of",
 ]
 
-STOPPED = "stopped"
-UNINTERRUPTIBLE = "uninterruptible sleep"
-SILENT = "alive but silent"
+STOPPED, UNINTERRUPTIBLE, SILENT = "stopped", "uninterruptible sleep", "alive but silent"
 #: Before stopping its workers, the agent waits at most this long for their stacks.
 STOP_WAIT_S = 0.5
+#: In a roll-call without py-spy, the agent waits at most this long for faulthandler's dumps.
+ROLL_CALL_WAIT_S = 2.0
 #: A dump longer than this is cut (a timeline record is kept whole in memory by readers).
 MAX_STACKS_CHARS = 64_000
 _POLL_S = 0.01
@@ -121,6 +136,7 @@ class Worker:
     offset: int = 0  # the stacks file's bytes already recorded
     size_seen: int = 0  # its size at the last look: a dump is recorded once it stopped growing
     gone: bool = False  # seen ended: its pid may belong to another process now
+    progress: Progress | None = None  # the newest its pulse carried
 
 
 class RankWatch:
@@ -138,9 +154,12 @@ class RankWatch:
         role: str = "default",
         proc: str = "/proc",
         clock: Callable[[], float] = time.time,
+        trigger: StallTrigger | None = None,
+        py_spy: str | None = None,
     ) -> None:
         self.directory = directory
         self._record, self._signum, self._clock, self._proc = record, signum, clock, proc
+        self._trigger, self._py_spy = trigger, py_spy
         # A pulse late by a look or two is a busy worker, not a silent one.
         self.interval_s, self.silent_after_s = interval_s, max(silent_after_s, 2 * interval_s)
         self._base = {
@@ -167,6 +186,7 @@ class RankWatch:
             now = self._clock()
             for worker in self._workers:
                 self._look_at(worker, now)
+            self._roll_call(now)
 
     def stacks_before_stop(self, wait_s: float = STOP_WAIT_S) -> None:
         """Ask every worker alive and not stopped for its stacks; record what they write
@@ -176,12 +196,54 @@ class RankWatch:
             asked = [
                 w for w, state in alive if view_of(state, None, 0.0) == "" and self._ask(w, state)
             ]
-            deadline = time.monotonic() + wait_s
-            while asked and time.monotonic() < deadline:
-                time.sleep(_POLL_S)
-                asked = [
-                    w for w in asked if not self._take_stacks(w, "before the agent stopped it")
-                ]
+            self._wait_for(asked, wait_s, "before the agent stopped it")
+
+    def _wait_for(
+        self, asked: list[Worker], wait_s: float, reason: str, call: dict | None = None
+    ) -> None:
+        """Record the dumps of the workers ``asked`` as they come, for at most ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while asked and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            asked = [w for w in asked if not self._take_stacks(w, reason, call)]
+
+    def _roll_call(self, now: float) -> None:
+        """Every worker's stacks, once per stall of them all (``roll_call.StallTrigger``): by
+        py-spy where it reads them, else by faulthandler."""
+        alive = [w for w in self._workers if not w.gone]
+        progress = {w.pid: w.progress for w in alive}
+        if self._trigger is None or not self._trigger.due(progress, now):
+            return
+        since = self._trigger.stalled_since(progress)
+        call = {"roll_call": f"{self._base['hostname']}@{now:.3f}", "stalled_since": since}
+        missing = self._spied(alive, "for the roll-call", call)
+        asked = [w for w in missing if self._ask(w, w.state)]
+        self._wait_for(asked, ROLL_CALL_WAIT_S, "for the roll-call", call)
+
+    def _spied(self, workers: list[Worker], reason: str, call: dict | None = None) -> list[Worker]:
+        """Record the stacks py-spy reads of ``workers``; those it could not read."""
+        dumps = stack_capture.capture(((w.pid, w.state) for w in workers), self._py_spy)
+        for worker in workers:
+            dump = dumps.get(worker.pid)
+            if dump is not None:
+                self._emit_stacks(worker, dump, f"read by {dump.method} {reason}", call)
+        return [w for w in workers if w.pid not in dumps]
+
+    def _emit_stacks(self, worker: Worker, dump: Any, reason: str, call: dict | None) -> None:
+        text = dump.text
+        if len(text) > MAX_STACKS_CHARS:
+            text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
+        self._emit(
+            worker,
+            contract.RANK_STACKS,
+            "STACKS",
+            stacks=text,
+            seen=worker.recorded or "responding",
+            message=f"every thread's stack, {reason}",
+            method=dump.method,
+            frames=json.dumps(dump.frames),
+            **(call or {}),
+        )
 
     def start(self) -> RankWatch:
         self._thread = threading.Thread(target=self._run, name="tb_monitor-rank-watch", daemon=True)
@@ -206,10 +268,12 @@ class RankWatch:
             return
         worker.state = process_state(worker.pid, self._proc)
         worker.gone = worker.state is None
+        pulse = pulse_path(self.directory, worker.pid)
         try:
-            pulse_age = now - os.stat(pulse_path(self.directory, worker.pid)).st_mtime
+            pulse_age = now - os.stat(pulse).st_mtime
         except OSError:  # not installed (yet): its silence cannot be told
             pulse_age = None
+        worker.progress = read_pulse(pulse) or worker.progress
         view = view_of(worker.state, pulse_age, self.silent_after_s)
         if view is not None and view != worker.recorded:
             if view == worker.candidate:
@@ -224,8 +288,8 @@ class RankWatch:
         message = _MESSAGES[view].format(state=worker.state, age=pulse_age)
         state = "SILENT" if view else "RESPONDING"
         self._emit(worker, contract.RANK_SEEN, state, seen=view or "responding", message=message)
-        if view and not worker.asked:  # once a spell: asked again after its stacks came
-            worker.asked = self._ask(worker, worker.state)
+        if view and not worker.asked and self._spied([worker], "after it went silent"):
+            worker.asked = self._ask(worker, worker.state)  # once a spell, till its stacks came
 
     def _ask(self, worker: Worker, state: str | None) -> bool:
         """Send the stacks signal where the worker registered for it; whether it was sent. A
@@ -240,8 +304,9 @@ class RankWatch:
             return False
         return True
 
-    def _take_stacks(self, worker: Worker, reason: str) -> bool:
-        """Record what the worker's stacks file gained once it stopped growing; whether it did."""
+    def _take_stacks(self, worker: Worker, reason: str, call: dict | None = None) -> bool:
+        """Record what the worker's stacks file gained once it stopped growing; whether it did
+        (in a roll-call ``call``, with its main thread's frames)."""
         path = stacks_path(self.directory, worker.pid)
         try:
             size = os.path.getsize(path)
@@ -258,16 +323,9 @@ class RankWatch:
             dumps.seek(worker.offset)
             text = dumps.read(size - worker.offset).decode("utf-8", "replace")
         worker.offset, worker.asked = size, False
-        if len(text) > MAX_STACKS_CHARS:
-            text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
-        self._emit(
-            worker,
-            contract.RANK_STACKS,
-            "STACKS",
-            stacks=text,
-            seen=worker.recorded or "responding",
-            message=f"every thread's Python stack, dumped {reason}",
-        )
+        threads = stack_capture.parse_faulthandler(text)
+        dump = stack_capture.Dump("faulthandler", text, stack_capture.main_frames(threads))
+        self._emit_stacks(worker, dump, f"dumped by faulthandler {reason}", call)
         return True
 
     def _emit(self, worker: Worker, name: str, state: str, **fields: Any) -> None:
@@ -309,6 +367,8 @@ def install(destination: str) -> Callable[[], None]:
         signum=signum,
         interval_s=interval,
         silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
+        trigger=StallTrigger(stall_floor_s()),
+        py_spy=stack_capture.py_spy_path(),
     ).start()
     unhook = _hook_agent(watch)
 
