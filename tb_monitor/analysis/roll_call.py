@@ -23,10 +23,16 @@ from typing import Any
 
 from tb_monitor import contract
 
-__all__ = ["RollCall", "RollGroup", "group_ranks", "innermost", "roll_calls"]
+__all__ = ["RollCall", "RollGroup", "frame_line", "group_ranks", "innermost", "roll_calls"]
 
 #: Path parts of frames that are not the user's code.
 _NOT_USERS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/tb_monitor/", "<frozen")
+
+
+def frame_line(frame: Mapping[str, Any]) -> str:
+    """One frame as py-spy prints it: ``name (file:line)``, a native one without its line."""
+    where = frame.get("file") if frame.get("native") else f"{frame.get('file')}:{frame.get('line')}"
+    return f"{frame.get('name')} ({where})"
 
 
 @dataclass(frozen=True)
@@ -42,10 +48,7 @@ class RollGroup:
 
     def main_stack(self) -> list[str]:
         """The first rank's main thread, a frame a line: ``name (file:line)``."""
-        return [
-            f"{f.get('name')} ({f.get('file')}{'' if f.get('native') else f':{f.get("line")}'})"
-            for f in self.frames
-        ]
+        return [frame_line(f) for f in self.frames]
 
     def words(self) -> str:
         """``ranks 0, 2, 3 in `all_reduce` at train.py:42``."""

@@ -26,6 +26,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from tb_monitor.analysis.roll_call import frame_line
+
 __all__ = [
     "PY_SPY_TIMEOUT_S",
     "Dump",
@@ -130,9 +132,7 @@ def format_threads(threads: Iterable[Thread], header: str) -> str:
     lines = [header]
     for thread in threads:
         lines.append(f"Thread {thread.name}:")
-        for f in thread.frames:
-            where = f["file"] if f["native"] else f"{f['file']}:{f['line']}"
-            lines.append(f"    {f['name']} ({where})")
+        lines.extend(f"    {frame_line(f)}" for f in thread.frames)
     return "\n".join(lines) + "\n"
 
 
