@@ -248,3 +248,17 @@ def test_stacks_before_stop_skip_a_stopped_worker(tmp_path, start_worker):
     watch.stacks_before_stop(wait_s=WAIT_CAP_S)
     assert time.monotonic() - started < WAIT_CAP_S / 2  # not waited for
     assert records == []
+
+
+def test_pulse_carries_the_ranks_progress(tmp_path):
+    """Each beat rewrites the pulse with the rank's progress, which the agent reads back."""
+    dumps = stacks.StackDumps(str(tmp_path), signal.SIGURG, 0.05).install()
+    stacks.progress_from(lambda: stacks.Progress(7, 123.0, 0.5))
+    try:
+        deadline = time.monotonic() + 5.0
+        while stacks.read_pulse(dumps.pulse) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stacks.read_pulse(dumps.pulse) == stacks.Progress(7, 123.0, 0.5)
+    finally:
+        stacks.progress_from(None)
+        dumps.close()
