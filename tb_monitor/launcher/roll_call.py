@@ -43,9 +43,10 @@ class StallTrigger:
         return max((p.last_step for p in progress.values() if p is not None), default=None)
 
     def due(self, progress: Mapping[int, Progress | None], now: float) -> bool:
-        """Whether to capture now: every worker whose progress is known (by pid) went past the
-        stall rule's time without a step, and this stall was not captured yet."""
-        known = {pid: p for pid, p in progress.items() if p is not None}
+        """Whether to capture now: every worker that stepped (by pid) went past the stall
+        rule's time without a step, and this stall was not captured yet. A worker yet to step
+        does not count: a slow start (imports, rendezvous) is no stall of the loop."""
+        known = {pid: p for pid, p in progress.items() if p is not None and p.steps}
         if not known or any(not self._stalled(p, now) for p in known.values()):
             return False
         stall = tuple(sorted((pid, p.steps) for pid, p in known.items()))

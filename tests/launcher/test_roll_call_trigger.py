@@ -55,3 +55,8 @@ def test_a_stopped_workers_frozen_progress_counts_as_stalled():
     """A stopped worker's last pulse stays as it was: with the others stalled, due."""
     trigger = StallTrigger(floor_s=5.0)
     assert trigger.due({1: _progress(10, T - 30), 2: _progress(11, T)}, now=T + 6)
+
+
+def test_workers_yet_to_step_are_no_stall():
+    """Before the first step (a slow start) no roll-call is taken."""
+    assert not StallTrigger(floor_s=5.0).due({1: _progress(0, T)}, now=T + 60)
