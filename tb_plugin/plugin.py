@@ -221,7 +221,8 @@ class TimelinePlugin(base_plugin.TBPlugin):
         timelines = self._timelines.store(eid, ctx, behind=True)
         attempts = timelines.snapshot().attempts
         views, jobs = timelines.agent_views(), timelines.job_spans()
-        return ranks_payload(ranks.snapshot(), query, attempts, views, jobs)
+        calls = timelines.roll_calls()
+        return ranks_payload(ranks.snapshot(), query, attempts, views, jobs, calls)
 
 
 class _Payloads:

@@ -37,6 +37,7 @@ from tb_monitor import timeline
 from tb_monitor.analysis.agent_views import AgentView, silent_runs
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid
 from tb_monitor.analysis.jobs import JobSpan
+from tb_monitor.analysis.roll_call import RollCall
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS
 from tb_monitor.contract import rank_of
 from tb_plugin.payloads import b64, bucket_count
@@ -285,6 +286,13 @@ def _stalls_seen(
     return out
 
 
+def _roll_call(snap: RankSnapshot, calls: Mapping[str, RollCall]) -> dict[str, Any] | None:
+    """The newest roll-call of the jobs ``snap`` shows, as ``report --json`` has it."""
+    jobs = {run.split("/", 1)[0] for run in snap.runs}
+    ours = [call for job, call in calls.items() if job in jobs]
+    return max(ours, key=lambda c: c.at).to_json() if ours else None
+
+
 def _dicts(found: list[Any]) -> list[dict[str, Any]]:
     """Scores or stalls as the route's JSON sends them."""
     return [dataclasses.asdict(each) for each in found]
@@ -345,6 +353,7 @@ def ranks_payload(
     attempts: list[dict[str, Any]] | None = None,
     views: Mapping[tuple[str, int], AgentView] | None = None,
     jobs: Sequence[JobSpan] = (),
+    calls: Mapping[str, RollCall] | None = None,
 ) -> dict[str, Any]:
     """The heatmap for the window ``q`` asks for, bucketed to about its pixel width.
 
@@ -356,6 +365,8 @@ def ranks_payload(
     ``views``: what the ranks' agents saw (``tb_monitor.analysis.agent_views``), each stall's
     ``agent`` (as ``tb-monitor report --json`` has it). ``jobs``: the logdir's jobs; where
     it holds several, the payload is one job's (``tb_plugin.rank_jobs``: ``jobs``, ``job``).
+    ``calls``: the jobs' roll-calls (``tb_monitor.analysis.roll_call``): the shown job's
+    newest is ``roll_call`` while a rank is stalled, as ``report --json`` has it.
     """
     if q.generation == snap.generation and snap.loading is None:
         return {"generation": snap.generation, "unchanged": True}
@@ -376,6 +387,7 @@ def ranks_payload(
         "markers": _markers(attempts),
         **shown,
     }
+    payload["roll_call"] = _roll_call(snap, calls or {}) if payload["stalls"] else None
     payload.update(_cells(snap, q, highlighted_rows(payload, q.rank)))
     return payload
 

@@ -35,6 +35,7 @@ from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.jobs import job_grid, job_spans, separate_jobs
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
 from tb_monitor.analysis.report import SCHEMA_VERSION, JobHealth, JobReport
+from tb_monitor.analysis.roll_call import roll_calls
 from tb_monitor.analysis.sources import timeline_rows
 from tb_monitor.timeline import Span
 
@@ -62,7 +63,7 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
 
 
 def _judged(
-    grid: RankGrid, job: JobHealth | None, now: float | None, views: Any
+    grid: RankGrid, job: JobHealth | None, now: float | None, views: Any, calls: Any
 ) -> RankHealth | None:
     """The ranks' health. A job that ended has no live stall: every agent recorded its verdict,
     or its last attempt is over (a rank failed or was stopped), or an agent began stopping its
@@ -70,14 +71,14 @@ def _judged(
     heartbeats logged since it started count: a rank whose beats stopped with an earlier
     attempt (it failed, its node left) has ended."""
     if job is None:
-        return rank_health(grid, now=now, views=views)
+        return rank_health(grid, now=now, views=views, calls=calls)
     last = job.attempts[-1]
     stopping = job.stop_began is not None and job.stop_began >= last.start
     if job.finished or last.outcome != "RUNNING" or stopping:
         ranks = rank_health(grid, now=now, views=views)
         return None if ranks is None else replace(ranks, stalls=())
     ours = {run: b for run, b in grid.beats.items() if b.get("wall_time", -math.inf) >= last.start}
-    return rank_health(grid.with_beats(ours), now=now, views=views)
+    return rank_health(grid.with_beats(ours), now=now, views=views, calls=calls)
 
 
 def _with_ranks(
@@ -88,13 +89,14 @@ def _with_ranks(
 ) -> tuple[tuple[JobHealth, ...], RankHealth | None]:
     """Each job with its own ranks' health (its part of the grid, where the logdir holds several
     jobs), and the report's: the one job's, or the whole grid's without job records."""
-    views = agent_views(rows)
+    views, calls = agent_views(rows), roll_calls(rows)
     if len(jobs) <= 1:
-        ranks = _judged(grid, jobs[0] if jobs else None, now, views)
+        ranks = _judged(grid, jobs[0] if jobs else None, now, views, calls)
         return tuple(replace(job, ranks=ranks) for job in jobs), ranks
     spans = {span.job: span for span in job_spans(rows)}
     out = [
-        replace(job, ranks=_judged(job_grid(grid, spans[job.job]), job, now, views)) for job in jobs
+        replace(job, ranks=_judged(job_grid(grid, spans[job.job]), job, now, views, calls))
+        for job in jobs
     ]
     return tuple(out), None
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from tb_monitor.analysis.agent_views import AgentView, silent_runs
 from tb_monitor.analysis.grid import RankGrid, Score, Stall
+from tb_monitor.analysis.roll_call import RollCall
 
 __all__ = ["RankHealth", "StepTime", "rank_health"]
 
@@ -55,6 +56,8 @@ class RankHealth:
     step_times: tuple[StepTime, ...]  # by rank
     #: What each rank's agent saw of its process, by (job, rank) (``analysis.agent_views``).
     views: Mapping[tuple[str, int], AgentView] = field(default_factory=dict)
+    #: Every rank's stacks in the stall, grouped, while one is named (``analysis.roll_call``).
+    roll_call: RollCall | None = None
 
     def view_of(self, stall: Stall) -> AgentView | None:
         """What the stalled rank's agent saw of it, if it recorded anything."""
@@ -87,6 +90,7 @@ class RankHealth:
                 for s in self.stalls
             ],
             "waited_for": list(self.waited_for),
+            "roll_call": None if self.roll_call is None else self.roll_call.to_json(),
             "step_times": [s.to_json() for s in self.step_times],
         }
 
@@ -125,20 +129,26 @@ def rank_health(
     *,
     now: float | None = None,
     views: Mapping[tuple[str, int], AgentView] | None = None,
+    calls: Mapping[str, RollCall] | None = None,
 ) -> RankHealth | None:
     """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
     are judged (default: the grid's newest heartbeat); ``views``: what the ranks' agents saw
     (``agent_views``), attached to each stall as its explanation (a rank that recorded nothing
-    is known from them alone)."""
+    is known from them alone); ``calls``: the jobs' roll-calls (``roll_calls``), the newest of
+    the grid's jobs attached while a stall is named."""
     if not grid.runs:
         return None
     views = views or {}
+    stalls = tuple(grid.stalls(now=now, seen_silent=silent_runs(grid.runs, views)))
+    jobs = {run.split("/", 1)[0] for run in grid.runs}
+    ours = [call for job, call in (calls or {}).items() if job in jobs]
     return RankHealth(
         count=len(grid.runs),
         windows=int(np.count_nonzero((grid.steps > 0).any(axis=0))) if grid.shape[1] else 0,
         window_s=grid.window_s,
         scores=tuple(grid.scores()),
-        stalls=tuple(grid.stalls(now=now, seen_silent=silent_runs(grid.runs, views))),
+        stalls=stalls,
         step_times=_step_times(grid),
         views=views,
+        roll_call=max(ours, key=lambda c: c.at) if ours and stalls else None,
     )

@@ -36,6 +36,18 @@ not one; times are epoch seconds)::
              "stacks_note": "stopped: no stacks (...)" | null}}
         ],
         "waited_for": [3],
+        "roll_call": null | {            # while a stall is named: every rank's stacks, taken
+                                         # once per stall by the agents (analysis.roll_call)
+          "at": 1.7e9, "stalled_since": 1.7e9 | null,
+          "summary": "rank 1 in `sleep` at train.py:40; ranks 0, 2, 3 in `all_reduce` at ...",
+          "groups": [                    # the odd one out (the smallest group) first
+            {"ranks": [1], "function": "sleep" | null, "where": "train.py:40" | null,
+             "method": "py-spy --native" | "py-spy" | "faulthandler",
+             "main_thread": [{"name": "all_reduce", "file": "...", "line": 42,
+                              "native": false}],   # the first rank's, innermost first
+             "stack": "py-spy --native: every thread, innermost frame first ..."}
+          ]
+        },
         "step_times": [                  # per rank, the median over its windows, by rank
           {"rank": 0, "windows": 36, "step_s": 0.05, "collective_s": 0.01, "compute_s": 0.04}
         ]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from tb_monitor.analysis.attempts import Attempt
     from tb_monitor.analysis.grid import Score, Stall
     from tb_monitor.analysis.rank_report import RankHealth
+    from tb_monitor.analysis.roll_call import RollCall
     from tb_monitor.analysis.root_cause import RootCause
 
 __all__ = [
@@ -178,12 +179,26 @@ def _render_view(view: AgentView | None) -> str:
     return "\n" + "\n".join(lines)
 
 
+def _roll_call_lines(call: RollCall) -> list[str]:
+    """The roll-call, the odd one out first, each group with its first rank's main thread."""
+    lines = [f"  roll-call       {visible(call.words())}"]
+    for group in call.groups:
+        stack = group.main_stack()
+        lines.append(f"{'':18}{visible(group.words())}, main thread ({visible(group.method)}):")
+        lines.extend(f"{'':20}{visible(line, keep=chr(9))}" for line in stack[:_STACK_LINES])
+        if len(stack) > _STACK_LINES:
+            lines.append(f"{'':20}... {len(stack) - _STACK_LINES} more lines in report --json")
+    return lines
+
+
 def ranks_lines(ranks: RankHealth, stalled: bool) -> list[str]:
     lines = [
         "",
         f"ranks: {plural(ranks.count, 'rank')} recorded their health, "
         f"{plural(ranks.windows, 'window')} (compute time relative to the median rank)",
     ]
+    if ranks.roll_call is not None:  # the odd one out is the answer: before all else
+        lines.extend(_roll_call_lines(ranks.roll_call))
     for s in ranks.stragglers:
         lines.append(
             f"  straggler       {_score(s)} the median rank "

@@ -23,47 +23,57 @@ without a pulse file is never silent, and silence takes at least two looks' inte
 once seen gone is forgotten (its pid may be reused), and when torchelastic stops its workers
 after they succeeded none is asked.
 
+Once per stall of all its workers (``launcher.roll_call``) the agent records every worker's
+stacks with ``roll_call``, ``method`` and the main thread's ``frames`` (JSON): read by py-spy
+where it can (``launcher.stack_capture``: native frames, stopped processes), else dumped by
+faulthandler; a worker seen silent is read by py-spy first too.
+
 ``install(destination)`` wires it into torch's ``LocalElasticAgent``, looking every
-``$TB_MONITOR_HEARTBEAT_S`` (5 s) and calling a worker silent after three looks without a pulse
-(at least ``$TB_MONITOR_SILENT_AFTER_S``, 5 s); ``RankWatch`` is the part that needs no torch.
-Linux only: where there is no ``/proc`` nothing is recorded.
+``$TB_MONITOR_HEARTBEAT_S`` (5 s), a worker silent after three looks without a pulse (at least
+``$TB_MONITOR_SILENT_AFTER_S``, 5 s); ``RankWatch`` needs no torch. Linux only (``/proc``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tb_monitor import _env, contract
+from tb_monitor import contract
 from tb_monitor.elastic.events.api import Event, EventSource
-from tb_monitor.rank.stacks import exited_path, pulse_path, stack_signal, stacks_path
+from tb_monitor.launcher import stack_capture
+from tb_monitor.launcher.roll_call import StallTrigger
+from tb_monitor.rank.stacks import (
+    Progress,
+    exited_path,
+    pulse_path,
+    read_pulse,
+    stacks_path,
+)
 
 __all__ = [
     "SILENT",
+    "ROLL_CALL_WAIT_S",
     "STOP_WAIT_S",
     "STOPPED",
     "UNINTERRUPTIBLE",
     "RankWatch",
     "Worker",
-    "install",
     "process_state",
-    "stop_began",
     "view_of",
 ]
 
-STOPPED = "stopped"
-UNINTERRUPTIBLE = "uninterruptible sleep"
-SILENT = "alive but silent"
+STOPPED, UNINTERRUPTIBLE, SILENT = "stopped", "uninterruptible sleep", "alive but silent"
 #: Before stopping its workers, the agent waits at most this long for their stacks.
 STOP_WAIT_S = 0.5
+#: In a roll-call without py-spy, the agent waits at most this long for faulthandler's dumps.
+ROLL_CALL_WAIT_S = 2.0
 #: A dump longer than this is cut (a timeline record is kept whole in memory by readers).
 MAX_STACKS_CHARS = 64_000
 _POLL_S = 0.01
@@ -121,6 +131,7 @@ class Worker:
     offset: int = 0  # the stacks file's bytes already recorded
     size_seen: int = 0  # its size at the last look: a dump is recorded once it stopped growing
     gone: bool = False  # seen ended: its pid may belong to another process now
+    progress: Progress | None = None  # the newest its pulse carried
 
 
 class RankWatch:
@@ -138,9 +149,12 @@ class RankWatch:
         role: str = "default",
         proc: str = "/proc",
         clock: Callable[[], float] = time.time,
+        trigger: StallTrigger | None = None,
+        py_spy: str | None = None,
     ) -> None:
         self.directory = directory
         self._record, self._signum, self._clock, self._proc = record, signum, clock, proc
+        self._trigger, self._py_spy = trigger, py_spy
         # A pulse late by a look or two is a busy worker, not a silent one.
         self.interval_s, self.silent_after_s = interval_s, max(silent_after_s, 2 * interval_s)
         self._base = {
@@ -167,6 +181,7 @@ class RankWatch:
             now = self._clock()
             for worker in self._workers:
                 self._look_at(worker, now)
+            self._roll_call(now)
 
     def stopping(self) -> None:
         """Record that the agent began stopping its workers (``contract.AGENT_STOPPING``): what
@@ -183,12 +198,54 @@ class RankWatch:
             asked = [
                 w for w, state in alive if view_of(state, None, 0.0) == "" and self._ask(w, state)
             ]
-            deadline = time.monotonic() + wait_s
-            while asked and time.monotonic() < deadline:
-                time.sleep(_POLL_S)
-                asked = [
-                    w for w in asked if not self._take_stacks(w, "before the agent stopped it")
-                ]
+            self._wait_for(asked, wait_s, "before the agent stopped it")
+
+    def _wait_for(
+        self, asked: list[Worker], wait_s: float, reason: str, call: dict | None = None
+    ) -> None:
+        """Record the dumps of the workers ``asked`` as they come, for at most ``wait_s``."""
+        deadline = time.monotonic() + wait_s
+        while asked and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            asked = [w for w in asked if not self._take_stacks(w, reason, call)]
+
+    def _roll_call(self, now: float) -> None:
+        """Every worker's stacks, once per stall of them all (``roll_call.StallTrigger``): by
+        py-spy where it reads them, else by faulthandler."""
+        alive = [w for w in self._workers if not w.gone]
+        progress = {w.pid: w.progress for w in alive}
+        if self._trigger is None or not self._trigger.due(progress, now):
+            return
+        since = self._trigger.stalled_since(progress)
+        call = {"roll_call": f"{self._base['hostname']}@{now:.3f}", "stalled_since": since}
+        missing = self._spied(alive, "for the roll-call", call)
+        asked = [w for w in missing if self._ask(w, w.state)]
+        self._wait_for(asked, ROLL_CALL_WAIT_S, "for the roll-call", call)
+
+    def _spied(self, workers: list[Worker], reason: str, call: dict | None = None) -> list[Worker]:
+        """Record the stacks py-spy reads of ``workers``; those it could not read."""
+        dumps = stack_capture.capture(((w.pid, w.state) for w in workers), self._py_spy)
+        for worker in workers:
+            dump = dumps.get(worker.pid)
+            if dump is not None:
+                self._emit_stacks(worker, dump, f"read by {dump.method} {reason}", call)
+        return [w for w in workers if w.pid not in dumps]
+
+    def _emit_stacks(self, worker: Worker, dump: Any, reason: str, call: dict | None) -> None:
+        text = dump.text
+        if len(text) > MAX_STACKS_CHARS:
+            text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
+        self._emit(
+            worker,
+            contract.RANK_STACKS,
+            "STACKS",
+            stacks=text,
+            seen=worker.recorded or "responding",
+            message=f"every thread's stack, {reason}",
+            method=dump.method,
+            frames=json.dumps(dump.frames),
+            **(call or {}),
+        )
 
     def start(self) -> RankWatch:
         self._thread = threading.Thread(target=self._run, name="tb_monitor-rank-watch", daemon=True)
@@ -213,10 +270,12 @@ class RankWatch:
             return
         worker.state = process_state(worker.pid, self._proc)
         worker.gone = worker.state is None
+        pulse = pulse_path(self.directory, worker.pid)
         try:
-            pulse_age = now - os.stat(pulse_path(self.directory, worker.pid)).st_mtime
+            pulse_age = now - os.stat(pulse).st_mtime
         except OSError:  # not installed (yet): its silence cannot be told
             pulse_age = None
+        worker.progress = read_pulse(pulse) or worker.progress
         view = view_of(worker.state, pulse_age, self.silent_after_s)
         if view is not None and view != worker.recorded:
             if view == worker.candidate:
@@ -231,8 +290,8 @@ class RankWatch:
         message = _MESSAGES[view].format(state=worker.state, age=pulse_age)
         state = "SILENT" if view else "RESPONDING"
         self._emit(worker, contract.RANK_SEEN, state, seen=view or "responding", message=message)
-        if view and not worker.asked:  # once a spell: asked again after its stacks came
-            worker.asked = self._ask(worker, worker.state)
+        if view and not worker.asked and self._spied([worker], "after it went silent"):
+            worker.asked = self._ask(worker, worker.state)  # once a spell, till its stacks came
 
     def _ask(self, worker: Worker, state: str | None) -> bool:
         """Send the stacks signal where the worker registered for it; whether it was sent. A
@@ -247,8 +306,9 @@ class RankWatch:
             return False
         return True
 
-    def _take_stacks(self, worker: Worker, reason: str) -> bool:
-        """Record what the worker's stacks file gained once it stopped growing; whether it did."""
+    def _take_stacks(self, worker: Worker, reason: str, call: dict | None = None) -> bool:
+        """Record what the worker's stacks file gained once it stopped growing; whether it did
+        (in a roll-call ``call``, with its main thread's frames)."""
         path = stacks_path(self.directory, worker.pid)
         try:
             size = os.path.getsize(path)
@@ -265,16 +325,9 @@ class RankWatch:
             dumps.seek(worker.offset)
             text = dumps.read(size - worker.offset).decode("utf-8", "replace")
         worker.offset, worker.asked = size, False
-        if len(text) > MAX_STACKS_CHARS:
-            text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
-        self._emit(
-            worker,
-            contract.RANK_STACKS,
-            "STACKS",
-            stacks=text,
-            seen=worker.recorded or "responding",
-            message=f"every thread's Python stack, dumped {reason}",
-        )
+        threads = stack_capture.parse_faulthandler(text)
+        dump = stack_capture.Dump("faulthandler", text, stack_capture.main_frames(threads))
+        self._emit_stacks(worker, dump, f"dumped by faulthandler {reason}", call)
         return True
 
     def _emit(self, worker: Worker, name: str, state: str, **fields: Any) -> None:
@@ -290,109 +343,3 @@ class RankWatch:
         }
         event = Event(name, EventSource.WORKER, int(self._clock() * 1000), metadata)
         self._record(event)
-
-
-def install(destination: str) -> Callable[[], None]:
-    """Watch the workers of torch's ``LocalElasticAgent`` in this process, recording to the
-    torchelastic events ``destination``; return the undo.
-
-    Exports ``$TB_MONITOR_STACKS_DIR`` (a fresh temporary directory) for the workers to come;
-    learns each attempt's workers from ``_start_workers`` and asks for their stacks in
-    ``_shutdown``, before torch stops them (``_hook_agent``).
-    """
-    from torch.distributed.elastic import events
-
-    try:
-        signum = stack_signal()
-    except ValueError as exc:
-        _log.warning("tb_monitor: the workers' stacks cannot be asked for: %s", exc)
-        signum = None
-    directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
-    os.environ[contract.STACKS_DIR_ENV] = directory
-    interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
-    watch = RankWatch(
-        lambda event: events.record(event, destination),
-        directory,
-        signum=signum,
-        interval_s=interval,
-        silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
-    ).start()
-    unhook = _hook_agent(watch)
-
-    def undo() -> None:
-        watch.close()
-        unhook()
-        if os.environ.get(contract.STACKS_DIR_ENV) == directory:
-            del os.environ[contract.STACKS_DIR_ENV]
-        shutil.rmtree(directory, ignore_errors=True)
-
-    return undo
-
-
-#: When this process's agent began stopping its workers (its first ``_shutdown``).
-_stop_began: float | None = None
-
-
-def stop_began() -> float | None:
-    """When the agent began stopping its workers, as epoch seconds (None before it did). On a
-    signal to the agent (a preemption) that is the signal's moment: torchelastic's handler
-    raises in the agent's loop and its ``run`` stops the workers at once; what they record
-    after it, a failure too, follows from the stop."""
-    return _stop_began
-
-
-def _hook_agent(watch: RankWatch) -> Callable[[], None]:
-    """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``) and
-    ``_shutdown`` (their stacks first); return the undo. torch offers no hook for either."""
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
-
-    start, shutdown = LocalElasticAgent._start_workers, LocalElasticAgent._shutdown
-
-    def _start_workers(self: Any, worker_group: Any) -> Any:
-        pids = start(self, worker_group)
-        try:
-            spec = worker_group.spec
-            restarts = spec.max_restarts - getattr(self, "_remaining_restarts", spec.max_restarts)
-            watch.watch(
-                (
-                    Worker(pids[w.local_rank], w.global_rank, w.local_rank, restarts)
-                    for w in worker_group.workers
-                    if w.local_rank in pids
-                ),
-                run_id=spec.rdzv_handler.get_run_id(),
-            )
-        except Exception:  # never let watching change how torchelastic runs
-            _log.warning("tb_monitor: the rank watcher cannot watch these workers", exc_info=True)
-        return pids
-
-    def _shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
-        global _stop_began
-        if _stop_began is None:
-            _stop_began = time.time()
-        try:
-            if _succeeded(self):  # they all exited 0: nothing to ask, and none to signal
-                watch.watch(())
-            else:
-                watch.stopping()
-                watch.stacks_before_stop()
-        except Exception:
-            _log.warning("tb_monitor: could not take the workers' stacks", exc_info=True)
-        return shutdown(self, *args, **kwargs)
-
-    LocalElasticAgent._start_workers = _start_workers
-    LocalElasticAgent._shutdown = _shutdown
-
-    def undo() -> None:
-        if LocalElasticAgent.__dict__.get("_start_workers") is _start_workers:
-            LocalElasticAgent._start_workers = start
-        if LocalElasticAgent.__dict__.get("_shutdown") is _shutdown:
-            LocalElasticAgent._shutdown = shutdown
-
-    return undo
-
-
-def _succeeded(agent: Any) -> bool:
-    """Whether the agent's workers all exited 0 (torchelastic's ``WorkerState.SUCCEEDED``):
-    its ``run`` calls ``_shutdown`` after success too."""
-    group = getattr(agent, "_worker_group", None)
-    return getattr(getattr(group, "state", None), "name", None) == "SUCCEEDED"

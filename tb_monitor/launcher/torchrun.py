@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from tb_monitor import contract
-from tb_monitor.launcher import bootstrap, rank_watch
+from tb_monitor.launcher import agent_hooks, bootstrap
 from tb_monitor.logdir import fs
 from tb_monitor.sinks import prometheus
 from tb_monitor.sinks.fanout import Fanout
@@ -206,7 +206,7 @@ class AgentCapture:
             destinations=(DEFAULT_DESTINATION, self._destination, "dynamic_rendezvous"),
         )
         self._undo_attempts = record_every_attempt()
-        self._undo_watch = rank_watch.install(DEFAULT_DESTINATION)
+        self._undo_watch = agent_hooks.install(DEFAULT_DESTINATION)
 
     def terminated(self, signum: int, exit_code: int) -> None:
         """Record the agent's verdict on a run that a signal to it ended (a scheduler's
@@ -226,7 +226,7 @@ class AgentCapture:
             "signal": name,
             "exit_code": exit_code,
             "raw_error": f"the agent received {name}",
-            "stop_began": rank_watch.stop_began(),  # every failure after it is collateral
+            "stop_began": agent_hooks.stop_began(),  # every failure after it is collateral
             "recorded_by": "tb_monitor",
         }
         event = Event(

@@ -35,6 +35,9 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   since the last step boundary), and, while no step came for ``flight_recorder_after_s``,
   ``rank/fr_seq`` (VALUE: the newest collective of the default group in torch's Flight
   Recorder, which also sees DDP's; -1 once steps resume).
+
+The worker's pulse (``rank.stacks``) carries ``progress()``: steps, the last step's wall time and
+the median of the recent steps, read on the pulse thread from what ``_drain_steps`` keeps.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ from tb_monitor._stat_timer import now_ns
 from tb_monitor.rank._device_works import DeviceWorks
 from tb_monitor.rank._flight_recorder import last_collective_seq
 from tb_monitor.rank.grad_wait import GradWait
+from tb_monitor.rank.stacks import Progress, progress_from
 
 __all__ = ["COLLECTIVES", "RankHealth", "step"]
 
@@ -84,6 +88,8 @@ _MANUAL = -1
 _MAX_PENDING_STEPS = 1 << 20
 #: While a rank makes no step, the Flight Recorder is read again after this long (seconds).
 _FR_EVERY_S = 30.0
+#: The typical step the pulse carries is the median of this many recent steps.
+_TYPICAL_STEPS = 64
 
 
 class _PyStepClock:
@@ -160,6 +166,7 @@ class RankHealth:
         self._stepped = False  # the first boundary ends startup: it starts the first step
         self._steps = 0
         self._window_steps: list[float] = []  # this window's step times, for its quantiles
+        self._recent: collections.deque[float] = collections.deque(maxlen=_TYPICAL_STEPS)
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
         self._step_clock, self._step_hook = _step_clock(clock)
         self._drain_lock = threading.Lock()
@@ -218,13 +225,15 @@ class RankHealth:
             if not times:
                 return
             add, keep, last = self._step_s.add, self._window_steps.append, self._last_step
-            steps = iter(times)
+            steps, before = iter(times), len(self._window_steps)
             if not self._stepped:
                 self._stepped, last = True, next(steps)
             for now in steps:
                 add(now - last)
                 keep(now - last)
                 last = now
+            window = self._window_steps
+            self._recent.extend(window[max(before, len(window) - _TYPICAL_STEPS) :])
             del self._window_steps[:-_MAX_PENDING_STEPS]  # no window end for that long
             self._last_step, self._steps = last, self._steps + len(times)
 
@@ -348,6 +357,17 @@ class RankHealth:
         while not self._stop.wait(self._heartbeat_s):
             self.beat()
 
+    def progress(self) -> Progress:
+        """Steps so far, the last one's wall time, the median recent step: what the pulse
+        carries to the agent (called on the pulse thread, never the training thread's)."""
+        if not self._step_s.closed:
+            self._drain_steps()
+        with self._drain_lock:
+            recent = sorted(self._recent)
+            steps, last = self._steps, self._last_step
+        typical = recent[len(recent) // 2] if recent else 0.0
+        return Progress(steps, time.time() - (self._clock() - last), typical)
+
     # -- install / close ------------------------------------------------------------------------
 
     def install(self) -> RankHealth:
@@ -372,6 +392,7 @@ class RankHealth:
         self._thread = threading.Thread(target=self._run, name="tb_monitor-heartbeat", daemon=True)
         self._thread.start()
         _current = self
+        progress_from(self.progress)
         return self
 
     def close(self) -> None:
@@ -379,6 +400,7 @@ class RankHealth:
         global _current
         if _current is self:
             _current = None
+            progress_from(None)
         self._closed = True
         self._stop.set()
         while self._undo:

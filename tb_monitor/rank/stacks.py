@@ -7,7 +7,11 @@ Under ``tb-monitor run`` the agent exports ``$TB_MONITOR_STACKS_DIR``; each work
 registers that handler on ``$TB_MONITOR_STACKS_SIGNAL`` writing to ``<dir>/<pid>.stacks``, and
 touches ``<dir>/<pid>.pulse`` every ``$TB_MONITOR_HEARTBEAT_S`` from a daemon thread: its
 modification time tells the agent (``launcher.rank_watch``) that the worker's Python threads
-still run (a dump, written from C, says nothing of that). The agent signals a worker that went
+still run (a dump, written from C, says nothing of that). Each beat rewrites the pulse with the
+rank's step progress where its rank health runs (``progress_from``; ``read_pulse`` reads it):
+steps so far, the last step's wall time and the typical step, so that the agent can tell a
+stall of all its workers on its own (``launcher.roll_call``). The worker also names its agent
+as a permitted tracer (Yama's ``PR_SET_PTRACER``), so that py-spy, run by the agent, may read it. The agent signals a worker that went
 silent, and every worker still alive before it stops them, and records what they wrote.
 
 Telemetry must never end a job, so the default signal is ``SIGURG``, whose default action is to
@@ -30,22 +34,28 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import faulthandler
+import json
 import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from tb_monitor import _env, contract
 
 __all__ = [
     "DEFAULT_SIGNAL",
+    "Progress",
     "StackDumps",
     "ends_by_default",
     "exited_path",
     "install",
+    "progress_from",
     "pulse_path",
+    "read_pulse",
     "stack_signal",
     "stacks_path",
 ]
@@ -62,6 +72,41 @@ _IGNORED_BY_DEFAULT = frozenset(
 _OFF = {"", "0", "off", "none", "no", "false"}
 _log = logging.getLogger("tb_monitor")
 _installed: StackDumps | None = None
+#: Where the pulse thread reads the rank's step progress (``RankHealth.progress``), if anywhere.
+_progress: Callable[[], Progress] | None = None
+_PR_SET_PTRACER = 0x59616D61  # prctl(2): Yama's "this process may trace me"
+
+
+@dataclass(frozen=True)
+class Progress:
+    """A rank's step progress as its pulse carries it: what the agent's stall rule reads."""
+
+    steps: int  # step boundaries so far
+    last_step: float  # wall time of the last one (of the install, before the first)
+    typical_s: float  # the typical step's seconds (0: none yet)
+
+    def to_bytes(self) -> bytes:
+        values = {"steps": self.steps, "last_step": self.last_step, "typical_s": self.typical_s}
+        return json.dumps(values).encode()
+
+
+def progress_from(source: Callable[[], Progress] | None) -> None:
+    """Let the pulse carry the progress ``source`` gives (None: no more progress)."""
+    global _progress
+    _progress = source
+
+
+def read_pulse(path: str) -> Progress | None:
+    """The progress a worker's pulse file holds; None when it holds none (no rank health, or
+    read while rewritten: the next look reads it)."""
+    try:
+        with open(path, "rb") as pulse:
+            values = json.loads(pulse.read(4096))
+        return Progress(
+            int(values["steps"]), float(values["last_step"]), float(values["typical_s"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def stack_signal(environ: Mapping[str, str] | None = None) -> int | None:
@@ -156,9 +201,21 @@ class StackDumps:
     def _pulse(self) -> None:
         while not self._stop.wait(self._pulse_s):
             try:
-                os.utime(self._pulse_fd)
+                self._beat(_progress)
             except (OSError, ValueError):  # the directory went with its agent: nothing to tell
                 return
+
+    def _beat(self, source: Callable[[], Progress] | None) -> None:
+        """Rewrite the pulse with the progress (the write dates it), or touch it without."""
+        try:
+            content = None if source is None else source().to_bytes()
+        except Exception:  # the rank health closing meanwhile: a pulse without progress
+            content = None
+        if content is None:
+            os.utime(self._pulse_fd)
+            return
+        os.pwrite(self._pulse_fd, content, 0)
+        os.ftruncate(self._pulse_fd, len(content))
 
     def close(self) -> None:
         """Withdraw from the watch, then unregister the handler."""
@@ -184,6 +241,17 @@ def install(environ: Mapping[str, str] | None = None) -> StackDumps | None:
             return None
         pulse_s = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
         _installed = StackDumps(directory, signum, pulse_s).install()
+        _permit_agent_tracing()
     except (OSError, ValueError, RuntimeError) as exc:
         _log.warning("tb_monitor: this worker cannot dump its stacks on request: %s", exc)
     return _installed
+
+
+def _permit_agent_tracing() -> None:
+    """Name the agent (this worker's parent) a permitted tracer, so that py-spy, its child,
+    may read this process where Yama restricts ptrace to ancestors; elsewhere a no-op."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PTRACER, os.getppid(), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux, or no prctl: py-spy may still be permitted
+        pass

@@ -258,3 +258,17 @@ def test_the_agent_records_when_it_began_stopping_its_workers(tmp_path, start_wo
     (stop,) = [r for r in records if r.name == contract.AGENT_STOPPING]
     assert (stop.source.name, stop.metadata["state"]) == ("AGENT", "STOPPING")
     assert "run_id" in stop.metadata
+
+
+def test_pulse_carries_the_ranks_progress(tmp_path):
+    """Each beat rewrites the pulse with the rank's progress, which the agent reads back."""
+    dumps = stacks.StackDumps(str(tmp_path), signal.SIGURG, 0.05).install()
+    stacks.progress_from(lambda: stacks.Progress(7, 123.0, 0.5))
+    try:
+        deadline = time.monotonic() + 5.0
+        while stacks.read_pulse(dumps.pulse) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert stacks.read_pulse(dumps.pulse) == stacks.Progress(7, 123.0, 0.5)
+    finally:
+        stacks.progress_from(None)
+        dumps.close()

@@ -52,8 +52,8 @@ def test_rank_stuck_in_c_is_named_waited_for_and_silent(stuck_in_c):
 
 
 def test_rank_stuck_in_c_has_its_python_stacks(stuck_in_c):
-    """The stuck rank's stacks, dumped by its agent's signal, name the C call's Python caller."""
+    """The stuck rank's stacks, read by py-spy (or dumped by faulthandler without it), name the
+    C call's Python caller."""
     _, report = stuck_in_c
     stacks = _stall(report, 3)["agent"]["stacks"]
-    assert "hold_the_gil_in_c" in stacks and "in main" in stacks
-    assert "tb_monitor-heartbeat" not in stacks  # faulthandler names no threads: just frames
+    assert "hold_the_gil_in_c" in stacks and ("in main" in stacks or "main (" in stacks)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from test_routes import App
 
 from tb_monitor import contract
@@ -58,3 +60,19 @@ def test_ranks_route_carries_the_silent_ranks_stacks(tmp_path):
     stall = App(tmp_path).json(ROUTE)["stalls"][0]
     assert stall["rank"] == 3 and "line 3 in f" in stall["agent"]["stacks"]
     assert stall["agent"]["stacks_reason"] == "dumped now"
+
+
+def test_ranks_route_carries_the_roll_call_odd_one_first(tmp_path):
+    """A roll-call recorded by the agent comes with the stalls, the odd rank first."""
+    _silent_job(tmp_path, stacks=False)
+    when = DEFAULT_START + 30
+    with AsyncWriter(tmp_path / "job" / "agent-a-1") as writer:
+        for rank, line in ((0, 42), (1, 42), (2, 42), (3, 40)):
+            frames = json.dumps([{"name": "f", "file": "/t.py", "line": line, "native": False}])
+            meta = {"global_rank": rank, "roll_call": "a@1", "stalled_since": when - 10}
+            record = _agent_record(
+                contract.RANK_STACKS, "STACKS", when, stacks="...", frames=frames, **meta
+            )
+            writer.add_timeline(contract.WORKER, record, when)
+    call = App(tmp_path).json(ROUTE)["roll_call"]
+    assert [g["ranks"] for g in call["groups"]] == [[3], [0, 1, 2]]

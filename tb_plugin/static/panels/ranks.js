@@ -197,7 +197,8 @@ class RanksView {
       item.dataset.waitedFor = String(s.waited_for);
       return item;
     });
-    this.stalled.replaceChildren(...(stalls.length ? [el("li", { class: "tl-ranks-title", text: "Stalled" }), ...stalls] : []));
+    const called = rollCallOf(d.roll_call);
+    this.stalled.replaceChildren(...(stalls.length ? [...called, el("li", { class: "tl-ranks-title", text: "Stalled" }), ...stalls] : []));
     const flagged = d.stragglers.map((s) =>
       el(
         "li",
@@ -436,6 +437,22 @@ class RanksView {
 export function createRanks(tl) {
   const view = new RanksView(tl);
   return { slot: "header", node: view.node, toolbar: view.toggle, redraw: () => view.requestDraw() };
+}
+
+// The roll-call of a stall: every rank's stacks grouped by where its main thread is, the odd one
+// out first, each group's main thread opened on click (report --json's ranks.roll_call).
+function rollCallOf(call) {
+  if (!call || !call.groups.length) return [];
+  const groups = call.groups.map((g) => {
+    const who = `${g.ranks.length === 1 ? "rank" : "ranks"} ${g.ranks.join(", ")}`;
+    const where = `${g.function ? ` in ${isolate(g.function)}` : ""}${g.where ? ` at ${isolate(g.where)}` : ""}`;
+    const frames = g.main_thread.map((f) => `${f.name} (${f.file}${f.native ? "" : `:${f.line}`})`).join("\n");
+    const summary = el("summary", { text: `${who}${where} (${g.method})` });
+    const item = el("li", { class: "tl-roll-call" }, el("details", { class: "tl-rank-stacks" }, summary, el("pre", { text: frames }), el("pre", { class: "tl-dim", text: g.stack })));
+    item.dataset.ranks = g.ranks.join(",");
+    return item;
+  });
+  return [el("li", { class: "tl-ranks-title", text: "Roll-call (the odd one out first)" }), ...groups];
 }
 
 // A stalled rank's Python stacks as its agent recorded them, opened on click, or why there are

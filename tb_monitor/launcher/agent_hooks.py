@@ -1,0 +1,134 @@
+"""How ``tb-monitor run`` hooks torch's ``LocalElasticAgent``: each attempt's workers handed to
+the ``RankWatch``, and the agent's stop (its workers' stacks first, and the moment it began).
+
+torch offers no hook for either, so ``_start_workers`` and ``_shutdown`` are wrapped, and the
+wrapping undone at the end. Whatever the watch does, torchelastic runs as it would without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tb_monitor import _env, contract
+from tb_monitor.launcher import stack_capture
+from tb_monitor.launcher.rank_watch import RankWatch, Worker
+from tb_monitor.launcher.roll_call import StallTrigger, stall_floor_s
+from tb_monitor.rank.stacks import stack_signal
+
+__all__ = ["install", "stop_began"]
+
+_log = logging.getLogger("tb_monitor")
+
+
+def install(destination: str) -> Callable[[], None]:
+    """Watch the workers of torch's ``LocalElasticAgent`` in this process, recording to the
+    torchelastic events ``destination``; return the undo.
+
+    Exports ``$TB_MONITOR_STACKS_DIR`` (a fresh temporary directory) for the workers to come;
+    learns each attempt's workers from ``_start_workers`` and asks for their stacks in
+    ``_shutdown``, before torch stops them (``_hook_agent``).
+    """
+    from torch.distributed.elastic import events
+
+    try:
+        signum = stack_signal()
+    except ValueError as exc:
+        _log.warning("tb_monitor: the workers' stacks cannot be asked for: %s", exc)
+        signum = None
+    directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
+    os.environ[contract.STACKS_DIR_ENV] = directory
+    interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
+    watch = RankWatch(
+        lambda event: events.record(event, destination),
+        directory,
+        signum=signum,
+        interval_s=interval,
+        silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
+        trigger=StallTrigger(stall_floor_s()),
+        py_spy=stack_capture.py_spy_path(),
+    ).start()
+    unhook = _hook_agent(watch)
+
+    def undo() -> None:
+        watch.close()
+        unhook()
+        if os.environ.get(contract.STACKS_DIR_ENV) == directory:
+            del os.environ[contract.STACKS_DIR_ENV]
+        shutil.rmtree(directory, ignore_errors=True)
+
+    return undo
+
+
+#: When this process's agent began stopping its workers (its first ``_shutdown``).
+_stop_began: float | None = None
+
+
+def stop_began() -> float | None:
+    """When the agent began stopping its workers, as epoch seconds (None before it did). On a
+    signal to the agent (a preemption) that is the signal's moment: torchelastic's handler
+    raises in the agent's loop and its ``run`` stops the workers at once; what they record
+    after it, a failure too, follows from the stop."""
+    return _stop_began
+
+
+def _hook_agent(watch: RankWatch) -> Callable[[], None]:
+    """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``) and
+    ``_shutdown`` (their stacks first); return the undo. torch offers no hook for either."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    start, shutdown = LocalElasticAgent._start_workers, LocalElasticAgent._shutdown
+
+    def _start_workers(self: Any, worker_group: Any) -> Any:
+        pids = start(self, worker_group)
+        try:
+            spec = worker_group.spec
+            restarts = spec.max_restarts - getattr(self, "_remaining_restarts", spec.max_restarts)
+            watch.watch(
+                (
+                    Worker(pids[w.local_rank], w.global_rank, w.local_rank, restarts)
+                    for w in worker_group.workers
+                    if w.local_rank in pids
+                ),
+                run_id=spec.rdzv_handler.get_run_id(),
+            )
+        except Exception:  # never let watching change how torchelastic runs
+            _log.warning("tb_monitor: the rank watcher cannot watch these workers", exc_info=True)
+        return pids
+
+    def _shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        global _stop_began
+        if _stop_began is None:
+            _stop_began = time.time()
+        try:
+            if _succeeded(self):  # they all exited 0: nothing to ask, and none to signal
+                watch.watch(())
+            else:
+                watch.stopping()
+                watch.stacks_before_stop()
+        except Exception:
+            _log.warning("tb_monitor: could not take the workers' stacks", exc_info=True)
+        return shutdown(self, *args, **kwargs)
+
+    LocalElasticAgent._start_workers = _start_workers
+    LocalElasticAgent._shutdown = _shutdown
+
+    def undo() -> None:
+        if LocalElasticAgent.__dict__.get("_start_workers") is _start_workers:
+            LocalElasticAgent._start_workers = start
+        if LocalElasticAgent.__dict__.get("_shutdown") is _shutdown:
+            LocalElasticAgent._shutdown = shutdown
+
+    return undo
+
+
+def _succeeded(agent: Any) -> bool:
+    """Whether the agent's workers all exited 0 (torchelastic's ``WorkerState.SUCCEEDED``):
+    its ``run`` calls ``_shutdown`` after success too."""
+    group = getattr(agent, "_worker_group", None)
+    return getattr(getattr(group, "state", None), "name", None) == "SUCCEEDED"

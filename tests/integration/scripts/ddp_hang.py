@@ -1,0 +1,39 @@
+"""A DDP loop on CPU (gloo) where one rank hangs in a Python sleep before its collective.
+
+Launched by torchrun; knows nothing of tb_monitor. With ``HANG_RANK`` set, that rank sleeps
+``HANG_S`` seconds (120) at step ``HANG_AT`` (30) before its backward, whose all-reduce the
+others then wait in: the roll-call's odd one out is in ``wait_before_collective``.
+"""
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def wait_before_collective():
+    time.sleep(float(os.environ.get("HANG_S", "120")))
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = DDP(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    hang_at = int(os.environ.get("HANG_AT", "30"))
+    for step in range(int(os.environ.get("STEPS", "100000"))):
+        if os.environ.get("HANG_RANK") == str(rank) and step == hang_at:
+            print(f"[RANK{rank}] hangs at step {step}", flush=True)
+            wait_before_collective()
+        loss = model(torch.rand(4, 8)).sum()
+        loss.backward()  # DDP's all-reduce: the others wait here
+        optimizer.step()
+        optimizer.zero_grad()
+        time.sleep(0.05)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
