@@ -46,6 +46,7 @@ from tb_monitor.contract.runs import agent_run_name, rank_of, run_name_from_env
 from tb_monitor.contract.tags import (
     AGENT,
     CONTENT_VERSION,
+    FR_COLLECTIVE,
     KINDS,
     LOGDIR_ENV,
     MONITOR,
@@ -66,6 +67,7 @@ from tb_monitor.contract.tags import (
 __all__ = [
     "AGENT",
     "CONTENT_VERSION",
+    "FR_COLLECTIVE",
     "FIELDS",
     "KINDS",
     "LOGDIR_ENV",

@@ -7,6 +7,7 @@ import json
 __all__ = [
     "AGENT",
     "CONTENT_VERSION",
+    "FR_COLLECTIVE",
     "KINDS",
     "LOGDIR_ENV",
     "MONITOR",
@@ -57,6 +58,13 @@ LOGDIR_ENV = "TB_MONITOR_LOGDIR"
 #: again), RANK_STACKS with ``stacks``, every thread's Python stack as the worker dumped it.
 RANK_SEEN = "tb_monitor.rank.seen"
 RANK_STACKS = "tb_monitor.rank.stacks"
+
+#: Monitor timeline records (``timeline/monitor``) of one rank's collective as torch's Flight
+#: Recorder held it, one run per rank (``tb-monitor import-fr``): ``data`` is the recorder's
+#: entry (``tb_monitor.analysis.fr_records``) with ``rank``, the group's ``group_ranks``, and
+#: ``end`` (epoch s) and ``open`` (not completed when dumped), so the Timeline draws it as an
+#: interval and the report can match the ranks' collectives again.
+FR_COLLECTIVE = "tb_monitor.fr.collective"
 
 
 def timeline_tag(kind: str) -> str:
