@@ -90,7 +90,7 @@ def state_color(name: str | None) -> str:
 #: States that end a worker's attempt (torchelastic's WorkerState values, and TERMINATED).
 END_STATES = frozenset({"SUCCEEDED", "FAILED", "TERMINATED", "UNHEALTHY", "STOPPED"})
 _ROUND = re.compile(r"\bround (\d+)\b")
-_OPEN, _CLOSE, _NUMBER = "open", "close", "number"
+_OPEN, _CLOSE, _NUMBER, _WHOLE = "open", "close", "number", "whole"
 
 
 @dataclass(frozen=True)
@@ -194,6 +194,8 @@ def _role(row: Mapping[str, Any]) -> tuple[str | None, int | None]:
             return None, None
         found = _ROUND.search(message)
         return role, int(found.group(1)) if found else None
+    if row.get("name") == contract.FR_COLLECTIVE:
+        return _WHOLE, None
     return None, None
 
 
@@ -206,7 +208,8 @@ def spans(
     making one per record: a third of this function over a big job's records).
 
     Intervals: a worker's attempt (START to its first end state), a node's rendezvous round (its
-    join attempt to joining, or FAILED). A START before the previous attempt ended cuts that one
+    join attempt to joining, or FAILED), a collective a Flight Recorder dump held (its own
+    start to end, ``contract.FR_COLLECTIVE``). A START before the previous attempt ended cuts that one
     short (state RUNNING); an interval still open at the end runs to the last record, ``open``.
 
     A worker attempt is numbered by the rendezvous round its agent joined before starting it:
@@ -246,6 +249,8 @@ def spans(
                     _interval(lane, opened, row["wall_time"], row.get("state"), number, (row,))
                 )
                 opened = None
+            elif role == _WHOLE:
+                out.append(_collective(lane, row))
             else:
                 if role == _NUMBER and opened is not None and row_number is not None:
                     number = row_number
@@ -314,6 +319,19 @@ def _point(lane: Lane, row: Mapping[str, Any], number: int | None) -> Span:
     else:
         label = name
     return Span(lane, row["wall_time"], None, label, state, number, (row,))
+
+
+def _collective(lane: Lane, row: Mapping[str, Any]) -> Span:
+    """A collective from a Flight Recorder dump (``contract.FR_COLLECTIVE``): an interval of
+    its own, from its start to the ``end`` it carries; ``open`` when it had not completed."""
+    data = row.get("metadata") or {}
+    end = data.get("end")
+    begin = row["wall_time"]
+    if not isinstance(end, (int, float)) or isinstance(end, bool) or not end >= begin:
+        end = begin
+    label = f"{data.get('profiling_name')} #{data.get('collective_seq_id')} ({data.get('desc')})"
+    state = str(data.get("state") or "").upper()
+    return Span(lane, begin, float(end), label, state, None, (row,), bool(data.get("open")))
 
 
 def _interval(

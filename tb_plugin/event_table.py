@@ -258,8 +258,10 @@ class EventTable:
         if kind == contract.MONITOR and not message:
             message = ", ".join(f"{k}={v}" for k, v in sorted(row["metadata"].items()))
         message = str(message or "")
-        spans = kind in (contract.WORKER, contract.AGENT) or (
-            kind == contract.RENDEZVOUS and not contract.is_heartbeat(row)
+        spans = (
+            kind in (contract.WORKER, contract.AGENT)
+            or (kind == contract.RENDEZVOUS and not contract.is_heartbeat(row))
+            or name == contract.FR_COLLECTIVE  # an imported collective: an interval of its own
         )
         ids = (
             self._lanes.of_row(row),

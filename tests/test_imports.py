@@ -40,8 +40,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("analysis", "rank", "_wait_counter"),
     # where records go (sinks, torch's own registries) and what readers make of a logdir
     ("sinks", "torch_bridge", "export", "notebook", "tb_plugin"),
-    # one call that wires it all (init), the SummaryWriter, synthetic jobs
-    ("monitor", "summary", "synthetic"),
+    # one call that wires it all (init), the SummaryWriter, synthetic jobs, imported dumps
+    ("monitor", "summary", "synthetic", "fr_import"),
     # the public surface, helpers for tests, tb-monitor run's agent side
     ("tb_monitor", "testing", "launcher"),
     # framework adapters and the demo

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tb_monitor import contract
 from tb_monitor.analysis.agent_views import agent_views
 from tb_monitor.analysis.attempts import (
     Attempt,
@@ -31,6 +32,8 @@ from tb_monitor.analysis.attempts import (
     stops_begun,
     terminations,
 )
+from tb_monitor.analysis.flight_recorder import GroupVerdict, group_verdicts
+from tb_monitor.analysis.fr_records import dumps_of_rows
 from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.jobs import job_grid, job_spans, separate_jobs
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
@@ -119,10 +122,17 @@ def report_of(
     given = list(rows)
     rows = separate_jobs(given)
     jobs = _jobs(rows, marks if rows == given else None)
+    recorded = _flight_recorder(rows)
     if grid is None:
-        return JobReport(logdir=logdir, jobs=jobs, ranks=None)
+        return JobReport(logdir=logdir, jobs=jobs, ranks=None, flight_recorder=recorded)
     jobs, ranks = _with_ranks(jobs, rows, grid, now)
-    return JobReport(logdir=logdir, jobs=jobs, ranks=ranks)
+    return JobReport(logdir=logdir, jobs=jobs, ranks=ranks, flight_recorder=recorded)
+
+
+def _flight_recorder(rows: Sequence[Mapping[str, Any]]) -> tuple[GroupVerdict, ...]:
+    """Each group's verdict from the Flight Recorder records imported into the logdir."""
+    dumps = dumps_of_rows(row for row in rows if row.get("name") == contract.FR_COLLECTIVE)
+    return group_verdicts(dumps) if dumps else ()
 
 
 def job_report(

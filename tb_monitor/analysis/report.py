@@ -93,6 +93,16 @@ not one; times are epoch seconds)::
             }
           ]
         }
+      ],
+      "flight_recorder": [            # per process group, from Flight Recorder dumps imported
+                                      # into the logdir (tb-monitor import-fr); [] without
+        {"group": "1", "desc": "tp", "ranks": [2, 3],
+         "newest": {"2": 5, "3": 4},  # per member with a dump, its newest collective
+         "lagging": [3],              # members behind the group's newest collective
+         "mismatches": [{"seq": 2, "collective": "gloo:all_reduce",
+                         "kind": "type" | "size" | "dtype", "ranks": [3], "detail": "..."}],
+         "no_dump": [],               # members whose dump is missing
+         "note": null | "mismatches not checked: ..."}
       ]
     }
 """
@@ -105,6 +115,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tb_monitor.analysis.attempts import Attempt, Termination, attempt_dict
+from tb_monitor.analysis.flight_recorder import GroupVerdict
+from tb_monitor.analysis.fr_text import fr_lines
 from tb_monitor.analysis.rank_report import RankHealth
 from tb_monitor.analysis.report_text import (
     VERDICTS,
@@ -176,6 +188,9 @@ class JobReport:
     logdir: str
     jobs: tuple[JobHealth, ...]
     ranks: RankHealth | None  # None where no rank recorded its health
+    #: Per process group, the Flight Recorder's verdict, where dumps were imported into the
+    #: logdir (``tb-monitor import-fr``); empty otherwise.
+    flight_recorder: tuple[GroupVerdict, ...] = ()
 
     @property
     def attempts(self) -> tuple[Attempt, ...]:
@@ -214,7 +229,7 @@ class JobReport:
             there = ", ".join(visible(j.job) for j in self.jobs) or "none"
             raise ValueError(f"no job {job!r} in {self.logdir} (jobs: {there})")
         ranks = ours[0].ranks if len(ours) == 1 else None
-        return JobReport(logdir=self.logdir, jobs=ours, ranks=ranks)
+        return JobReport(self.logdir, ours, ranks, self.flight_recorder)
 
     @property
     def exit_code(self) -> int:
@@ -235,6 +250,7 @@ class JobReport:
             "exit_code": self.exit_code,
             "ranks": ranks,
             "jobs": [job.to_json() for job in self.jobs],
+            "flight_recorder": [verdict.to_json() for verdict in self.flight_recorder],
         }
 
     def __str__(self) -> str:
@@ -287,6 +303,7 @@ def render(doc: JobReport) -> str:
         lines.extend(_job_lines(job, len(doc.jobs) > 1))
     if doc.ranks is not None and len(doc.jobs) <= 1:
         lines.extend(ranks_lines(doc.ranks, doc.stalled))
+    lines.extend(fr_lines(doc.flight_recorder))
     lines.extend(["", _verdict(doc)])
     return "\n".join(lines) + "\n"
 

@@ -1,5 +1,5 @@
 """The ``tb-monitor`` command: ``run`` (torchrun with TensorBoard capture), ``demo``, ``export``,
-``report``.
+``report``, ``import-fr``.
 
 Each subcommand lives in its own module and owns its own arguments; this module only dispatches,
 so ``tb-monitor run`` can hand torchrun's options through untouched.
@@ -23,10 +23,14 @@ _COMMANDS = {
         "export a logdir as a Chrome/Perfetto trace, JSON lines or CSV",
     ),
     "report": ("tb_monitor.cli.report", "why a job restarted: attempts and root causes"),
+    "import-fr": (
+        "tb_monitor.cli.import_fr",
+        "import a job's Flight Recorder dumps into a logdir",
+    ),
 }
 
-_USAGE = "usage: tb-monitor {run,demo,export,report} [-h] ...\n\ncommands:\n" + "".join(
-    f"  {name:<8}{summary}\n" for name, (_, summary) in _COMMANDS.items()
+_USAGE = "usage: tb-monitor {run,demo,export,report,import-fr} [-h] ...\n\ncommands:\n" + "".join(
+    f"  {name:<10}{summary}\n" for name, (_, summary) in _COMMANDS.items()
 )
 
 

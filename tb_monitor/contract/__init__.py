@@ -47,6 +47,7 @@ from tb_monitor.contract.tags import (
     AGENT,
     AGENT_STOPPING,
     CONTENT_VERSION,
+    FR_COLLECTIVE,
     KINDS,
     LOGDIR_ENV,
     MONITOR,
@@ -67,6 +68,7 @@ from tb_monitor.contract.tags import (
 __all__ = [
     "AGENT",
     "CONTENT_VERSION",
+    "FR_COLLECTIVE",
     "FIELDS",
     "KINDS",
     "LOGDIR_ENV",

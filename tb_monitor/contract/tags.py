@@ -8,6 +8,7 @@ __all__ = [
     "AGENT",
     "AGENT_STOPPING",
     "CONTENT_VERSION",
+    "FR_COLLECTIVE",
     "KINDS",
     "LOGDIR_ENV",
     "MONITOR",
@@ -61,6 +62,13 @@ RANK_STACKS = "tb_monitor.rank.stacks"
 #: The agent of ``tb-monitor run`` began stopping its workers (a signal to it, a rank's failure,
 #: a restart): what they do from then on is the stop's doing, not a stall (state STOPPING).
 AGENT_STOPPING = "tb_monitor.agent.stopping"
+
+#: Monitor timeline records (``timeline/monitor``) of one rank's collective as torch's Flight
+#: Recorder held it, one run per rank (``tb-monitor import-fr``): ``data`` is the recorder's
+#: entry (``tb_monitor.analysis.fr_records``) with ``rank``, the group's ``group_ranks``, and
+#: ``end`` (epoch s) and ``open`` (not completed when dumped), so the Timeline draws it as an
+#: interval and the report can match the ranks' collectives again.
+FR_COLLECTIVE = "tb_monitor.fr.collective"
 
 
 def timeline_tag(kind: str) -> str:

@@ -74,8 +74,17 @@ def test_report_json_follows_the_schema(restarted):
     code, text = _run(restarted.logdir, "--json")
     doc = json.loads(text)
     assert code == doc["exit_code"] == 0
-    assert set(doc) == {"schema", "logdir", "status", "exit_code", "ranks", "jobs"}
+    assert set(doc) == {
+        "schema",
+        "logdir",
+        "status",
+        "exit_code",
+        "ranks",
+        "jobs",
+        "flight_recorder",
+    }
     assert doc["ranks"] is None  # no rank health recorded
+    assert doc["flight_recorder"] == []  # no Flight Recorder dump imported
     assert (doc["schema"], doc["status"]) == (report.SCHEMA_VERSION, "succeeded")
     (job,) = doc["jobs"]
     assert set(job) == {

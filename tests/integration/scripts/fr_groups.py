@@ -1,0 +1,26 @@
+"""A 4-rank gloo job with two subgroups, [0, 1] ("tp_a") and [2, 3] ("tp_b"), whose rank 3 skips
+its group's last all_reduce: rank 2 is left waiting in it. Every rank then writes its Flight
+Recorder dump as torch does (``$TORCH_FR_DUMP_TEMP_FILE<rank>``, pickled) and leaves without
+tearing down the group rank 2 still waits in."""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import _dump_fr_trace
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+groups = (dist.new_group([0, 1], group_desc="tp_a"), dist.new_group([2, 3], group_desc="tp_b"))
+mine = groups[rank // 2]
+for _ in range(2):
+    dist.all_reduce(torch.ones(4))
+for _ in range(3):
+    dist.all_reduce(torch.ones(8), group=mine)
+if rank != 3:  # rank 3 skips it: rank 2's copy never completes
+    pending = dist.all_reduce(torch.ones(8), group=mine, async_op=True)
+dist.barrier()
+with open(f"{os.environ['TORCH_FR_DUMP_TEMP_FILE']}{rank}", "wb") as dump:
+    dump.write(_dump_fr_trace())
+dist.barrier()
+os._exit(0)  # a clean teardown would wait for rank 2's all_reduce
