@@ -190,10 +190,10 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
         report = _report(job, outcome)
         waited = _waited_for(report)
         outcome.waited_for |= waited
+        outcome.agent_saw |= _agent_views(report, truth.waited_for)
         if outcome.named_s is None and _names(report, truth):
             outcome.named_s = time.monotonic() - hit_at
-        holding = truth.waited_for or truth.stragglers
-        if holding and (outcome.named_s is not None or time.monotonic() - hit_at > RELEASE_AFTER_S):
+        if _done_holding(outcome, time.monotonic() - hit_at):
             release()
         time.sleep(READ_EVERY_S)
 
