@@ -204,9 +204,7 @@ def marks_time_only(row: Mapping[str, Any]) -> bool:
     rendezvous (``INIT``). Of such a record repeated all day (the sync of every keep-alive
     round), the earliest and the newest say all the others do."""
     return (
-        row["kind"] == contract.RENDEZVOUS
-        and row.get("state") != "INIT"
-        and _role(row)[0] is None
+        row["kind"] == contract.RENDEZVOUS and row.get("state") != "INIT" and _role(row)[0] is None
     )
 
 
