@@ -19,6 +19,7 @@ hour before. Goal: no growth after the first hour.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -28,8 +29,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+#: The plugin before its analysis rows were bounded (one per sync of every keep-alive round).
+ANCHOR = "d1fc9c2"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_prometheus import RUN_ID, Node, Shape, agent_hour, rank_hour  # noqa: E402
+from bench_scale import _baseline_source, _source  # noqa: E402
 from bench_timeline import ROUTE, TensorBoard, _poll_until, _rss_bytes  # noqa: E402
 
 from tb_monitor import contract  # noqa: E402
@@ -37,8 +41,9 @@ from tb_monitor.sinks.base import TimelineRecord  # noqa: E402
 from tb_monitor.synthetic import DEFAULT_START  # noqa: E402
 
 
-def _rss() -> int:
-    with open("/proc/self/status") as status:
+def _rss(pid: int | str = "self") -> int:
+    """A process's resident bytes (this one's by default)."""
+    with open(f"/proc/{pid}/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS"))
 
 
@@ -114,12 +119,85 @@ def child(shape: Shape, nodes: list[int], logdir: str) -> None:
         print(json.dumps({"hour": hour, "rss": _rss(), "timeline": timeline}), flush=True)
 
 
+def _rss_parts(pid: int) -> tuple[float, float]:
+    """TensorBoard's own RSS and its children's (the data server, read helpers while they
+    live), MiB."""
+    own = _rss(pid)
+    return own / 2**20, (_rss_bytes(pid) - own) / 2**20
+
+
+class Viewer:
+    """A TensorBoard on the logdir (ours, or with the plugin of an anchor's tree), its RSS
+    per simulated hour."""
+
+    def __init__(self, name: str, logdir: str, extra: list[str], src: str | None) -> None:
+        self.name, self.rows = name, []
+        with _source(src) if src else contextlib.nullcontext():
+            self.tb = TensorBoard(logdir, *extra)
+
+    def hour(self, written: int) -> tuple[int, float, float]:
+        """Wait until it shows ``written`` events; then its events shown and RSS parts."""
+        polled = _poll_until(
+            self.tb, ROUTE + "?width=1000", lambda d, w=written: d["total"] >= w, 900, 1.0
+        )
+        row = (polled.data["total"], *_rss_parts(self.tb.process.pid))
+        self.rows.append(row)
+        return row
+
+
+def _growth(values: list[float]) -> str:
+    """Growth after the first hour: in all, and per hour."""
+    if len(values) < 2:
+        return "n/a"
+    grew = values[-1] - values[0]
+    return f"{grew:+.1f} MiB ({grew / (len(values) - 1):+.1f} MiB/h)"
+
+
+def _report(viewers: list[Viewer], writer: list[float]) -> None:
+    print("growth after the first hour:")
+    print(f"  writer (largest process)      {_growth(writer)}")
+    for viewer in viewers:
+        own = [row[1] for row in viewer.rows]
+        both = [row[1] + row[2] for row in viewer.rows]
+        print(
+            f"  TensorBoard {viewer.name:<8} process {_growth(own)}, with data server {_growth(both)}"
+        )
+
+
+def _soak(shape: Shape, procs: list, viewers: list[Viewer]) -> None:
+    head = "".join(f" | {v.name:^8} TB MiB  data srv  growth" for v in viewers)
+    print(f"{'hour':>4} {'writer MiB':>10} {'growth':>7}{head}  events shown / written")
+    writer: list[float] = []
+    for hour in range(1, shape.hours + 1):
+        for proc in procs:
+            proc.stdin.write(f"{hour}\n")
+            proc.stdin.flush()
+        rows = [json.loads(proc.stdout.readline()) for proc in procs]
+        written = sum(row["timeline"] for row in rows)
+        writer.append(max(row["rss"] for row in rows) / 2**20)
+        line = f"{hour:>4} {writer[-1]:>10.1f} {_delta(writer):>7}"
+        for viewer in viewers:
+            shown, own, server = viewer.hour(written)
+            both = [r[1] + r[2] for r in viewer.rows]
+            line += f" | {own:>15.1f} {server:>9.1f} {_delta(both):>7}"
+        print(f"{line}  {shown:>9,} / {written:<9,}", flush=True)
+    _report(viewers, writer)
+
+
+def _delta(values: list[float]) -> str:
+    return "" if len(values) < 2 else f"{values[-1] - values[-2]:+.1f}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--per-node", type=int, default=8)
     parser.add_argument("--hours", type=int, default=6)
     parser.add_argument("--procs", type=int, default=2, help="writer processes")
+    parser.add_argument(
+        "--anchor", default=ANCHOR, help="a revision to read beside ours ('': none)"
+    )
+    parser.add_argument("--tb-args", default="", help="extra tensorboard flags, one string")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     shape = Shape(args.ranks, args.per_node, args.hours, (1.5,), 0.1, False)
@@ -127,11 +205,12 @@ def main() -> None:
         nodes, logdir = json.loads(args.child)
         child(shape, nodes, logdir)
         return
-    with tempfile.TemporaryDirectory() as logdir:
+    with tempfile.TemporaryDirectory() as logdir, contextlib.ExitStack() as stack:
         shares = [list(range(shape.nodes))[p :: args.procs] for p in range(args.procs)]
+        argv = [a for a in sys.argv[1:] if not a.startswith("--tb-args")]
         procs = [
             subprocess.Popen(
-                [sys.executable, __file__, *sys.argv[1:], "--child", json.dumps([share, logdir])],
+                [sys.executable, __file__, *argv, "--child", json.dumps([share, logdir])],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -139,33 +218,17 @@ def main() -> None:
             for share in shares
             if share
         ]
-        rows = [json.loads(proc.stdout.readline()) for proc in procs]
-        print(f"{shape.ranks} ranks on {shape.nodes} nodes, {shape.hours} simulated hours")
-        print(f"{'hour':>4} {'writer RSS MiB':>15} {'growth':>8} {'TB RSS MiB':>11} {'growth':>8} "
-              f"{'events shown / written':>24}")  # fmt: skip
-        last_writer = last_tb = None
-        with TensorBoard(logdir) as tb:
-            for hour in range(1, shape.hours + 1):
-                for proc in procs:
-                    proc.stdin.write(f"{hour}\n")
-                    proc.stdin.flush()
-                rows = [json.loads(proc.stdout.readline()) for proc in procs]
-                written = sum(row["timeline"] for row in rows)
-                polled = _poll_until(
-                    tb, ROUTE + "?width=1000", lambda d, w=written: d["total"] >= w, 900, 1.0
-                )
-                writer_rss = max(row["rss"] for row in rows) / 2**20
-                tb_rss = _rss_bytes(tb.process.pid) / 2**20
-                grew = [
-                    "" if last is None else f"{now - last:+8.1f}"
-                    for now, last in ((writer_rss, last_writer), (tb_rss, last_tb))
-                ]
-                print(
-                    f"{hour:>4} {writer_rss:>15.1f} {grew[0]:>8} {tb_rss:>11.1f} {grew[1]:>8} "
-                    f"{polled.data['total']:>11,} / {written:<11,}",
-                    flush=True,
-                )
-                last_writer, last_tb = writer_rss, tb_rss
+        [json.loads(proc.stdout.readline()) for proc in procs]
+        extra = args.tb_args.split()
+        print(f"{shape.ranks} ranks on {shape.nodes} nodes, {shape.hours} simulated hours; "
+              f"tensorboard {' '.join(extra) or '(default flags)'}")  # fmt: skip
+        viewers = [Viewer("ours", logdir, extra, None)]
+        if args.anchor:
+            src = _baseline_source(args.anchor, stack.enter_context(tempfile.TemporaryDirectory()))
+            viewers.append(Viewer(args.anchor, logdir, extra, src))
+        for viewer in viewers:
+            stack.enter_context(viewer.tb)
+        _soak(shape, procs, viewers)
         for proc in procs:
             proc.stdin.close()
             proc.wait(timeout=600)
