@@ -8,11 +8,18 @@ keep-alive, the agent's events and metrics, a restart, every rank's rank-health 
 sinks live in ``--procs`` writer processes, each holding its share of the nodes (as a node's
 processes would); a real TensorBoard with the Timeline plugin reads the logdir as it grows.
 
-Printed per simulated hour: the largest writer process's RSS, TensorBoard's RSS (its data server
-included), the events the Timeline shows against those written, and each RSS's growth over the
-hour before. Goal: no growth after the first hour.
+Printed per simulated hour: the largest writer process's RSS, each TensorBoard's own RSS and its
+data server's (read at rest, ``SETTLE_S`` after the Timeline shows the hour's events), the events
+the Timeline shows against those written, and each RSS's growth over the hour before; at the end,
+each one's growth after the first hour. Beside ours, a TensorBoard with the plugin of ``--anchor``
+(a ``git archive`` of it) reads the same logdir. Goal: no growth after the first hour.
 
-    python benchmarks/bench_soak_day.py                          # quick: 64 ranks, 6 hours
+The data server keeps a reservoir of each scalar series (``--samples_per_plugin scalars=N``, 1000
+by default): a rank's windows fill theirs in about three simulated hours, then it stays flat;
+``--tb-args "--samples_per_plugin scalars=100"`` shows it filled within the first hour.
+
+    python benchmarks/bench_soak_day.py                           # quick: 64 ranks, 6 hours
+    python benchmarks/bench_soak_day.py --ranks 128 --hours 10    # ~8 min on 2 cores
     python benchmarks/bench_soak_day.py --ranks 1024 --hours 24   # the day: long
 """
 
@@ -26,11 +33,15 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The plugin before its analysis rows were bounded (one per sync of every keep-alive round).
 ANCHOR = "d1fc9c2"
+#: Seconds from the Timeline showing an hour's events to reading RSS: past the refresher's idle
+#: poll (``POLL_S``), which trims the heap a request left.
+SETTLE_S = 5.0
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_prometheus import RUN_ID, Node, Shape, agent_hour, rank_hour  # noqa: E402
 from bench_scale import _baseline_source, _source  # noqa: E402
@@ -135,14 +146,17 @@ class Viewer:
         with _source(src) if src else contextlib.nullcontext():
             self.tb = TensorBoard(logdir, *extra)
 
-    def hour(self, written: int) -> tuple[int, float, float]:
-        """Wait until it shows ``written`` events; then its events shown and RSS parts."""
+    def wait(self, written: int) -> int:
+        """Wait until it shows ``written`` events; how many it shows."""
         polled = _poll_until(
             self.tb, ROUTE + "?width=1000", lambda d, w=written: d["total"] >= w, 900, 1.0
         )
-        row = (polled.data["total"], *_rss_parts(self.tb.process.pid))
-        self.rows.append(row)
-        return row
+        return polled.data["total"]
+
+    def measure(self) -> tuple[float, float]:
+        """Its RSS and its children's now, kept for the summary."""
+        self.rows.append(_rss_parts(self.tb.process.pid))
+        return self.rows[-1]
 
 
 def _growth(values: list[float]) -> str:
@@ -157,8 +171,8 @@ def _report(viewers: list[Viewer], writer: list[float]) -> None:
     print("growth after the first hour:")
     print(f"  writer (largest process)      {_growth(writer)}")
     for viewer in viewers:
-        own = [row[1] for row in viewer.rows]
-        both = [row[1] + row[2] for row in viewer.rows]
+        own = [row[0] for row in viewer.rows]
+        both = [row[0] + row[1] for row in viewer.rows]
         print(
             f"  TensorBoard {viewer.name:<8} process {_growth(own)}, with data server {_growth(both)}"
         )
@@ -176,9 +190,11 @@ def _soak(shape: Shape, procs: list, viewers: list[Viewer]) -> None:
         written = sum(row["timeline"] for row in rows)
         writer.append(max(row["rss"] for row in rows) / 2**20)
         line = f"{hour:>4} {writer[-1]:>10.1f} {_delta(writer):>7}"
+        shown = min(viewer.wait(written) for viewer in viewers)
+        time.sleep(SETTLE_S)  # at rest: a poll's passing buffers freed, the heap trimmed
         for viewer in viewers:
-            shown, own, server = viewer.hour(written)
-            both = [r[1] + r[2] for r in viewer.rows]
+            own, server = viewer.measure()
+            both = [r[0] + r[1] for r in viewer.rows]
             line += f" | {own:>15.1f} {server:>9.1f} {_delta(both):>7}"
         print(f"{line}  {shown:>9,} / {written:<9,}", flush=True)
     _report(viewers, writer)
