@@ -30,6 +30,7 @@ __all__ = [
     "State",
     "attempt_of",
     "lane_of",
+    "marks_time_only",
     "spans",
     "state_color",
 ]
@@ -197,6 +198,16 @@ def _role(row: Mapping[str, Any]) -> tuple[str | None, int | None]:
     if row.get("name") == contract.FR_COLLECTIVE:
         return _WHOLE, None
     return None, None
+
+
+def marks_time_only(row: Mapping[str, Any]) -> bool:
+    """Whether a rendezvous record tells the analyses only when its agent was there: it plays
+    no part in a round (``_role``: no join, no joined, no FAILED, no round number) and opens no
+    rendezvous (``INIT``). Of such a record repeated all day (the sync of every keep-alive
+    round), the earliest and the newest say all the others do."""
+    return (
+        row["kind"] == contract.RENDEZVOUS and row.get("state") != "INIT" and _role(row)[0] is None
+    )
 
 
 def spans(

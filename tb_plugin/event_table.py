@@ -35,6 +35,7 @@ __all__ = ["EventTable", "SkippedRecords"]
 _SORTED_BYTES, _RECORD_BYTES, _STRING_BYTES, _ROW_BYTES = 8, 84, 120, 1200
 #: Skipped records remembered with their details (all of them are counted).
 _SKIPPED_DETAILS = 100
+_UNSEEN: Any = object()  # a record not yet seen among the bounding events
 _log = logging.getLogger(__name__)
 
 
@@ -92,9 +93,13 @@ class EventTable:
             self.states(state.name)
         # Events that may open or close an interval, for timeline.spans, and that the restart
         # analysis reads: every one but the keep-alive heartbeats, which are most of a long
-        # job's events and neither; each with its event id, ``_id``.
+        # job's events and neither, and of a record that only marks a time (the sync of every
+        # keep-alive round) only its earliest and newest event; each with its event id, ``_id``.
         self.span_rows: list[dict[str, Any]] = []
         self.span_recs = array.array("i")  # per span row: its record (and so its lane)
+        # Per record: None when each of its events is a span row, else the positions of the
+        # span rows of its earliest and newest events (``timeline.marks_time_only``).
+        self._time_marks: dict[int, list[int] | None] = {}
 
     @property
     def folded(self) -> int:
@@ -225,13 +230,8 @@ class EventTable:
         starts = np.flatnonzero(np.diff(record, prepend=-1))  # each record's first event
         self.record_first.frombytes((starts + first).astype(np.int64).tobytes())
         self.record_step.frombytes(steps[record[starts]].tobytes())
-        rows, where = self.records.row, np.flatnonzero(bounding)
-        recs = rec[where].astype(np.intc)
-        self.span_rows.extend(
-            {**rows[r], "wall_time": t, "_id": first + k}
-            for k, r, t in zip(where.tolist(), recs.tolist(), times[where].tolist(), strict=True)
-        )
-        self.span_recs.frombytes(recs.tobytes())
+        where = np.flatnonzero(bounding)
+        self._add_span_rows(where + first, rec[where], times[where])
         self.t.frombytes(times.tobytes())
         self.rec.frombytes(rec.astype(np.intc).tobytes())
         # Counted as they come: counted at the sort, every event would be counted again.
@@ -239,6 +239,29 @@ class EventTable:
         counts[: len(self.record_events)] += self.record_events
         self.record_events = counts
         return len(times)
+
+    def _add_span_rows(self, ids: np.ndarray, recs: np.ndarray, times: np.ndarray) -> None:
+        """Keep the span rows of bounding events (their ids, records and times): every one's,
+        but of a record that only marks a time its earliest and newest alone, so that a long
+        job's repeated syncs cost two rows, not one an event, and the analyses read the same."""
+        rows, span_rows, marks_of = self.records.row, self.span_rows, self._time_marks
+        for event, r, t in zip(ids.tolist(), recs.tolist(), times.tolist(), strict=True):
+            marks = marks_of.get(r, _UNSEEN)
+            if marks is _UNSEEN:
+                marks = marks_of[r] = [] if timeline.marks_time_only(rows[r]) else None
+            if marks is not None and len(marks) == 2:
+                early, late = marks
+                if t < span_rows[early]["wall_time"]:
+                    span_rows[early] = {**rows[r], "wall_time": t, "_id": event}
+                elif t >= span_rows[late]["wall_time"]:
+                    span_rows[late] = {**rows[r], "wall_time": t, "_id": event}
+                continue  # one between them: its time tells nothing more
+            if marks is not None:
+                marks.append(len(span_rows))
+                if len(marks) == 2 and t < span_rows[marks[0]]["wall_time"]:
+                    marks.reverse()
+            span_rows.append({**rows[r], "wall_time": t, "_id": event})
+            self.span_recs.append(r)
 
     def _decode(self, row: dict[str, Any]) -> int:
         """Intern a decoded record's fields; keep it when it may open or close an interval."""

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import subprocess
 import sys
 
+import pytest
+
 from tb_monitor import contract, timeline
+from tb_monitor.synthetic import keep_alive_round
+
+_SYNC = keep_alive_round("j", "h", 1)[1]  # a keep-alive round's middle record
 
 
 def test_a_rendezvous_record_without_local_id_stays_on_its_nodes_lane():
@@ -126,3 +132,33 @@ def test_a_lane_pickled_after_hashing_is_found_in_a_process_with_another_hash_se
             check=True,
         )
         assert done.stdout.decode().strip() == "found"
+
+
+def _rendezvous(state: str, message: str) -> dict:
+    return {"kind": contract.RENDEZVOUS, "state": state, "message": message}
+
+
+@pytest.mark.parametrize(
+    "state, message",
+    [
+        ("RUNNING", "The node 'h_1_0' attempts to join the next round of the rendezvous 'j'."),
+        ("RUNNING", "The node 'h_1_0' has joined round 2 of the rendezvous 'j' as rank 0."),
+        ("RUNNING", "The node 'h_1_0' marked round 2 of the rendezvous 'j' as complete."),
+        ("FAILED", "The node 'h_1_0' failed."),
+        ("INIT", "The node 'h_1_0' hosts the TCPStore of the rendezvous 'j'."),
+    ],
+)
+def test_a_rendezvous_record_with_a_part_in_a_round_marks_more_than_a_time(state, message):
+    """Joins, joined rounds, completions, failures and INIT are each read for more than a time."""
+    assert not timeline.marks_time_only(_rendezvous(state, message))
+
+
+def test_a_keep_alive_rounds_sync_marks_only_a_time():
+    """The sync torch records every keep-alive round tells the analyses only a time."""
+    sync = contract.decode_record(contract.RENDEZVOUS, json.loads(_SYNC))
+    assert timeline.marks_time_only({**sync, "kind": contract.RENDEZVOUS})
+
+
+def test_a_worker_record_marks_more_than_a_time():
+    """Only rendezvous records are ever told to mark a time only."""
+    assert not timeline.marks_time_only(_worker("RUNNING", 1.0))
