@@ -1,14 +1,14 @@
-"""A process held to a CPU quota from outside, in a cgroup of its own: what a noisy neighbour or
-a scheduler's limit does to one rank. For tests and benchmarks (a fault campaign uses it too).
+"""Control groups of our own for tests and benchmarks: a process held to a CPU quota, a memory
+limit or the freezer from outside, as a machine or a scheduler would hold it.
 
-``cpu_limited(pid)`` makes a fresh cgroup (``tbm-test-<uuid>``), gives it a CPU quota, moves
-``pid`` (every thread of it) in, and on the way out, whatever happened, moves it back where it
-came from (if it still runs) and removes the cgroup. cgroup v2 where ``/sys/fs/cgroup`` is
-cgroup2 and its ``cgroup.subtree_control`` enables ``cpu`` (``cpu.max``); else cgroup v1's cpu
-controller at ``/sys/fs/cgroup/cpu`` (``cpu.cfs_quota_us``, ``cpu.cfs_period_us``), which hybrid
-machines have where v2 holds no cpu controller. Both need root.
-``cpu_limit_unavailable()`` says why neither can be used (a test skips with it, or fails in CI:
-``conftest.need_cpu_limit``).
+``Cgroup(controller)`` makes a fresh group (``tbm-test-<uuid>``) in cgroup v2's unified
+hierarchy where ``/sys/fs/cgroup`` is one, else under v1's ``/sys/fs/cgroup/<controller>``;
+``set`` writes a setting under its v1 or its v2 name, ``remove`` moves every process back to the
+parent group and removes the group. ``in_cgroup(controller, pid)`` moves ``pid`` (every thread
+of it) in, and removes the group only when something fails (the fault campaign's faults outlive
+it); ``cpu_limited(pid)`` holds ``pid`` to a CPU quota (default 10% of one CPU) and always
+removes the group. All need root: ``cgroups_usable()`` and ``cpu_limit_unavailable()`` say why
+not (a test skips with it, or fails in CI: ``conftest.need_cpu_limit``).
 """
 
 from __future__ import annotations
@@ -18,106 +18,119 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["CpuLimit", "cpu_limit_unavailable", "cpu_limited"]
+__all__ = [
+    "V2",
+    "Cgroup",
+    "cgroups_usable",
+    "cpu_limit_unavailable",
+    "cpu_limited",
+    "in_cgroup",
+    "limit_cpu",
+]
 
 ROOT = Path("/sys/fs/cgroup")
-V1_CPU = ROOT / "cpu"
-_CGROUP2_MAGIC = "cgroup2"
+#: The unified (v2) hierarchy is mounted at ROOT; else v1's, one per controller under it.
+V2 = (ROOT / "cgroup.controllers").exists()
 
 
-class CpuLimit:
-    """Where the quota is set: cgroup v2 (``cpu.max``) or v1's cpu controller."""
-
-    def __init__(self, root: Path, v2: bool) -> None:
-        self.root, self.v2 = root, v2
-
-    def make(self, quota_us: int, period_us: int) -> Path:
-        """A fresh cgroup under the root with the quota set."""
-        group = self.root / f"tbm-test-{uuid.uuid4().hex[:12]}"
-        group.mkdir()
-        try:
-            if self.v2:
-                (group / "cpu.max").write_text(f"{quota_us} {period_us}")
-            else:
-                (group / "cpu.cfs_period_us").write_text(str(period_us))
-                (group / "cpu.cfs_quota_us").write_text(str(quota_us))
-        except OSError:
-            group.rmdir()
-            raise
-        return group
-
-    def group_of(self, pid: int) -> Path | None:
-        """The cgroup (of this hierarchy) ``pid`` is in now; None when it has exited."""
-        try:
-            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
-        except OSError:
-            return None
-        for line in lines:
-            _, controllers, path = line.split(":", 2)
-            if (not controllers) if self.v2 else "cpu" in controllers.split(","):
-                return self.root / path.lstrip("/")
-        return None
-
-
-def _is_cgroup2(path: Path) -> bool:
-    try:
-        mounts = Path("/proc/self/mounts").read_text().splitlines()
-    except OSError:
-        return False
-    return any(line.split()[1:3] == [str(path), _CGROUP2_MAGIC] for line in mounts)
-
-
-def _limit() -> CpuLimit | str:
-    """The hierarchy to use, or why there is none."""
+def cgroups_usable() -> str | None:
+    """Why control groups cannot be used here (not root, no hierarchy), or None when they can."""
     if os.geteuid() != 0:
-        return "moving a process into a cgroup needs root"
-    if _is_cgroup2(ROOT):
-        enabled = (ROOT / "cgroup.subtree_control").read_text().split()
-        if "cpu" in enabled:
-            return CpuLimit(ROOT, v2=True)
-        why = f"{ROOT} is cgroup2 but its cgroup.subtree_control enables no cpu controller"
-    else:
-        why = f"{ROOT} is not cgroup2"
-    if (V1_CPU / "cpu.cfs_quota_us").exists() and os.access(V1_CPU, os.W_OK):
-        return CpuLimit(V1_CPU, v2=False)
-    return f"{why}, and no writable cgroup v1 cpu controller at {V1_CPU}"
+        return "control groups need root"
+    if not V2 and not (ROOT / "cpu").is_dir():
+        return f"no cgroup hierarchy under {ROOT}"
+    return None
 
 
 def cpu_limit_unavailable() -> str | None:
-    """Why no process can be held to a CPU quota here, or None when ``cpu_limited`` works."""
-    found = _limit()
-    return found if isinstance(found, str) else None
+    """Why no process can be held to a CPU quota here, or None when ``cpu_limited`` works:
+    v2 needs the cpu controller enabled in the root's ``cgroup.subtree_control``."""
+    why = cgroups_usable()
+    if why is not None:
+        return why
+    if V2 and "cpu" not in (ROOT / "cgroup.subtree_control").read_text().split():
+        return f"{ROOT} is cgroup2 but its cgroup.subtree_control enables no cpu controller"
+    if not V2 and not (ROOT / "cpu" / "cpu.cfs_quota_us").exists():
+        return f"{ROOT} is not cgroup2, and {ROOT / 'cpu'} has no CPU quota (cpu.cfs_quota_us)"
+    return None
+
+
+@dataclass
+class Cgroup:
+    """A control group of our own for one controller (``cpu``, ``memory``, ``freezer``)."""
+
+    controller: str
+    path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        base = ROOT if V2 else ROOT / self.controller
+        self.path = base / f"tbm-test-{uuid.uuid4().hex[:8]}"
+        self.path.mkdir()
+
+    def add(self, pid: int) -> None:
+        """Move process ``pid`` (every thread of it) into the group."""
+        (self.path / "cgroup.procs").write_text(str(pid))
+
+    def set(self, v1_file: str, v1_value: str, v2_file: str, v2_value: str) -> None:
+        """Write a setting, under its v1 or its v2 name."""
+        name, value = (v2_file, v2_value) if V2 else (v1_file, v1_value)
+        (self.path / name).write_text(value)
+
+    def remove(self) -> None:
+        """Thaw, move every process back to the parent group, and remove the group."""
+        with contextlib.suppress(OSError):
+            if self.controller == "freezer":
+                self.set("freezer.state", "THAWED", "cgroup.freeze", "0")
+        parent = self.path.parent / "cgroup.procs"
+        for _ in range(50):
+            try:
+                pids = (self.path / "cgroup.procs").read_text().split()
+            except OSError:
+                return
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    parent.write_text(pid)
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+                return
+            time.sleep(0.1)
 
 
 @contextlib.contextmanager
-def cpu_limited(pid: int, quota_us: int = 10_000, period_us: int = 100_000) -> Iterator[Path]:
-    """``pid`` held to ``quota_us`` of CPU time per ``period_us`` (default: 10% of one CPU) in a
-    fresh cgroup, yielded; afterwards moved back (if it still runs) and the cgroup removed."""
-    limit = _limit()
-    if isinstance(limit, str):
-        raise RuntimeError(limit)
-    home = limit.group_of(pid)
-    group = limit.make(quota_us, period_us)
+def in_cgroup(controller: str, pid: int) -> Iterator[Cgroup]:
+    """``pid`` moved into a fresh group of ``controller``; the group is removed only when the
+    body raises (else the caller removes it, once the fault it holds is over)."""
+    group = Cgroup(controller)
     try:
-        (group / "cgroup.procs").write_text(str(pid))
+        group.add(pid)
+        yield group
+    except BaseException:
+        group.remove()
+        raise
+
+
+def limit_cpu(group: Cgroup, quota_us: int = 10_000, period_us: int = 100_000) -> None:
+    """Hold ``group`` (a ``cpu`` one) to ``quota_us`` of CPU time per ``period_us``."""
+    both = f"{quota_us} {period_us}"
+    group.set("cpu.cfs_period_us", str(period_us), "cpu.max", both)
+    if not V2:
+        group.set("cpu.cfs_quota_us", str(quota_us), "cpu.max", both)
+
+
+@contextlib.contextmanager
+def cpu_limited(pid: int, quota_us: int = 10_000, period_us: int = 100_000) -> Iterator[Cgroup]:
+    """``pid`` held to ``quota_us`` of CPU time per ``period_us`` (default: 10% of one CPU) in
+    a fresh group, yielded; afterwards, whatever happened, moved back and the group removed."""
+    why = cpu_limit_unavailable()
+    if why is not None:
+        raise RuntimeError(why)
+    group = Cgroup("cpu")
+    try:
+        limit_cpu(group, quota_us, period_us)
+        group.add(pid)
         yield group
     finally:
-        if home is not None:
-            with contextlib.suppress(OSError):  # it exited meanwhile
-                (home / "cgroup.procs").write_text(str(pid))
-        _remove(group)
-
-
-def _remove(group: Path, timeout_s: float = 10.0) -> None:
-    """Remove ``group`` once empty (a process exiting leaves it a moment later)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            group.rmdir()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
+        group.remove()
