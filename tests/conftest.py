@@ -46,6 +46,18 @@ def need_chromium() -> str:
     return path
 
 
+def need_cpu_limit() -> None:
+    """Skip where no process can be held to a CPU quota (``cgroups.py``: root and a cgroup
+    cpu controller); fail in CI."""
+    from cgroups import cpu_limit_unavailable
+
+    why = cpu_limit_unavailable()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"a CPU-limited cgroup is required when CI=true: {why}")
+        pytest.skip(why)
+
+
 @pytest.fixture
 def torch() -> ModuleType:
     """The real torch, needed by tests that compare with or drive PyTorch."""

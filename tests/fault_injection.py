@@ -6,8 +6,9 @@ machine offers: signals by pid, control groups (a CPU quota, a memory limit, the
 holds a process in uninterruptible sleep as a stuck disk or filesystem would), and one hook, a
 worker made to raise or to leak memory by a signal (``campaign_hooks/sitecustomize.py``): the scripts stay unmodified.
 
-Control groups need root; v1 hierarchies (``/sys/fs/cgroup/<controller>``) and the unified v2 one
-are both handled. Every group made here is removed again, whatever happened.
+Control groups (``tests/cgroups.py``) need root; v1 hierarchies (``/sys/fs/cgroup/<controller>``)
+and the unified v2 one are both handled. Every group made here is removed again, whatever
+happened.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import contextlib
 import os
 import signal
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cgroups import Cgroup, cgroups_usable, in_cgroup, limit_cpu
 from users_jobs import UserJob
 
 __all__ = [
@@ -42,58 +43,6 @@ FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 #: Workers whose SIGTERM handler hangs past the agent's grace, which then SIGKILLs them.
 HANGING_HANDLER = {"TB_MONITOR_CAMPAIGN_TERM_HANG_S": "60"}
 SKEW = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": "+4s", "FAKETIME_DONT_RESET": "1"}
-_ROOT = Path("/sys/fs/cgroup")
-_V2 = (_ROOT / "cgroup.controllers").exists()
-
-
-def cgroups_usable() -> str | None:
-    """Why control groups cannot be used here (not root, no hierarchy), or None when they can."""
-    if os.geteuid() != 0:
-        return "control groups need root"
-    if not _V2 and not (_ROOT / "cpu").is_dir():
-        return f"no cgroup hierarchy under {_ROOT}"
-    return None
-
-
-@dataclass
-class Cgroup:
-    """A control group of our own for one controller (``cpu``, ``memory``, ``freezer``)."""
-
-    controller: str
-    path: Path = field(init=False)
-
-    def __post_init__(self) -> None:
-        base = _ROOT if _V2 else _ROOT / self.controller
-        self.path = base / f"tbm-campaign-{uuid.uuid4().hex[:8]}"
-        self.path.mkdir()
-
-    def add(self, pid: int) -> None:
-        """Move process ``pid`` (every thread of it) into the group."""
-        (self.path / "cgroup.procs").write_text(str(pid))
-
-    def set(self, v1_file: str, v1_value: str, v2_file: str, v2_value: str) -> None:
-        """Write a setting, under its v1 or its v2 name."""
-        name, value = (v2_file, v2_value) if _V2 else (v1_file, v1_value)
-        (self.path / name).write_text(value)
-
-    def remove(self) -> None:
-        """Thaw, move every process back to the root group, and remove the group."""
-        with contextlib.suppress(OSError):
-            if self.controller == "freezer":
-                self.set("freezer.state", "THAWED", "cgroup.freeze", "0")
-        root = self.path.parent / "cgroup.procs"
-        for _ in range(50):
-            try:
-                pids = (self.path / "cgroup.procs").read_text().split()
-            except OSError:
-                return
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    root.write_text(pid)
-            with contextlib.suppress(OSError):
-                self.path.rmdir()
-                return
-            time.sleep(0.1)
 
 
 @dataclass(frozen=True)
@@ -161,17 +110,6 @@ def _preempt(job: UserJob, rank: int) -> None:
         job.signal_agent(node)
 
 
-@contextlib.contextmanager
-def _in_cgroup(controller: str, pid: int) -> Iterator[Cgroup]:
-    group = Cgroup(controller)
-    try:
-        group.add(pid)
-        yield group
-    except BaseException:
-        group.remove()
-        raise
-
-
 def _stop(job: UserJob, rank: int) -> Callable[[], None]:
     pid = job.worker_pid(rank)
     os.kill(pid, signal.SIGSTOP)
@@ -180,24 +118,22 @@ def _stop(job: UserJob, rank: int) -> Callable[[], None]:
 
 def _freeze(job: UserJob, rank: int) -> Callable[[], None]:
     """The rank held in uninterruptible sleep (the freezer shows it in state D)."""
-    with _in_cgroup("freezer", job.worker_pid(rank)) as group:
+    with in_cgroup("freezer", job.worker_pid(rank)) as group:
         group.set("freezer.state", "FROZEN", "cgroup.freeze", "1")
     return group.remove
 
 
 def _throttle(job: UserJob, rank: int) -> Callable[[], None]:
     """The rank held to a tenth of a core by a CPU quota."""
-    with _in_cgroup("cpu", job.worker_pid(rank)) as group:
-        group.set("cpu.cfs_period_us", "100000", "cpu.max", "10000 100000")
-        if not _V2:
-            group.set("cpu.cfs_quota_us", "10000", "cpu.max", "10000 100000")
+    with in_cgroup("cpu", job.worker_pid(rank)) as group:
+        limit_cpu(group, quota_us=10_000, period_us=100_000)
     return group.remove
 
 
 def _oom(job: UserJob, rank: int) -> Callable[[], None]:
     """The rank's new memory capped at 64 MiB, then a leak in it: the kernel's OOM killer ends
     it (SIGKILL)."""
-    with _in_cgroup("memory", job.worker_pid(rank)) as group:
+    with in_cgroup("memory", job.worker_pid(rank)) as group:
         group.set("memory.limit_in_bytes", str(64 << 20), "memory.max", str(64 << 20))
         job.signal_rank(rank, LEAK_SIGNAL)
     return group.remove

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tb_monitor import _env, contract
+from tb_monitor.analysis.grid_rows import WINDOW_TAGS, cells, paired
 from tb_monitor.analysis.scoring import (
     FLAG_THRESHOLD,
     FLAG_WINDOWS,
@@ -51,6 +52,8 @@ from tb_monitor.analysis.scoring import (
     longest_over,
     relative_scores,
     stalled_ranks,
+    starved_reason,
+    starved_rows,
 )
 from tb_monitor.analysis.windows import infer_window_s, slot_of
 
@@ -59,14 +62,6 @@ if TYPE_CHECKING:
 
 __all__ = ["BEAT_TAGS", "WINDOW_TAGS", "RankGrid", "Score", "Stall", "infer_window_s", "slot_of"]
 
-_COUNT = contract.stat_tag(contract.RANK_STEP, "count")
-_SUM = contract.stat_tag(contract.RANK_STEP, "sum")
-_WAIT = contract.stat_tag(contract.RANK_COLLECTIVE, "sum")
-_GRAD_WAIT = contract.stat_tag(contract.RANK_GRAD_WAIT, "sum")
-_P50, _P95 = (contract.stat_tag(contract.RANK_STEP, q) for q, _ in contract.RANK_STEP_QUANTILES)
-#: The window scalars read whole: a rank's steps, their summed time, its summed wait in
-#: collectives and in DDP's gradient all-reduces, and its step times' median and p95.
-WINDOW_TAGS = (_COUNT, _SUM, _WAIT, _GRAD_WAIT, _P50, _P95)
 #: Heartbeat scalar tag -> heartbeat name; only each one's newest value counts.
 BEAT_TAGS = {contract.stat_tag(contract.RANK_PREFIX + n, "value"): n for n in contract.RANK_BEATS}
 
@@ -91,6 +86,7 @@ class RankGrid:
         previous: RankGrid | None = None,
         *,
         step_quantiles: tuple[np.ndarray, np.ndarray] | None = None,
+        starved: np.ndarray | None = None,
     ) -> None:
         self.runs = list(runs)
         self.ranks = [contract.rank_of(run) for run in self.runs]
@@ -102,6 +98,9 @@ class RankGrid:
         self.collective_s = collective_s  # mean seconds a step waiting (collectives, DDP)
         #: Per window, the median and p95 of its step times (NaN: not recorded).
         self.step_p50, self.step_p95 = step_quantiles or np.full((2, *steps.shape), np.nan)
+        #: Per window, the share of its threads' runnable time spent waiting for a CPU (NaN:
+        #: not recorded): what names a rank starved of CPU (``scoring.starved_windows``).
+        self.starved = np.full(steps.shape, np.nan) if starved is None else starved
         with np.errstate(invalid="ignore"):
             self.compute = np.clip(step_s - collective_s, 0.0, None)
         self.relative = _relative(self.compute, self._same_columns(previous))
@@ -129,7 +128,7 @@ class RankGrid:
             (run for run in {*series, *beats} if contract.rank_of(run) is not None),
             key=lambda run: (contract.rank_of(run), run),
         )
-        windows = {run: _paired(series.get(run, {})) for run in runs}
+        windows = {run: paired(series.get(run, {})) for run in runs}
         if window_s is None:
             window_s = infer_window_s(w[0][0] for w in windows.values())
             window_s = window_s or _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
@@ -141,13 +140,15 @@ class RankGrid:
         width = int(max(s.max() for s in filled)) - slot0 + 1 if filled else 0
         grids = (
             np.zeros((len(runs), width), np.float32),
-            *np.full((4, len(runs), width), np.nan, np.float32),
+            *np.full((5, len(runs), width), np.nan, np.float32),
         )
         for row, run in enumerate(runs):
-            _cells(windows[run], slots[run], slot0, [g[row] for g in grids])
-        steps, step_s, waits, p50, p95 = grids
+            cells(windows[run], slots[run], slot0, [g[row] for g in grids])
+        steps, step_s, waits, p50, p95, starved = grids
         return cls(
-            runs, window_s, slot0, steps, step_s, waits, beats, previous, step_quantiles=(p50, p95)
+            *(runs, window_s, slot0, steps, step_s, waits, beats, previous),
+            step_quantiles=(p50, p95),
+            starved=starved,
         )
 
     @classmethod
@@ -261,18 +262,28 @@ class RankGrid:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
             medians = [np.nanmedian(a, axis=1) for a in (self.relative, individual, self.compute)]
-        out = [
-            Score(
-                row,
-                self.ranks[row],
-                run,
-                *(_finite(m[row]) for m in medians),
-                windows_over=int(longest[row]),
-                flagged=bool(longest[row] >= windows),
+        share, starved, typical = starved_rows(self.starved, self.steps > 0)
+        out = []
+        for row, run in enumerate(self.runs):
+            if not self.steps[row].any():
+                continue
+            relative, *rest = (_finite(m[row]) for m in medians)
+            cause, reason = None, None
+            if starved[row] >= windows:
+                cause, reason = "cpu", starved_reason(float(share[row]), typical)
+            elif longest[row] >= windows:
+                cause, reason = "compute", f"compute x{relative or 0:.2f} the median rank's"
+            out.append(
+                Score(
+                    *(row, self.ranks[row], run, relative, *rest),
+                    windows_over=int(longest[row]),
+                    flagged=cause is not None,
+                    starved=_finite(share[row]),
+                    starved_over=int(starved[row]),
+                    cause=cause,
+                    reason=reason,
+                )
             )
-            for row, run in enumerate(self.runs)
-            if self.steps[row].any()
-        ]
         out.sort(key=lambda s: -(s.relative or 0.0))
         return out
 
@@ -353,53 +364,6 @@ def _relative(compute: np.ndarray, previous: RankGrid | None) -> np.ndarray:
     relative[:, :dirty] = previous.relative[:, :dirty]
     relative[:, dirty:] = relative_scores(compute[:, dirty:])
     return relative
-
-
-def _cells(
-    windows: list[tuple[np.ndarray, ...]],
-    slots: list[np.ndarray],
-    slot0: int,
-    out: list[np.ndarray],
-) -> None:
-    """One rank's row: windows in one slot summed (their quantiles: the larger), then ``out``
-    = steps, mean step time, mean wait per step, step time median, p95."""
-    (_, count, total), (_, wait), *quantiles = windows
-    at, wait_at, *quantiles_at = slots
-    if not len(at):
-        return
-    width = len(out[0])
-    keep = (wait_at >= slot0) & (wait_at < slot0 + width)
-    steps = np.bincount(at - slot0, weights=count, minlength=width)
-    seconds = np.bincount(at - slot0, weights=total, minlength=width)
-    waited = np.bincount(wait_at[keep] - slot0, weights=wait[keep], minlength=width)
-    has = steps > 0
-    out[0][:] = steps
-    out[1][has] = seconds[has] / steps[has]
-    out[2][has] = waited[has] / steps[has]
-    for (_, values), where, row in zip(quantiles, quantiles_at, out[3:], strict=True):
-        keep = (where >= slot0) & (where < slot0 + width)
-        np.fmax.at(row, where[keep] - slot0, values[keep])
-        row[~has] = np.nan
-
-
-def _paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:
-    """One run's windows: (wall, count, summed step time) paired by wall time (TensorBoard may
-    keep a different sample of each series); (wall, summed wait) of the collectives and DDP's
-    gradient waits together; (wall, value) of the step times' median, and of their p95."""
-    wall, count = _series(tags, _COUNT)
-    swall, total = _series(tags, _SUM)
-    if not np.array_equal(wall, swall):  # the usual case needs no pairing (a sort)
-        wall, i, j = np.intersect1d(wall, swall, return_indices=True)
-        count, total = count[i], total[j]
-    ok = count > 0
-    waits = [_series(tags, tag) for tag in (_WAIT, _GRAD_WAIT)]
-    waited = tuple(np.concatenate(parts) for parts in zip(*waits, strict=True))
-    return [(wall[ok], count[ok], total[ok]), waited, _series(tags, _P50), _series(tags, _P95)]
-
-
-def _series(tags: Mapping[str, tuple[np.ndarray, np.ndarray]], tag: str) -> tuple[np.ndarray, ...]:
-    walls, values = tags.get(tag, (np.zeros(0), np.zeros(0)))
-    return np.asarray(walls, np.float64), np.asarray(values, np.float64)
 
 
 def _newest_beats(series: Series) -> dict[str, dict[str, float]]:

@@ -20,7 +20,12 @@ not one; times are epoch seconds)::
                                          # or when the logdir holds several jobs: see jobs[].ranks
         "count": 4, "windows": 36, "window_s": 10.0,
         "stragglers": [                  # flagged ranks, slowest first
-          {"rank": 1, "relative": 1.5, "individual": 1.02, "windows_over": 12, "flagged": true}
+          {"rank": 1, "relative": 1.5, "individual": 1.02, "windows_over": 12, "flagged": true,
+           "starved": 0.12,              # share of its runnable time waiting for a CPU | null
+           "starved_over": 0,            # longest run of windows starved of CPU
+           "cause": "compute" | "cpu",   # why flagged (null in "slowest" when not flagged)
+           "reason": "compute x1.50 the median rank's"
+                   | "starved of CPU: 88% of its time waiting for a CPU (the median rank 20%)"}
         ],
         "slowest": [...],                # the 3 highest relative scores, same fields
         "stalled": true,                 # a rank is stalled and not every job has ended

@@ -200,6 +200,12 @@ def ranks_lines(ranks: RankHealth, stalled: bool) -> list[str]:
     if ranks.roll_call is not None:  # the odd one out is the answer: before all else
         lines.extend(_roll_call_lines(ranks.roll_call))
     for s in ranks.stragglers:
+        if s.cause == "cpu":  # its compute may look normal: the reason says where its time went
+            lines.append(
+                f"  straggler       {_score(s)} the median rank, {s.reason}"
+                f" ({s.starved_over} windows in a row)"
+            )
+            continue
         lines.append(
             f"  straggler       {_score(s)} the median rank "
             f"({s.windows_over} windows in a row over x{FLAG_THRESHOLD:g})"

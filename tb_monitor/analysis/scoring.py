@@ -9,12 +9,18 @@ consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``
 typical steps without a step, and at least ``STALL_FLOOR_S``, and only then: silence (its
 heartbeats stopped while the others wait) and what its agent sees of its process explain a
 stall, they never make one (a rank stopped from outside for part of each step still steps).
+A rank starved of CPU (a cgroup's quota, a crowded core) is slow in its collectives too, so its
+compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecutive windows in
+which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
+and ``STARVED_FACTOR`` times as long per second on a CPU as the window's median rank's (on a
+busy machine every rank waits; compared to zero, all would be).
 :class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
 rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,12 +37,17 @@ __all__ = [
     "STALL_FLOOR_S",
     "SILENT_SLACK_S",
     "SILENT_WINDOWS",
+    "STARVED_FACTOR",
+    "STARVED_SHARE",
     "Score",
     "Stall",
     "individual_scores",
     "longest_over",
     "relative_scores",
     "stalled_ranks",
+    "starved_reason",
+    "starved_rows",
+    "starved_windows",
 ]
 
 #: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
@@ -51,6 +62,11 @@ STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
 #: live rank beats every window. Silent, it is the rank waited for once stalled.
 SILENT_WINDOWS = 1.5
 SILENT_SLACK_S = 2.0
+#: A rank is starved of CPU in a window when its threads waited for a CPU at least STARVED_SHARE
+#: of the time they were ready to run, and STARVED_FACTOR times as long per second they ran as
+#: the window's median rank's threads.
+STARVED_SHARE = 0.5
+STARVED_FACTOR = 2.0
 
 # ---------------------------------------------------------------------------------------------
 # The scoring core, on plain numpy grids: rows are ranks, columns are windows (NaN: no window)
@@ -70,6 +86,11 @@ class Score:
     compute_s: float | None  # compute seconds per step
     windows_over: int  # longest run of consecutive windows above the threshold
     flagged: bool
+    #: Share of its threads' runnable time spent waiting for a CPU (None: not recorded).
+    starved: float | None = None
+    starved_over: int = 0  # longest run of consecutive windows starved of CPU
+    cause: str | None = None  # why it is flagged: "cpu" (starved of CPU) or "compute"
+    reason: str | None = None  # that, in words, for the report and the Ranks view
 
 
 @dataclass(frozen=True)
@@ -113,6 +134,45 @@ def individual_scores(compute: np.ndarray) -> np.ndarray:
     best = np.where(best > 0, best, np.nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         return compute / best[:, np.newaxis]
+
+
+def starved_windows(
+    share: np.ndarray, factor: float = STARVED_FACTOR, floor: float = STARVED_SHARE
+) -> np.ndarray:
+    """Per cell, 1.0 where the rank was starved of CPU in that window, 0.0 where not, NaN
+    where it recorded no CPU wait. ``share``: the share of its threads' runnable time spent
+    waiting for a CPU. Starved: at least ``floor``, and ``factor`` times as long waiting per
+    second on a CPU (``share / (1 - share)``) as the window's median rank."""
+    share = np.asarray(share, dtype=np.float64)
+    if share.size == 0:
+        return share.copy()
+    per_run = np.minimum(share, 0.999) / (1.0 - np.minimum(share, 0.999))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # windows no rank recorded
+        median = np.nanmedian(per_run, axis=0)
+    with np.errstate(invalid="ignore"):
+        starved = (share >= floor) & (per_run >= factor * median[np.newaxis, :])
+    return np.where(np.isnan(share), np.nan, starved.astype(np.float64))
+
+
+def starved_rows(
+    share: np.ndarray, present: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, float | None]:
+    """Per rank (row): its median starved share over its windows and its longest run of
+    starved windows (``starved_windows``); and the median rank's share (over the windows)."""
+    share = np.asarray(share, dtype=np.float64)
+    longest = longest_over(starved_windows(share), 0.5, present=present)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # no window with a CPU wait
+        rows = np.nanmedian(share, axis=1) if share.shape[1] else np.full(len(share), np.nan)
+        typical = float(np.nanmedian(np.nanmedian(share, axis=0))) if share.size else math.nan
+    return rows, longest, typical if math.isfinite(typical) else None
+
+
+def starved_reason(share: float, median_share: float | None) -> str:
+    """A starved rank's reason, as the report and the Ranks view show it."""
+    median = "" if median_share is None else f" (the median rank {median_share:.0%})"
+    return f"starved of CPU: {share:.0%} of its time waiting for a CPU{median}"
 
 
 def longest_over(

@@ -8,7 +8,8 @@ plugin's Ranks view and the notebook read too), computed from the per-rank Stat 
   and *compute* time (step time minus collective wait), the quantity that separates ranks;
 - ``stragglers(source)``: per rank, its compute time relative to the median of all ranks in the
   same window (``relative``) and to its own best window (``individual``); a rank is flagged when
-  ``relative`` stays above ``threshold`` for ``windows`` consecutive windows;
+  ``relative`` stays above ``threshold`` for ``windows`` consecutive windows, or when it is
+  starved of CPU as long (``scoring.starved_windows``: its compute may then look normal);
 - ``stalls(source)``: ranks whose progress stopped for longer than ``factor`` typical steps
   (with a floor), and the rank the others wait for: the one that has not entered the collective
   the others are inside (behind in collective sequence, or in torch's Flight Recorder).
@@ -88,7 +89,9 @@ def stragglers(
 ) -> pandas.DataFrame:
     """One row per rank: its ``run``, its median ``relative`` and ``individual`` compute score
     and ``compute_s``, the longest run of consecutive windows above ``threshold``
-    (``windows_over``) and ``flagged``; slowest first."""
+    (``windows_over``), its share of runnable time waiting for a CPU (``starved``) and longest
+    run of windows starved of CPU (``starved_over``), ``flagged``, and why (``cause``:
+    "compute" or "cpu", and ``reason`` in words); slowest first."""
     pd = readers.need_pandas()
     scores = _grid(source, window_s).scores(threshold, windows)
     records = [dataclasses.asdict(score) for score in scores]

@@ -11,6 +11,9 @@ from tb_monitor.contract.tags import stat_tag
 __all__ = [
     "RANK_BEATS",
     "RANK_COLLECTIVE",
+    "RANK_CPU_RUN",
+    "RANK_CPU_THROTTLED",
+    "RANK_CPU_WAIT",
     "RANK_GRAD_WAIT",
     "RANK_PREFIX",
     "RANK_STEP",
@@ -33,6 +36,12 @@ RANK_GRAD_WAIT = RANK_PREFIX + "grad_wait_s"
 #: Per window, quantiles of the step times, logged as aggregations of RANK_STEP
 #: (``rank/step_s.p50``, ``rank/step_s.p95``): (aggregation name, quantile).
 RANK_STEP_QUANTILES = (("p50", 0.5), ("p95", 0.95))
+#: Per window, logged as SUM aggregations with the step window: seconds the rank's threads
+#: waited for a CPU while runnable, ran on one, and its cgroup was throttled (where readable):
+#: what names a rank starved of CPU (``rank/cpu_wait.py``).
+RANK_CPU_WAIT = RANK_PREFIX + "cpu_wait_s"
+RANK_CPU_RUN = RANK_PREFIX + "cpu_run_s"
+RANK_CPU_THROTTLED = RANK_PREFIX + "cpu_throttled_s"
 #: Heartbeat Stats ``rank/<name>`` (VALUE; the newest counts): steps so far, the collectives
 #: entered and left, seconds in the current collective and since the last step, Flight Recorder.
 RANK_BEATS = ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")

@@ -28,6 +28,10 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
 - ``rank/grad_wait_s`` (COUNT, SUM, MAX): seconds each backward of a ``DistributedDataParallel``
   module waited, once its own gradients were ready, for the all-reduces DDP runs from C++
   (``grad_wait``): the fast ranks wait longest, so it is wait, like ``collective_s``;
+- with each step window, off the training thread, ``rank/cpu_wait_s.sum``,
+  ``rank/cpu_run_s.sum`` and ``rank/cpu_throttled_s.sum``: seconds the rank's threads waited
+  for a CPU while runnable, ran on one, and its cgroup was throttled (``cpu_wait``): a rank
+  starved of CPU is slow in its collectives too, so its compute need not stand out;
 - heartbeats, sampled every ``heartbeat_s`` by a daemon thread, so a rank stuck anywhere still
   reports: ``rank/steps`` (VALUE: steps so far), ``rank/entered`` and ``rank/left`` (VALUE:
   sequence numbers of the last collective entered and left), ``rank/in_collective_s`` (VALUE:
@@ -57,6 +61,7 @@ from tb_monitor._stat import Aggregation, Stat, StatSource
 from tb_monitor._stat_timer import now_ns
 from tb_monitor.rank._device_works import DeviceWorks
 from tb_monitor.rank._flight_recorder import last_collective_seq
+from tb_monitor.rank.cpu_wait import CpuWait
 from tb_monitor.rank.grad_wait import GradWait
 from tb_monitor.rank.stacks import Progress, progress_from
 
@@ -169,6 +174,7 @@ class RankHealth:
         self._recent: collections.deque[float] = collections.deque(maxlen=_TYPICAL_STEPS)
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
         self._step_clock, self._step_hook = _step_clock(clock)
+        self._cpu_wait = CpuWait()  # read at each window's end, with the step times
         self._drain_lock = threading.Lock()
         self._async_lock = threading.Lock()
         self._step_s = Stat(
@@ -239,18 +245,14 @@ class RankHealth:
 
     def _end_step_window(self) -> None:
         """At each window's end (and a flush, exit or close): the window's steps into
-        rank/step_s, and their median and p95 as ``rank/step_s.p50`` and ``.p95``."""
+        rank/step_s, their median and p95 as ``rank/step_s.p50`` and ``.p95``, and the
+        window's CPU wait (``cpu_wait``: read here, once a window, off the training thread)."""
         self._drain_steps()
         with self._drain_lock:
             seconds, self._window_steps = self._window_steps, []
-        if seconds:
-            log_event(
-                Event(
-                    contract.STAT_EVENT,
-                    datetime.fromtimestamp(now_ns() / 1e9),
-                    _quantiles(seconds),
-                )
-            )
+        values = {**(_quantiles(seconds) if seconds else {}), **self._cpu_wait.read()}
+        if values:
+            log_event(Event(contract.STAT_EVENT, datetime.fromtimestamp(now_ns() / 1e9), values))
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         # Every collective of the job pays the wrapper: what it calls is bound once, here.
@@ -315,6 +317,7 @@ class RankHealth:
         self._drain_lock = threading.Lock()
         self._step_clock.clear()
         self._window_steps = []
+        self._cpu_wait.forget()
         if self._device_works is not None:
             self._device_works.forget()
         self._grad_wait.forget()

@@ -17,12 +17,22 @@ from tb_monitor.synthetic._plan import DEFAULT_START
 __all__ = ["generate_rank_windows", "rank_heartbeat_scalars", "rank_window_scalars"]
 
 
-def rank_window_scalars(compute_s: float, collective_s: float, steps: int) -> dict[str, float]:
+def rank_window_scalars(
+    compute_s: float, collective_s: float, steps: int, cpu_s: tuple[float, float] | None = None
+) -> dict[str, float]:
     """One window of one rank as ``tb_monitor.rank.health`` writes it: ``steps`` steps, each computing
-    ``compute_s`` and waiting ``collective_s`` in collectives."""
+    ``compute_s`` and waiting ``collective_s`` in collectives; ``cpu_s``: its threads' seconds
+    (waiting for a CPU, on one) in the window."""
     step = compute_s + collective_s
     stat_tag, step_stat, wait_stat = contract.stat_tag, contract.RANK_STEP, contract.RANK_COLLECTIVE
+    cpu = {}
+    if cpu_s is not None:
+        cpu = {
+            stat_tag(contract.RANK_CPU_WAIT, "sum"): cpu_s[0],
+            stat_tag(contract.RANK_CPU_RUN, "sum"): cpu_s[1],
+        }
     return {
+        **cpu,
         stat_tag(step_stat, "count"): steps,
         stat_tag(step_stat, "sum"): steps * step,
         stat_tag(step_stat, "min"): step,

@@ -9,7 +9,7 @@ from rank_jobs import HUNG_RANK, SLOW_RANK, write_recorded_job
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid, infer_window_s, slot_of
 from tb_monitor.testing import DEFAULT_START, generate_rank_windows, rank_window_scalars
 
-COUNT, TOTAL, WAIT, GRAD_WAIT, P50, P95 = WINDOW_TAGS
+COUNT, TOTAL, WAIT, GRAD_WAIT, P50, P95, CPU_WAIT, CPU_RUN, CPU_THROTTLED = WINDOW_TAGS
 
 
 def _series(walls, compute=0.1, wait=0.01, steps=50):

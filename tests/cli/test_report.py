@@ -274,6 +274,10 @@ def test_report_json_lists_stragglers_and_slowest(straggler):
         "individual",
         "windows_over",
         "flagged",
+        "starved",
+        "starved_over",
+        "cause",
+        "reason",
     }
     assert ranks["slowest"][0]["rank"] == 1 and len(ranks["slowest"]) == 3
     assert (ranks["count"], ranks["windows"], ranks["window_s"]) == (4, 18, 10.0)

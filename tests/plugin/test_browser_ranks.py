@@ -327,6 +327,26 @@ def test_hovering_a_ranks_row_draws_its_own_step_times(browser, step_times_serve
         tab.close()
 
 
+def test_a_rank_starved_of_cpu_is_listed_with_its_reason(browser, slow_rank_server):
+    """A straggler flagged for CPU (its compute may read normal) shows its reason in the list."""
+    tab = RanksTab(browser, slow_rank_server.url)
+    reason = "starved of CPU: 88% of its time waiting for a CPU (the median rank 20%)"
+    try:
+        tab.frame.locator(".tl-stragglers .tl-rank-link").first.wait_for(timeout=20_000)
+        listed = tab.frame.evaluate(
+            """async (reason) => {
+              const v = window.tbRanks, p = await (await fetch("./ranks?width=1000")).json();
+              const starved = {...p.stragglers[0], cause: "cpu", reason, starved_over: 5};
+              v.load({...p, stragglers: [starved]});
+              return document.querySelector(".tl-stragglers .tl-rank-link").textContent;
+            }""",
+            reason,
+        )
+        assert listed.startswith("rank 1 ×") and listed.endswith(f" · {reason}")
+    finally:
+        tab.close()
+
+
 def test_past_128_ranks_the_medians_are_one_band(browser, step_times_server):
     """With more ranks than lines can tell apart (the route's 4 ranks repeated to 200), every
     rank's median is one translucent band from the fastest rank's to the slowest's."""

@@ -199,13 +199,14 @@ class RanksView {
     });
     const called = rollCallOf(d.roll_call);
     this.stalled.replaceChildren(...(stalls.length ? [...called, el("li", { class: "tl-ranks-title", text: "Stalled" }), ...stalls] : []));
+    // A rank starved of CPU may compute as fast as the others: its reason says where its time went.
     const flagged = d.stragglers.map((s) =>
       el(
         "li",
         {},
         button(
-          `rank ${s.rank} ${times(s.relative)}`,
-          `Compute ${times(s.relative)} the median rank (${times(s.individual)} its own best), ${s.windows_over} windows in a row over ×${d.threshold}. Show rank ${s.rank}'s lane`,
+          `rank ${s.rank} ${times(s.relative)}${s.cause === "cpu" ? ` · ${s.reason}` : ""}`,
+          `${s.cause === "cpu" ? `${s.reason}, ${s.starved_over} windows in a row. ` : ""}Compute ${times(s.relative)} the median rank (${times(s.individual)} its own best), ${s.windows_over} windows in a row over ×${d.threshold}. Show rank ${s.rank}'s lane`,
           s.row,
           s.run,
           s.rank
