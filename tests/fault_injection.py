@@ -124,9 +124,10 @@ def _freeze(job: UserJob, rank: int) -> Callable[[], None]:
 
 
 def _throttle(job: UserJob, rank: int) -> Callable[[], None]:
-    """The rank held to a tenth of a core by a CPU quota."""
+    """The rank held to a fiftieth of a core by a CPU quota: enough to slow the job, whose
+    steps are mostly a sleep standing for compute (a tenth hardly bites on them)."""
     with in_cgroup("cpu", job.worker_pid(rank)) as group:
-        limit_cpu(group, quota_us=10_000, period_us=100_000)
+        limit_cpu(group, quota_us=2_000, period_us=100_000)
     return group.remove
 
 

@@ -142,7 +142,8 @@ def starved_windows(
     """Per cell, 1.0 where the rank was starved of CPU in that window, 0.0 where not, NaN
     where it recorded no CPU wait. ``share``: the share of its threads' runnable time spent
     waiting for a CPU. Starved: at least ``floor``, and ``factor`` times as long waiting per
-    second on a CPU (``share / (1 - share)``) as the window's median rank."""
+    second on a CPU (``share / (1 - share)``) as the window's median rank; where only two ranks
+    recorded the window, as the other one (a median of two would count the rank itself)."""
     share = np.asarray(share, dtype=np.float64)
     if share.size == 0:
         return share.copy()
@@ -150,8 +151,11 @@ def starved_windows(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # windows no rank recorded
         median = np.nanmedian(per_run, axis=0)
+    recorded = np.sum(~np.isnan(per_run), axis=0)
+    other = np.nansum(per_run, axis=0)[np.newaxis, :] - per_run  # of two: the other rank's
+    typical = np.where(recorded[np.newaxis, :] == 2, other, median[np.newaxis, :])
     with np.errstate(invalid="ignore"):
-        starved = (share >= floor) & (per_run >= factor * median[np.newaxis, :])
+        starved = (share >= floor) & (per_run >= factor * typical)
     return np.where(np.isnan(share), np.nan, starved.astype(np.float64))
 
 

@@ -55,6 +55,21 @@ def test_a_starved_rank_is_flagged_though_its_compute_is_normal():
     assert flagged.relative == pytest.approx(1.0, abs=0.01)
 
 
+def test_of_two_ranks_the_starved_one_is_flagged():
+    """In a two-rank job the starved rank is compared with the other rank, not with a median
+    that counts itself: rank 1 at 90% beside rank 0 at 70% is flagged, rank 0 is not."""
+    shares = {0: [0.7] * WINDOWS, 1: [0.9] * WINDOWS}
+    (flagged,) = _grid(shares).stragglers()
+    assert (flagged.rank, flagged.cause) == (1, "cpu")
+
+
+def test_two_equally_busy_ranks_flag_nothing():
+    """Two ranks waiting about as long for a CPU (a busy machine) flag neither."""
+    rng = np.random.default_rng(3)
+    shares = {rank: list(rng.uniform(0.6, 0.8, WINDOWS)) for rank in range(2)}
+    assert _grid(shares).stragglers() == []
+
+
 def test_the_reason_says_how_starved_it_was():
     """The reason names the rank's share of time waiting for a CPU and the median rank's."""
     shares = {rank: [0.2] * WINDOWS for rank in range(4)}
