@@ -25,7 +25,17 @@ from pathlib import Path
 
 from busy_cpu import busy_neighbours
 from fault_injection import FAKETIME, FAULTS, HOOKS, Fault, Truth, cgroups_usable
-from users_jobs import DDP, HF, LIGHTNING, SHORT_STALL_FLOOR, SHORT_WINDOWS, UserJob, user_job
+from users_jobs import (
+    ACCELERATE,
+    DDP,
+    HF,
+    LIGHTNING,
+    SHARDED,
+    SHORT_STALL_FLOOR,
+    SHORT_WINDOWS,
+    UserJob,
+    user_job,
+)
 
 __all__ = ["SCRIPTS", "Case", "Outcome", "Script", "plan", "run_case", "usable_faults"]
 
@@ -48,6 +58,9 @@ SCRIPTS = {
         LIGHTNING, ("--num_nodes", "1"), 1, "All distributed processes registered", "lightning"
     ),
     "hf": Script(HF, (), 1, "'loss'", "transformers"),
+    "accelerate": Script(ACCELERATE, (), 1, "step 20 loss", "accelerate"),
+    "fsdp1": Script(SHARDED, ("fsdp1", "60"), 2, "step 10 loss", "torch"),
+    "fsdp2": Script(SHARDED, ("fsdp2", "60"), 2, "step 10 loss", "torch"),
 }
 #: The jobs' environment: short rank windows, steps of 0.05 s, about 8 s of training, and the
 #: hooks that let a worker be made to raise or to leak.

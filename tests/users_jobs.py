@@ -36,9 +36,11 @@ from torchrun_jobs import (
 )
 
 __all__ = [
+    "ACCELERATE",
     "DDP",
     "HF",
     "LIGHTNING",
+    "SHARDED",
     "SHORT_STALL_FLOOR",
     "SHORT_WINDOWS",
     "UserJob",
@@ -52,6 +54,9 @@ SCRIPTS = Path(__file__).parent / "integration" / "scripts" / "users"
 DDP = SCRIPTS / "ddp_multinode.py"
 LIGHTNING = SCRIPTS / "lightning_trainer.py"
 HF = SCRIPTS / "hf_trainer.py"
+ACCELERATE = SCRIPTS / "accelerate_loop.py"
+#: FSDP (``fsdp1``) or FSDP2 (``fsdp2``): ``train_sharded.py VERSION STEPS``.
+SHARDED = SCRIPTS.parent / "train_sharded.py"
 #: Short rank windows and heartbeats, so a straggler or a stall shows within seconds.
 SHORT_WINDOWS = {"TB_MONITOR_RANK_WINDOW_S": "1", "TB_MONITOR_HEARTBEAT_S": "1"}
 #: The reading side's stall floor for these jobs, whose steps take milliseconds: a rank is

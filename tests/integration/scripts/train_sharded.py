@@ -46,10 +46,13 @@ def main(version, steps):
             fully_shard(layer, mesh=mesh)
         fully_shard(model, mesh=mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         optimizer.zero_grad()
-        model(torch.ones(8, 16)).sum().backward()
+        loss = model(torch.ones(8, 16)).sum()
+        loss.backward()
         optimizer.step()
+        if step % 10 == 0:
+            print(f"[RANK{dist.get_rank()}] step {step} loss {loss.item():.4f}", flush=True)
     dist.destroy_process_group()
 
 
