@@ -106,4 +106,3 @@ def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for panel in panels:
         yield panel
         yield from _panels(panel.get("panels", []))
-

@@ -35,7 +35,12 @@ OPS = Path(__file__).resolve().parents[2] / "ops"
 RULES = OPS / "prometheus" / "tb-monitor.rules.yml"
 RULES_TESTS = OPS / "prometheus" / "tb-monitor.rules.test.yml"
 DASHBOARD = OPS / "grafana" / "tb-monitor.json"
-ALERTS = {"TbMonitorRankStalled", "TbMonitorStraggler", "TbMonitorJobRestarted", "TbMonitorJobFailed"}
+ALERTS = {
+    "TbMonitorRankStalled",
+    "TbMonitorStraggler",
+    "TbMonitorJobRestarted",
+    "TbMonitorJobFailed",
+}
 
 
 @pytest.fixture(scope="module")

@@ -32,7 +32,7 @@ def test_functions_aggregations_and_keywords_are_not_names():
 
 def test_string_arguments_are_not_names():
     """A string argument (label_replace's) holds no names, whatever it looks like."""
-    expr = "label_replace(a, \"dst_label\", 'some_metric', \"src\", `(.*)`)"
+    expr = 'label_replace(a, "dst_label", \'some_metric\', "src", `(.*)`)'
     assert metric_names(expr) == {"a"}
 
 
@@ -82,5 +82,10 @@ def test_dashboard_queries_include_panels_inside_rows():
 
 def test_rule_queries_are_every_groups_exprs():
     """Each rule's expr, alerting or recording, of every group."""
-    rules = {"groups": [{"rules": [{"alert": "A", "expr": "a"}]}, {"rules": [{"record": "r", "expr": "b"}]}]}
+    rules = {
+        "groups": [
+            {"rules": [{"alert": "A", "expr": "a"}]},
+            {"rules": [{"record": "r", "expr": "b"}]},
+        ]
+    }
     assert list(rule_queries(rules)) == ["a", "b"]
