@@ -58,6 +58,16 @@ def need_cpu_limit() -> None:
         pytest.skip(why)
 
 
+def need_program(program: str, package: str) -> str:
+    """Path of a program a Debian ``package`` installs (.ci/setup); skip without it, fail in CI."""
+    path = shutil.which(program)
+    if path is None:
+        if IN_CI:
+            pytest.fail(f"{program} ({package}) is required when CI=true but is not on PATH")
+        pytest.skip(f"{program} is not installed (apt-get install {package})")
+    return path
+
+
 @pytest.fixture
 def torch() -> ModuleType:
     """The real torch, needed by tests that compare with or drive PyTorch."""
