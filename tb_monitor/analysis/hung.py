@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tb_monitor import contract
 from tb_monitor.analysis.jobs import job_of
 from tb_monitor.analysis.roll_call import roll_calls
 from tb_monitor.analysis.root_cause import RootCause
-
-if TYPE_CHECKING:
-    from tb_monitor.analysis.attempts import Attempt
 
 __all__ = ["HUNG", "Hang", "hangs", "hung_attempts"]
 
@@ -58,9 +55,10 @@ def hangs(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Hang]]:
 
 
 def hung_attempts(
-    rows: Sequence[Mapping[str, Any]], found: list[Attempt], next_starts: Mapping[Any, float]
-) -> list[Attempt]:
-    """``found`` with each attempt an agent ended as hung read as HUNG. ``next_starts``: per
+    rows: Sequence[Mapping[str, Any]], found: list[Any], next_starts: Mapping[Any, float]
+) -> list[Any]:
+    """``found`` (``attempts.Attempt``s: this module sits below it) with each attempt an agent
+    ended as hung read as HUNG. ``next_starts``: per
     ``(job, attempt)``, when the next attempt started (absent: none followed)."""
     verdicts = hangs(rows)
     if not verdicts:
@@ -76,9 +74,7 @@ def hung_attempts(
     return out
 
 
-def _hung(
-    rows: Sequence[Mapping[str, Any]], attempt: Attempt, hang: Hang, next_starts: Mapping
-) -> Attempt:
+def _hung(rows: Sequence[Mapping[str, Any]], attempt: Any, hang: Hang, next_starts: Mapping) -> Any:
     window = [r for r in rows if attempt.start <= float(r["wall_time"]) <= hang.time + _SLACK_S]
     call = roll_calls(window).get(attempt.job)
     odd = call.groups[0] if call and call.groups else None
