@@ -18,6 +18,7 @@ import numpy as np
 from tb_monitor import timeline
 from tb_monitor.analysis.agent_views import AgentView, agent_views
 from tb_monitor.analysis.attempts import Attempt, attempt_dict, attempts
+from tb_monitor.analysis.captures import Capture, captures
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_monitor.analysis.roll_call import RollCall, roll_calls
@@ -48,6 +49,7 @@ class JobAnalysis:
         self.attempts: list[dict[str, Any]] = []
         self.views: dict[tuple[str, int], AgentView] = {}  # what each rank's agent saw of it
         self.calls: dict[str, RollCall] = {}  # each job's newest roll-call of its ranks' stacks
+        self.captures: dict[str, list[Capture]] = {}  # each job's captures (tb-monitor capture)
         self.spans: list[JobSpan] = []  # the jobs, as the last analysis told them apart
         self.shared: SharedRunIds = {}  # run ids several jobs share (``job_lanes``)
         self._analysed: Analysed | None = None
@@ -67,6 +69,7 @@ class JobAnalysis:
         found = attempts(rows, marks)  # as the report's (``report_of``), without the rest
         self.views = agent_views(table.span_rows)
         self.calls = roll_calls(table.span_rows)
+        self.captures = captures(table.span_rows)
         restarts = mark_restarts(marks, found)
         self._analysed = (found, _intervals(restarts, last_time, table, lanes))
         self.attempts = [attempt_payload(a, lanes) for a in found]

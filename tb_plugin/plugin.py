@@ -7,6 +7,9 @@ Routes (under ``data/plugin/tb_monitor_timeline/``, the table :attr:`TimelinePlu
 - ``event?id=<n>``: every field of one event, for the details panel.
 - ``ranks``: the Ranks view's heatmap, stragglers and stalls (see :mod:`tb_plugin.ranks`;
   :class:`tb_plugin.requests.RankQuery`).
+- ``capture?path=<run id>/captures/<id>/rank-<N>/<file>``: one file of a capture (``tb-monitor
+  capture``: a profile, chrome-trace JSON Perfetto loads; stacks; Flight Recorder; wait
+  counters), read from the logdir; no other path is served.
 - ``status``: the data generation, so the frontend polls cheaply for new events, and how many
   undecodable records were skipped (``skipped``).
 
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +45,7 @@ from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
 from tb_plugin.event_files import EventFiles, sampling
 from tb_plugin.query import UnknownRunError, frame_payload, shown_of, window_payload
-from tb_plugin.ranks import RankStore, ranks_payload
+from tb_plugin.ranks import RankStore, captures_payload, ranks_payload
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.refresher import Refreshers
 from tb_plugin.requests import Query, RankQuery, RequestError, event_id
@@ -52,6 +56,12 @@ __all__ = ["NotReadYetError", "TimelineLoader", "TimelinePlugin", "UnknownFileEr
 _STATIC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "static")
 _STATIC_TYPES = {".js": "text/javascript", ".css": "text/css"}
 _STATIC_PREFIX = "/static/"
+#: The only paths ``capture`` serves, below the logdir: a capture's files (``launcher.capture``).
+_CAPTURE_PATH = re.compile(
+    r"^[^/.][^/]*/captures/[^/.][^/]*/rank-\d+/"
+    r"(profile\.json|stacks\.txt|flight_recorder\.json|wait_counters\.json)$"
+)
+_CAPTURE_TYPES = {".json": "application/json", ".txt": "text/plain; charset=utf-8"}
 #: Timeline payloads kept for the columns they were computed from.
 _MAX_PAYLOADS = 8
 #: Seconds a client waits before asking again for what the store is still reading (503).
@@ -141,6 +151,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
             )
         )
         self._ranks = Refreshers(lambda eid: RankStore(provider, eid))
+        self._logdir = getattr(flags, "logdir", None) or None  # where captures are read
         if provider is not None:  # a local TensorBoard's one experiment: warm it up now
             self._timelines.get("")
             self._ranks.get("")
@@ -151,6 +162,7 @@ class TimelinePlugin(base_plugin.TBPlugin):
             "/event": self._serve_event,
             "/status": self._serve_status,
             "/ranks": self._serve_ranks,
+            "/capture": self._serve_capture,
         }
 
     def get_plugin_apps(self) -> dict[str, Any]:
@@ -220,9 +232,23 @@ class TimelinePlugin(base_plugin.TBPlugin):
         # waiting for the timeline's refresh round too would take twice as long.
         timelines = self._timelines.store(eid, ctx, behind=True)
         attempts = timelines.snapshot().attempts
-        views, jobs = timelines.agent_views(), timelines.job_spans()
-        calls = timelines.roll_calls()
-        return ranks_payload(ranks.snapshot(), query, attempts, views, jobs, calls)
+        found, jobs = timelines.analysis(), timelines.job_spans()
+        payload = ranks_payload(ranks.snapshot(), query, attempts, found.views, jobs, found.calls)
+        if not payload.get("unchanged"):
+            payload["captures"] = captures_payload(payload.get("runs") or [], found.captures)
+        return payload
+
+    def _serve_capture(self, request: wrappers.Request) -> wrappers.Response:
+        """One file of a capture, from the logdir: a path of no other shape is a 404."""
+        path = request.args.get("path", "")
+        if self._logdir is None or not _CAPTURE_PATH.match(path):
+            raise UnknownFileError(f"no capture file {path!r:.200}")
+        try:
+            content = fs.read_bytes(fs.join(self._logdir, path))
+        except (OSError, ValueError):
+            raise UnknownFileError(f"no capture file {path!r:.200}") from None
+        kind = _CAPTURE_TYPES[os.path.splitext(path)[1]]
+        return http_util.Respond(request, content, kind)
 
 
 class _Payloads:

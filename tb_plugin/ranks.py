@@ -35,6 +35,7 @@ from tensorboard.data import provider as tb_provider
 
 from tb_monitor import timeline
 from tb_monitor.analysis.agent_views import AgentView, silent_runs
+from tb_monitor.analysis.captures import Capture
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid
 from tb_monitor.analysis.jobs import JobSpan
 from tb_monitor.analysis.roll_call import RollCall
@@ -291,6 +292,14 @@ def _roll_call(snap: RankSnapshot, calls: Mapping[str, RollCall]) -> dict[str, A
     jobs = {run.split("/", 1)[0] for run in snap.runs}
     ours = [call for job, call in calls.items() if job in jobs]
     return max(ours, key=lambda c: c.at).to_json() if ours else None
+
+
+def captures_payload(runs: Sequence[str], taken: Mapping[str, list[Capture]]) -> list[dict]:
+    """The captures of the jobs ``runs`` shows, newest first, as ``report --json`` has them:
+    each file's path in the logdir, which the ``capture`` route serves."""
+    jobs = {run.split("/", 1)[0] for run in runs}
+    ours = [capture for job, found in taken.items() if job in jobs for capture in found]
+    return [capture.to_json() for capture in sorted(ours, key=lambda c: -c.at)]
 
 
 def _dicts(found: list[Any]) -> list[dict[str, Any]]:

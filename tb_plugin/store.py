@@ -42,10 +42,8 @@ import numpy as np
 from tensorboard.data import provider as tb_provider
 
 from tb_monitor import contract, timeline
-from tb_monitor.analysis.agent_views import AgentView
 from tb_monitor.analysis.attempts import Attempt
 from tb_monitor.analysis.jobs import JobSpan
-from tb_monitor.analysis.roll_call import RollCall
 from tb_plugin.columns import Columns, Snapshot, SortedEvents
 from tb_plugin.decoding import DecodedChunk, decode_chunk, decode_files
 from tb_plugin.event_files import EventFiles, file_chunks
@@ -255,12 +253,9 @@ class TimelineStore(ProviderStore):
         """The jobs of the logdir (``tb_monitor.analysis.jobs``), as of the last snapshot."""
         return self._analysis.spans
 
-    def agent_views(self) -> dict[tuple[str, int], AgentView]:
-        """What each rank's agent saw of its process, as of the last snapshot."""
-        return self._analysis.views
-
-    def roll_calls(self) -> dict[str, RollCall]:
-        return self._analysis.calls  # each job's newest roll-call, as of the last snapshot
+    def analysis(self) -> JobAnalysis:
+        """As of the last snapshot: each rank's agent's view, roll-calls, captures."""
+        return self._analysis
 
     def _current_columns(self) -> tuple[Columns, int]:
         """The sorted columns and their generation. While a long first read goes on, they are

@@ -240,12 +240,14 @@ def start_job(
     max_restarts: int = 0,
     nodes: int = 2,
     node_env: Mapping[int, Mapping[str, str]] | None = None,
+    run_options: tuple[str, ...] = (),
 ) -> UserJob:
     """Start the agents (``nodes``, 2 workers each) of one job of ``script ARGS`` in
     ``workdir`` (its logdir is ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or
-    plain torchrun. ``node_env``: more environment for one node's agent (a host of its own)."""
+    plain torchrun. ``node_env``: more environment for one node's agent (a host of its own);
+    ``run_options``: more options of ``tb-monitor run`` (``--restart-hung-after``)."""
     run_id = f"user-{uuid.uuid4().hex[:8]}"
-    launcher = ["run", "--logdir", str(workdir / "logs")] if monitored else []
+    launcher = ["run", "--logdir", str(workdir / "logs"), *run_options] if monitored else []
     command = [
         *(
             tb_monitor_command(*launcher)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tb_monitor import contract
+from tb_monitor.analysis.hung import hung_attempts
 from tb_monitor.analysis.jobs import is_agent_run, is_verdict, job_of
 from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, root_cause
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span, spans
@@ -50,7 +51,7 @@ class Attempt:
     attempt: int  # the rendezvous round it followed
     start: float
     end: float
-    outcome: str  # FAILED, SUCCEEDED, RUNNING, RESTARTED (cut short without a failure), ...
+    outcome: str  # FAILED, SUCCEEDED, RUNNING, HUNG, RESTARTED (cut short, no failure), ...
     ranks: tuple[int, ...]
     failed_ranks: tuple[int, ...]
     root_cause: RootCause | None
@@ -286,7 +287,8 @@ def attempts(rows: Iterable[Mapping[str, Any]], marks: list[Span] | None = None)
         )
         previous[key[0]] = (attempt.start, set(attempt.nodes))
         out.append(stopped[key[0]].ended(attempt) if key[0] in stopped else attempt)
-    return out
+    nexts = {key: t for key in groups if (t := _next_start(logdir, key)) is not None}
+    return hung_attempts(rows, out, nexts)  # an agent ended as hung (analysis.hung)
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from tb_monitor.analysis.attempts import (
     stops_begun,
     terminations,
 )
+from tb_monitor.analysis.captures import captures
 from tb_monitor.analysis.flight_recorder import GroupVerdict, group_verdicts
 from tb_monitor.analysis.fr_records import dumps_of_rows
 from tb_monitor.analysis.grid import RankGrid
@@ -49,7 +50,7 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
     """Each job's attempts, in the order ``attempts`` gives them."""
     found = attempts(rows, marks)
     finished = finished_jobs(rows, found)
-    stopped, stopping = terminations(rows), stops_begun(rows)
+    stopped, stopping, taken = terminations(rows), stops_begun(rows), captures(rows)
     by_job: dict[str, list[Attempt]] = {}
     for attempt in found:
         by_job.setdefault(attempt.job, []).append(attempt)
@@ -60,9 +61,16 @@ def _jobs(rows: Sequence[Mapping[str, Any]], marks: list[Span] | None) -> tuple[
             finished.get(job, False),
             terminated=stopped.get(job),
             stop_began=stopping.get(job),
+            captures=tuple(_captures_of(job, taken)),
         )
         for job, ours in by_job.items()
     )
+
+
+def _captures_of(job: str, taken: Mapping[str, list[Any]]) -> list[Any]:
+    """The captures of ``job`` (``job``: its run id, with ``@start`` where the logdir holds
+    several jobs of that id: the captures of the id go with each)."""
+    return taken.get(job.split("@", 1)[0], [])
 
 
 def _judged(

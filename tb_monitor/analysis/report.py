@@ -10,7 +10,9 @@ not one; times are epoch seconds)::
     {
       "schema": 1,
       "logdir": "runs/exp7",
-      "status": "succeeded" | "failed" | "terminated" | "running" | "empty",
+      "status": "succeeded" | "failed" | "terminated" | "hung" | "running" | "empty",
+                                         # "hung": a job hung where its attempt before hung
+                                         # and was not restarted (exit code 3)
                                          # report --follow: also "waiting", before the logdir
                                          # exists; "terminated": a signal to its agent ended a job
       "exit_code": 0 | 1,                # 1: a job's last attempt failed, or a job is stalled;
@@ -74,7 +76,9 @@ not one; times are epoch seconds)::
             {
               "job": "...", "attempt": 0, "start": 1.7e9, "end": 1.7e9, "duration_s": 6.0,
               "outcome": "FAILED",    # SUCCEEDED, RUNNING, TERMINATED (cut short by the
-                                      # signal to its agent: its failures then collateral)
+                                      # signal to its agent: its failures then collateral),
+                                      # HUNG (its agent ended it: --restart-hung-after; the
+                                      # root cause the roll-call's odd rank, source "hung")
               "root_cause": null | {
                 "rank": 2, "host": "node-a", "time": 1.7e9,
                 "reason": "ValueError: bad batch",   # one line: also "killed by SIGKILL"
@@ -96,6 +100,14 @@ not one; times are epoch seconds)::
               "nodes": ["node-a (pid 41)", ...], "nodes_joined": [], "nodes_left": [],
               "rendezvous_s": 1.1
             }
+          ],
+          "captures": [               # tb-monitor capture: every rank at once, oldest first
+            {"capture": "20260101-120000-ab12cd", "reason": "on request", "seconds": 5.0,
+             "at": 1.7e9,
+             "ranks": [{"rank": 0, "errors": {},   # kind -> why it is missing
+                        "files": {"profile": "<run id>/captures/<id>/rank-0/profile.json",
+                                  "stacks": "...", "flight_recorder": "...",
+                                  "wait_counters": "..."}}]}   # paths in the logdir
           ]
         }
       ],
@@ -120,8 +132,10 @@ from datetime import datetime, timezone
 from typing import Any
 
 from tb_monitor.analysis.attempts import Attempt, Termination, attempt_dict
+from tb_monitor.analysis.captures import Capture
 from tb_monitor.analysis.flight_recorder import GroupVerdict
 from tb_monitor.analysis.fr_text import fr_lines
+from tb_monitor.analysis.hung import HUNG
 from tb_monitor.analysis.rank_report import RankHealth
 from tb_monitor.analysis.report_text import (
     VERDICTS,
@@ -138,6 +152,7 @@ __all__ = ["SCHEMA_VERSION", "JobHealth", "JobReport", "html_text", "render"]
 #: The version of ``JobReport.to_json()``'s document: bumped on an incompatible change.
 SCHEMA_VERSION = 1
 _EXIT_OK, _EXIT_FAILED = 0, 1
+_EXIT_HUNG = 3  # launcher.hung.HUNG_EXIT_CODE: the reading side does not import the launcher
 
 
 @dataclass(frozen=True)
@@ -151,6 +166,7 @@ class JobHealth:
     ranks: RankHealth | None = None
     terminated: Termination | None = None  # a signal to its agent ended it
     stop_began: float | None = None  # when an agent of it last began stopping its workers
+    captures: tuple[Capture, ...] = ()  # every rank captured at once (tb-monitor capture)
 
     @property
     def stalled(self) -> bool:
@@ -183,6 +199,7 @@ class JobHealth:
             "terminated": None if self.terminated is None else asdict(self.terminated),
             "ranks": None if self.ranks is None else _ranks_json(self.ranks, self.stalled),
             "attempts": [attempt_dict(a) for a in self.attempts],
+            "captures": [capture.to_json() for capture in self.captures],
         }
 
 
@@ -209,10 +226,13 @@ class JobReport:
 
     @property
     def status(self) -> str:
-        """``empty``, ``failed`` (a job's last attempt failed), ``terminated`` (a signal to its
-        agent ended a job: a preemption), ``succeeded`` or ``running``."""
+        """``empty``, ``hung`` (a job hung where its attempt before hung, and its agent gave
+        up), ``failed`` (a job's last attempt failed), ``terminated`` (a signal to its agent
+        ended a job: a preemption), ``succeeded`` or ``running``."""
         if not self.jobs:
             return "empty"
+        if any(job.status == HUNG and job.finished for job in self.jobs):
+            return "hung"
         if any(job.status == "FAILED" for job in self.jobs):
             return "failed"
         if any(job.terminated for job in self.jobs):
@@ -239,7 +259,9 @@ class JobReport:
     @property
     def exit_code(self) -> int:
         """1 when a job's last attempt failed or a rank is stalled, torchrun's (1) when a signal
-        ended a job, else 0."""
+        ended a job, 3 when one hung again and was not restarted (``tb-monitor run``'s), else 0."""
+        if self.status == "hung":
+            return _EXIT_HUNG
         if self.status == "terminated":
             codes = [job.terminated.exit_code for job in self.jobs if job.terminated]
             return next((code for code in codes if code), _EXIT_FAILED)
@@ -267,6 +289,16 @@ class JobReport:
         return html_text(self)
 
 
+def capture_paths(capture: Capture) -> list[tuple[int, str]]:
+    """Each rank's profile (else its first file), by rank: the lines the report lists."""
+    out = []
+    for rank in sorted(capture.files):
+        files = capture.files[rank]
+        path = files.get("profile") or next(iter(files.values()), None)
+        out.append((rank, path or "nothing: " + "; ".join(capture.errors.get(rank, {}).values())))
+    return out
+
+
 def _ranks_json(ranks: RankHealth, stalled: bool) -> dict[str, Any]:
     return {**ranks.to_json(), "stalled": stalled}
 
@@ -282,6 +314,9 @@ def _job_lines(job: JobHealth, several: bool) -> list[str]:
     ]
     for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
         lines.extend(attempt_lines(a, later))
+    for capture in job.captures:
+        lines.append(f"  {visible(capture.words())}")
+        lines.extend(f"    rank {r:<4} {visible(p)}" for r, p in capture_paths(capture))
     if several and job.ranks is not None:  # each job's ranks under it, scored on their own
         lines.extend(ranks_lines(job.ranks, job.stalled))
     return lines

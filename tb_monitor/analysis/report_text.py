@@ -52,6 +52,7 @@ VERDICTS = {
     "running": "running",
     "succeeded": "healthy: every job succeeded",
     "terminated": "TERMINATED: a signal to its agent ended the job (a preemption; exit code 1)",
+    "hung": "HUNG: the job hung where its attempt before hung; not restarted again (exit code 3)",
 }
 
 

@@ -1,5 +1,5 @@
 """The ``tb-monitor`` command: ``run`` (torchrun with TensorBoard capture), ``demo``, ``export``,
-``report``, ``import-fr``.
+``report``, ``import-fr``, ``capture``.
 
 Each subcommand lives in its own module and owns its own arguments; this module only dispatches,
 so ``tb-monitor run`` can hand torchrun's options through untouched.
@@ -27,10 +27,15 @@ _COMMANDS = {
         "tb_monitor.cli.import_fr",
         "import a job's Flight Recorder dumps into a logdir",
     ),
+    "capture": (
+        "tb_monitor.cli.capture",
+        "capture every rank of a running job: stacks, Flight Recorder, a profile",
+    ),
 }
 
-_USAGE = "usage: tb-monitor {run,demo,export,report,import-fr} [-h] ...\n\ncommands:\n" + "".join(
-    f"  {name:<10}{summary}\n" for name, (_, summary) in _COMMANDS.items()
+_USAGE = (
+    "usage: tb-monitor {run,demo,export,report,import-fr,capture} [-h] ...\n\ncommands:\n"
+    + "".join(f"  {name:<10}{summary}\n" for name, (_, summary) in _COMMANDS.items())
 )
 
 

@@ -1,10 +1,10 @@
 """``tb-monitor run``: torchrun, with the job's whole life written to a TensorBoard logdir.
 
-    tb-monitor run --logdir DIR [--no-worker-init] [--prometheus-port PORT] [any torchrun option]
-        SCRIPT [ARGS]
+    tb-monitor run --logdir DIR [--no-worker-init] [--prometheus-port PORT]
+        [--restart-hung-after DURATION] [any torchrun option] SCRIPT [ARGS]
 
-Everything but ``--logdir``, ``--no-worker-init`` and ``--prometheus-port`` goes to torchrun's
-own parser and
+Everything but ``--logdir``, ``--no-worker-init``, ``--prometheus-port`` and
+``--restart-hung-after`` goes to torchrun's own parser and
 ``torch.distributed.run.main`` untouched, so options, exit codes and signal handling are
 torchrun's. Before the agent starts, inside this process, we install:
 
@@ -36,6 +36,12 @@ records as FAILED, like a crash, and ``tb-monitor report`` reads as the job's en
 from the agent: its own (restarts, the job's state, torchelastic's metrics) and every worker's
 (per-rank step and collective time, Stat windows), which the workers write to a directory the
 agent shares with them (``launcher.torchrun.AgentCapture``, ``sinks.prometheus``).
+
+``--restart-hung-after DURATION`` ends an attempt whose ranks all stopped stepping that long
+ago, once their stacks are captured, and torchelastic restarts it within ``--max-restarts``
+(``launcher.hung``). When an attempt hangs where the one before it hung, the agent gives up: the
+job ends, ``tb-monitor run`` exits with code 3 (``hung.HUNG_EXIT_CODE``), and the report says
+HUNG.
 """
 
 from __future__ import annotations
@@ -68,6 +74,11 @@ _NO_WORKER_INIT_HELP = (
     "metrics, with no change to the script); with it, only a script that calls "
     "tb_monitor.init() itself writes its rank's run"
 )
+_RESTART_HUNG_HELP = (
+    "end an attempt whose ranks all stopped stepping this long ago (60s, 2m; at least the "
+    "stall rule's time, once their stacks are captured) so that torchelastic restarts it "
+    "within --max-restarts; a job that hangs again where it hung before ends with exit code 3"
+)
 _PROMETHEUS_HELP = (
     "serve the node's Prometheus metrics (per-rank step and collective time, Stat windows, "
     "torchelastic metrics, restarts, the job's state) on this port, at /metrics "
@@ -83,6 +94,7 @@ class _Command(NamedTuple):
     destination: str
     worker_init: bool
     prometheus_port: int | None = None
+    restart_hung_after_s: float | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,6 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     except fs.LogdirError as exc:  # a malformed URL (s3:/bucket): never a local dir "s3:"
         return fail(_PROG, exc)
 
+    from tb_monitor.launcher import agent_hooks
+    from tb_monitor.launcher.hung import HUNG_EXIT_CODE
     from tb_monitor.launcher.torchrun import (
         AgentCapture,
         launch_config_observed,
@@ -111,13 +125,21 @@ def main(argv: list[str] | None = None) -> int:
     except (fs.LogdirError, OSError) as exc:
         return fail(_PROG, exc)
     os.environ[contract.LOGDIR_ENV] = command.logdir
+    if command.restart_hung_after_s is not None:
+        os.environ[agent_hooks.RESTART_HUNG_ENV] = str(command.restart_hung_after_s)
     capture = AgentCapture(command.logdir, command.destination, command.prometheus_port)
     bootstrap = workers_bootstrapped(torchrun) if command.worker_init else contextlib.nullcontext()
     from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
     try:
         with launch_config_observed(torchrun, capture.start), bootstrap:
             torchrun.main(command.torchrun_argv)
+    except ChildFailedError:
+        if not agent_hooks.gave_up():
+            raise
+        print(f"{_PROG}: the job hung where it hung before; not restarted", file=sys.stderr)
+        return HUNG_EXIT_CODE
     except SignalException as stopped:  # torchrun's handler: SIGTERM, SIGINT, ... to the agent
         # It ends the process as an uncaught exception does, as it ends plain torchrun.
         capture.terminated(stopped.sigval, exit_code=_UNCAUGHT_EXIT_CODE)
@@ -149,6 +171,9 @@ def _parse_command(argv: list[str]) -> _Command:
     parser.add_argument("--logdir", required=True, help=_HELP)
     parser.add_argument("--no-worker-init", action="store_true", help=_NO_WORKER_INIT_HELP)
     parser.add_argument("--prometheus-port", type=_port, metavar="PORT", help=_PROMETHEUS_HELP)
+    parser.add_argument(
+        "--restart-hung-after", type=_duration, metavar="DURATION", help=_RESTART_HUNG_HELP
+    )
     # None tells "not on the command line" apart from torchrun's default "null".
     parser.set_defaults(event_log_handler=None)
     args = parser.parse_args(argv)
@@ -179,6 +204,7 @@ def _parse_command(argv: list[str]) -> _Command:
         destination,
         not args.no_worker_init,
         args.prometheus_port,
+        args.restart_hung_after,
     )
 
 
@@ -189,9 +215,19 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _duration(text: str) -> float:
+    """Seconds from ``60s``, ``2m``, ``90`` (argparse names the option on error)."""
+    from tb_monitor.launcher.hung import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _without_ours(options: list[str]) -> list[str]:
     """The options without ours: ``--logdir DIR``, ``--logdir=DIR``, ``--no-worker-init``,
-    ``--prometheus-port PORT`` (or the abbreviations argparse matched to them: the shortest
+    ``--prometheus-port PORT``, ``--restart-hung-after D`` (or the abbreviations argparse matched to them: the shortest
     prefixes no torchrun option has)."""
     out: list[str] = []
     skip = False
@@ -201,7 +237,11 @@ def _without_ours(options: list[str]) -> list[str]:
             skip = False
         elif any(
             len(name) >= len(shortest) and option.startswith(name)
-            for option, shortest in (("--logdir", "--logd"), ("--prometheus-port", "--p"))
+            for option, shortest in (
+                ("--logdir", "--logd"),
+                ("--prometheus-port", "--p"),
+                ("--restart-hung-after", "--res"),
+            )
         ):
             skip = not has_value
         elif len(name) >= len("--no-w") and "--no-worker-init".startswith(name):

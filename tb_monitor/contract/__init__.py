@@ -45,9 +45,10 @@ from tb_monitor.contract.ranks import (
     beat_tag,
 )
 from tb_monitor.contract.records import FIELDS, decode_record, is_heartbeat, read_keys
-from tb_monitor.contract.runs import agent_run_name, rank_of, run_name_from_env
+from tb_monitor.contract.runs import agent_run_name, encode_part, rank_of, run_name_from_env
 from tb_monitor.contract.tags import (
     AGENT,
+    AGENT_HUNG,
     AGENT_STOPPING,
     CONTENT_VERSION,
     FR_COLLECTIVE,
@@ -55,6 +56,7 @@ from tb_monitor.contract.tags import (
     LOGDIR_ENV,
     MONITOR,
     PLUGIN_NAME,
+    RANK_CAPTURE,
     RANK_SEEN,
     RANK_STACKS,
     RENDEZVOUS,
@@ -84,7 +86,9 @@ __all__ = [
     "RANK_CPU_WAIT",
     "RANK_GRAD_WAIT",
     "RANK_PREFIX",
+    "AGENT_HUNG",
     "AGENT_STOPPING",
+    "RANK_CAPTURE",
     "RANK_SEEN",
     "RANK_STACKS",
     "RANK_STEP",
@@ -102,6 +106,7 @@ __all__ = [
     "SteppedRecords",
     "Unreadable",
     "agent_run_name",
+    "encode_part",
     "beat_tag",
     "decode_record",
     "decode_records",

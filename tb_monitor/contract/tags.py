@@ -6,6 +6,7 @@ import json
 
 __all__ = [
     "AGENT",
+    "AGENT_HUNG",
     "AGENT_STOPPING",
     "CONTENT_VERSION",
     "FR_COLLECTIVE",
@@ -13,6 +14,7 @@ __all__ = [
     "LOGDIR_ENV",
     "MONITOR",
     "PLUGIN_NAME",
+    "RANK_CAPTURE",
     "RANK_SEEN",
     "RANK_STACKS",
     "RENDEZVOUS",
@@ -62,6 +64,14 @@ RANK_STACKS = "tb_monitor.rank.stacks"
 #: The agent of ``tb-monitor run`` began stopping its workers (a signal to it, a rank's failure,
 #: a restart): what they do from then on is the stop's doing, not a stall (state STOPPING).
 AGENT_STOPPING = "tb_monitor.agent.stopping"
+#: A capture of one rank on demand (``launcher.capture``; source WORKER, the agent's run):
+#: ``capture`` (its id), ``reason``, ``seconds`` of profile, ``files`` (JSON: kind -> path
+#: relative to the logdir) and ``errors`` (JSON: kind -> why it is missing).
+RANK_CAPTURE = "tb_monitor.rank.capture"
+#: The agent of ``tb-monitor run --restart-hung-after`` ended a hung attempt (source AGENT,
+#: state HUNG, ``launcher.hung``): ``stalled_since``, ``after_s``, ``action`` ("restart" or
+#: "give up": it hung at the same place as the attempt before), ``where`` (its workers' frames).
+AGENT_HUNG = "tb_monitor.agent.hung"
 
 #: Monitor timeline records (``timeline/monitor``) of one rank's collective as torch's Flight
 #: Recorder held it, one run per rank (``tb-monitor import-fr``): ``data`` is the recorder's

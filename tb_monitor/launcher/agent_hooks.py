@@ -17,22 +17,29 @@ from typing import Any
 
 from tb_monitor import _env, contract
 from tb_monitor.launcher import stack_capture
+from tb_monitor.launcher.capture import CapturePoller
+from tb_monitor.launcher.hung import GIVE_UP, HungPolicy, HungVerdict
 from tb_monitor.launcher.rank_watch import RankWatch, Worker
 from tb_monitor.launcher.roll_call import StallTrigger, stall_floor_s
 from tb_monitor.rank.stacks import stack_signal
 
-__all__ = ["install", "stop_began"]
+__all__ = ["RESTART_HUNG_ENV", "gave_up", "install", "stop_began"]
+
+#: Seconds a stall may hold before the agent ends the attempt (``--restart-hung-after``).
+RESTART_HUNG_ENV = "TB_MONITOR_RESTART_HUNG_AFTER_S"
 
 _log = logging.getLogger("tb_monitor")
 
 
-def install(destination: str) -> Callable[[], None]:
+def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     """Watch the workers of torch's ``LocalElasticAgent`` in this process, recording to the
-    torchelastic events ``destination``; return the undo.
+    torchelastic events ``destination``; take the capture requests of ``logdir``; return the
+    undo.
 
     Exports ``$TB_MONITOR_STACKS_DIR`` (a fresh temporary directory) for the workers to come;
     learns each attempt's workers from ``_start_workers`` and asks for their stacks in
-    ``_shutdown``, before torch stops them (``_hook_agent``).
+    ``_shutdown``, before torch stops them (``_hook_agent``). With ``$RESTART_HUNG_ENV`` the
+    watch ends a hung attempt (``launcher.hung``).
     """
     from torch.distributed.elastic import events
 
@@ -44,6 +51,8 @@ def install(destination: str) -> Callable[[], None]:
     directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
     os.environ[contract.STACKS_DIR_ENV] = directory
     interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
+    after = _env.seconds(RESTART_HUNG_ENV, 0.0)
+    agents: list[Any] = []  # the agent, once it starts workers: the one to stop restarting
     watch = RankWatch(
         lambda event: events.record(event, destination),
         directory,
@@ -52,11 +61,24 @@ def install(destination: str) -> Callable[[], None]:
         silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
         trigger=StallTrigger(stall_floor_s()),
         py_spy=stack_capture.py_spy_path(),
+        hung=HungPolicy(after) if after > 0 else None,
+        on_hung=lambda verdict: _hung(verdict, agents),
     ).start()
-    unhook = _hook_agent(watch)
+    poller = None
+    if logdir is not None:
+
+        def record(pid: int, **fields: Any) -> None:
+            watch.record_worker(pid, contract.RANK_CAPTURE, "CAPTURE", **fields)
+
+        poller = CapturePoller(
+            logdir, directory, watch.workers, record, lambda: watch.run_id, py_spy=watch.py_spy
+        ).start()
+    unhook = _hook_agent(watch, agents)
 
     def undo() -> None:
         watch.close()
+        if poller is not None:
+            poller.close()
         unhook()
         if os.environ.get(contract.STACKS_DIR_ENV) == directory:
             del os.environ[contract.STACKS_DIR_ENV]
@@ -67,6 +89,23 @@ def install(destination: str) -> Callable[[], None]:
 
 #: When this process's agent began stopping its workers (its first ``_shutdown``).
 _stop_began: float | None = None
+#: This process's agent gave up on a job that hung at the same place again.
+_gave_up = False
+
+
+def gave_up() -> bool:
+    """Whether the agent ended a job that hung where its previous attempt hung (no restart)."""
+    return _gave_up
+
+
+def _hung(verdict: HungVerdict, agents: list[Any]) -> None:
+    """Before the watch kills a hung attempt's workers: on "give up", let torchelastic restart
+    no more (the failure it sees then ends the run)."""
+    global _gave_up
+    if verdict.action == GIVE_UP:
+        _gave_up = True
+        for agent in agents:
+            agent._remaining_restarts = 0
 
 
 def stop_began() -> float | None:
@@ -77,15 +116,18 @@ def stop_began() -> float | None:
     return _stop_began
 
 
-def _hook_agent(watch: RankWatch) -> Callable[[], None]:
-    """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``) and
-    ``_shutdown`` (their stacks first); return the undo. torch offers no hook for either."""
+def _hook_agent(watch: RankWatch, agents: list[Any]) -> Callable[[], None]:
+    """Wrap ``LocalElasticAgent._start_workers`` (each attempt's pids to ``watch``, the agent
+    to ``agents``) and ``_shutdown`` (their stacks first); return the undo. torch offers no
+    hook for either."""
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
 
     start, shutdown = LocalElasticAgent._start_workers, LocalElasticAgent._shutdown
 
     def _start_workers(self: Any, worker_group: Any) -> Any:
         pids = start(self, worker_group)
+        if self not in agents:
+            agents.append(self)
         try:
             spec = worker_group.spec
             restarts = spec.max_restarts - getattr(self, "_remaining_restarts", spec.max_restarts)

@@ -18,7 +18,8 @@ recorded with the script's frames only, and ends the process with exit code 1; `
 ``KeyboardInterrupt`` and signals end it as Python ends a plain run.
 
 Telemetry never stops training: if the monitor cannot be opened, one warning says why and the
-script runs anyway.
+script runs anyway. torch's worker server is started too, on a socket in the agent's stacks
+directory (``launcher.worker_server``), for the captures the agent takes.
 """
 
 from __future__ import annotations
@@ -79,6 +80,10 @@ def _open_monitor() -> None:
             "tb_monitor: this worker is not monitored, the training script runs without it: %s",
             exc,
         )
+    from tb_monitor import contract
+    from tb_monitor.launcher import worker_server
+
+    worker_server.start(os.environ.get(contract.STACKS_DIR_ENV))  # captures on demand
 
 
 def _run(entry: Callable[[], object]) -> None:

@@ -35,9 +35,11 @@ faulthandler; a worker seen silent is read by py-spy first too.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -46,8 +48,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tb_monitor import contract
+from tb_monitor.analysis.roll_call import innermost
 from tb_monitor.elastic.events.api import Event, EventSource
-from tb_monitor.launcher import stack_capture
+from tb_monitor.launcher import stack_capture, worker_server
+from tb_monitor.launcher.hung import HungPolicy, HungVerdict
 from tb_monitor.launcher.roll_call import StallTrigger
 from tb_monitor.rank.stacks import (
     Progress,
@@ -132,6 +136,8 @@ class Worker:
     size_seen: int = 0  # its size at the last look: a dump is recorded once it stopped growing
     gone: bool = False  # seen ended: its pid may belong to another process now
     progress: Progress | None = None  # the newest its pulse carried
+    frames: tuple = ()  # its main thread's frames at the last roll-call
+    counters: bytes | None = None  # its torch wait counters at the last look in a stall
 
 
 class RankWatch:
@@ -151,10 +157,13 @@ class RankWatch:
         clock: Callable[[], float] = time.time,
         trigger: StallTrigger | None = None,
         py_spy: str | None = None,
+        hung: HungPolicy | None = None,
+        on_hung: Callable[[HungVerdict], Any] | None = None,
     ) -> None:
         self.directory = directory
         self._record, self._signum, self._clock, self._proc = record, signum, clock, proc
         self._trigger, self._py_spy = trigger, py_spy
+        self._hung, self._on_hung = hung, on_hung
         # A pulse late by a look or two is a busy worker, not a silent one.
         self.interval_s, self.silent_after_s = interval_s, max(silent_after_s, 2 * interval_s)
         self._base = {
@@ -182,6 +191,29 @@ class RankWatch:
             for worker in self._workers:
                 self._look_at(worker, now)
             self._roll_call(now)
+            self._judge_hung(now)
+
+    @property
+    def py_spy(self) -> str | None:
+        """The py-spy executable the watch reads stacks with (None: faulthandler only)."""
+        return self._py_spy
+
+    @property
+    def run_id(self) -> str:
+        """The run id of the workers watched (torchelastic's)."""
+        return str(self._base["run_id"])
+
+    def workers(self) -> list[tuple[int, int, str | None]]:
+        """``(pid, rank, /proc state)`` of the workers alive now."""
+        with self._lock:
+            return [(w.pid, w.rank, w.state) for w in self._workers if not w.gone]
+
+    def record_worker(self, pid: int, name: str, state: str, **fields: Any) -> None:
+        """Record ``name`` for the watched worker ``pid`` (its rank's lane)."""
+        with self._lock:
+            worker = next((w for w in self._workers if w.pid == pid), None)
+        if worker is not None:
+            self._emit(worker, name, state, **fields)
 
     def stopping(self) -> None:
         """Record that the agent began stopping its workers (``contract.AGENT_STOPPING``): what
@@ -232,6 +264,8 @@ class RankWatch:
         return [w for w in workers if w.pid not in dumps]
 
     def _emit_stacks(self, worker: Worker, dump: Any, reason: str, call: dict | None) -> None:
+        if call is not None:
+            worker.frames = tuple(dump.frames)
         text = dump.text
         if len(text) > MAX_STACKS_CHARS:
             text = text[:MAX_STACKS_CHARS] + "\n... (cut)"
@@ -246,6 +280,55 @@ class RankWatch:
             frames=json.dumps(dump.frames),
             **(call or {}),
         )
+
+    def _judge_hung(self, now: float) -> None:
+        """End the attempt when its stall held for the policy's time (``launcher.hung``)."""
+        if self._hung is None or self._trigger is None:
+            return
+        alive = [w for w in self._workers if not w.gone]
+        stall = self._trigger.held({w.pid: w.progress for w in alive})
+        since = self._trigger.stalled_since({w.pid: w.progress for w in alive}) if stall else None
+        where = tuple(
+            "{} at {}".format(*innermost(w.frames)) for w in sorted(alive, key=lambda w: w.rank)
+        )
+        busy = stall is not None and self._counters_moved(alive)
+        verdict = self._hung.decide(stall, since, where, now, busy)
+        if verdict is None:
+            return
+        metadata = {
+            **self._base,
+            "state": "HUNG",
+            "action": verdict.action,
+            "stalled_since": verdict.stalled_since,
+            "held_s": verdict.held_s,
+            "after_s": self._hung.after_s,
+            "ranks": json.dumps(sorted(w.rank for w in alive)),
+            "where": json.dumps(verdict.where),
+            "restart_count": max((w.restart_count for w in alive), default=0),
+        }
+        when = int(now * 1000)
+        self._record(Event(contract.AGENT_HUNG, EventSource.AGENT, when, metadata))
+        if self._on_hung is not None:
+            self._on_hung(verdict)
+        for worker in alive:  # torchelastic sees them fail and restarts (or, given up, ends)
+            with contextlib.suppress(OSError):
+                os.kill(worker.pid, signal.SIGKILL)
+
+    def _counters_moved(self, workers: list[Worker]) -> bool:
+        """Whether a worker's torch wait counters changed since the last look (progress that
+        is not a step); the store's own counters aside, which its keep-alives move."""
+        moved = False
+        for worker in workers:
+            path = worker_server.socket_path(self.directory, worker.pid)
+            try:
+                values = json.loads(worker_server.ask(path, "wait_counter_values", 2.0))
+            except (OSError, ValueError):
+                continue
+            ours = {k: v for k, v in values.items() if "TCPStore" not in k}
+            now = json.dumps(ours, sort_keys=True).encode()
+            moved = moved or (worker.counters is not None and now != worker.counters)
+            worker.counters = now
+        return moved
 
     def start(self) -> RankWatch:
         self._thread = threading.Thread(target=self._run, name="tb_monitor-rank-watch", daemon=True)

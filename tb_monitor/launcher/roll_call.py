@@ -55,6 +55,12 @@ class StallTrigger:
         self._taken = stall
         return True
 
+    def held(self, progress: Mapping[int, Progress | None]) -> tuple | None:
+        """The stall last captured while it still holds (no worker stepped since), else None."""
+        known = {pid: p for pid, p in progress.items() if p is not None and p.steps}
+        stall = tuple(sorted((pid, p.steps) for pid, p in known.items()))
+        return stall if stall and stall == self._taken else None
+
     def _stalled(self, progress: Progress, now: float) -> bool:
         limit = max(self.floor_s, self.factor * progress.typical_s)
         return now - progress.last_step > limit

@@ -206,7 +206,7 @@ class AgentCapture:
             destinations=(DEFAULT_DESTINATION, self._destination, "dynamic_rendezvous"),
         )
         self._undo_attempts = record_every_attempt()
-        self._undo_watch = agent_hooks.install(DEFAULT_DESTINATION)
+        self._undo_watch = agent_hooks.install(DEFAULT_DESTINATION, self._logdir)
 
     def terminated(self, signum: int, exit_code: int) -> None:
         """Record the agent's verdict on a run that a signal to it ended (a scheduler's

@@ -97,7 +97,9 @@ def test_report_json_follows_the_schema(restarted):
         "terminated",
         "ranks",
         "attempts",
+        "captures",
     }
+    assert job["captures"] == []  # no tb-monitor capture taken
     assert job["terminated"] is None  # no signal to an agent ended it
     assert job["ranks"] is None  # no rank health recorded
     first = job["attempts"][0]

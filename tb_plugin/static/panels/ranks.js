@@ -69,6 +69,7 @@ class RanksView {
     this.key = el("span", { class: "tl-ranks-key" });
     this.stalled = el("ul", { class: "tl-ranks-list tl-stalled", "aria-label": "Stalled ranks" });
     this.flagged = el("ul", { class: "tl-ranks-list tl-stragglers", "aria-label": "Stragglers" });
+    this.captured = el("ul", { class: "tl-ranks-list tl-captures", "aria-label": "Captures" });
     this.canvas = el("canvas", {
       role: "img",
       "aria-label": "Ranks by time, coloured by compute time relative to the median rank. Click a rank for its lane.",
@@ -87,7 +88,7 @@ class RanksView {
       "section",
       { class: "tl-ranks", "aria-label": "Ranks", hidden: "" },
       el("div", { class: "tl-ranks-head" }, this.summary, this.jobs.node, this.key, reset),
-      el("div", { class: "tl-ranks-lists" }, this.stalled, this.flagged),
+      el("div", { class: "tl-ranks-lists" }, this.stalled, this.flagged, this.captured),
       this.scroll,
       this.steps.node,
       this.tooltip
@@ -213,6 +214,7 @@ class RanksView {
         )
       )
     );
+    this.captured.replaceChildren(...capturesOf(d.captures));
     const title = el("li", { class: "tl-ranks-title", text: "Stragglers" });
     const none = el("li", { class: "tl-dim", text: d.scores.length ? "none flagged" : "" });
     this.flagged.replaceChildren(title, ...(flagged.length ? flagged : [none]));
@@ -454,6 +456,25 @@ function rollCallOf(call) {
     return item;
   });
   return [el("li", { class: "tl-ranks-title", text: "Roll-call (the odd one out first)" }), ...groups];
+}
+
+// Each capture (tb-monitor capture), newest first: per rank a link to its profile (a chrome
+// trace: open it in Perfetto) and its other files, served by the plugin's capture route.
+function capturesOf(captures) {
+  if (!captures || !captures.length) return [];
+  const items = captures.map((c) => {
+    const ranks = c.ranks.map((r) => {
+      const links = Object.entries(r.files).map(([kind, path]) =>
+        el("a", { class: "tl-capture-file", href: `./capture?path=${encodeURIComponent(path)}`, target: "_blank", rel: "noopener", text: kind })
+      );
+      const item = el("li", {}, `rank ${r.rank}: `, ...links.flatMap((a, i) => (i ? [" · ", a] : [a])));
+      item.dataset.rank = String(r.rank);
+      return item;
+    });
+    const summary = el("summary", { text: `${isolate(c.capture)} (${isolate(c.reason)}, ${c.seconds} s of profile)` });
+    return el("li", { class: "tl-capture" }, el("details", { open: "" }, summary, el("ul", {}, ...ranks)));
+  });
+  return [el("li", { class: "tl-ranks-title", text: "Captures" }), ...items];
 }
 
 // A stalled rank's Python stacks as its agent recorded them, opened on click, or why there are

@@ -2,7 +2,9 @@
 
 Launched by torchrun; knows nothing of tb_monitor. With ``HANG_RANK`` set, that rank sleeps
 ``HANG_S`` seconds (120) at step ``HANG_AT`` (30) before its backward, whose all-reduce the
-others then wait in: the roll-call's odd one out is in ``wait_before_collective``.
+others then wait in: the roll-call's odd one out is in ``wait_before_collective``. With
+``HANG_ONCE`` set it hangs in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), so a
+restarted attempt trains to ``STEPS`` and ends.
 """
 
 import os
@@ -23,8 +25,15 @@ def main():
     model = DDP(torch.nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     hang_at = int(os.environ.get("HANG_AT", "30"))
+    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+    hangs = os.environ.get("HANG_RANK") == str(rank) and (first or not os.environ.get("HANG_ONCE"))
     for step in range(int(os.environ.get("STEPS", "100000"))):
-        if os.environ.get("HANG_RANK") == str(rank) and step == hang_at:
+        if step == 0 or (step + 1) % 50 == 0:
+            print(
+                f"[RANK{rank}] step {step} restart {os.environ.get('TORCHELASTIC_RESTART_COUNT')}",
+                flush=True,
+            )
+        if hangs and step == hang_at:
             print(f"[RANK{rank}] hangs at step {step}", flush=True)
             wait_before_collective()
         loss = model(torch.rand(4, 8)).sum()

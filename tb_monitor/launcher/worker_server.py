@@ -1,0 +1,101 @@
+"""torch's per-worker debug server on a unix socket: started in each worker, asked by its agent.
+
+PyTorch serves a worker's stacks (``dump_traceback``), its Flight Recorder (``fr_trace_json``),
+its wait counters (``wait_counter_values``) and an N-second ``torch.profiler`` trace
+(``torch_profile``, registered by importing ``torch.distributed.debug._handlers``) from
+``torch._C._distributed_c10d._WorkerServer``, the server ``torch.distributed.elastic.
+control_plane.worker_main`` starts on ``$TORCH_WORKER_SERVER_SOCKET``. Under ``tb-monitor run``
+the bootstrap starts it in every worker on ``worker-<pid>.sock`` in the agent's stacks directory
+(no TCP port: only the agent on the same host reaches it), and the agent asks each of its
+workers with ``ask``: HTTP over the unix socket, ``POST /handler/<name>?<params>``.
+
+The server's threads are torch's own C++ threads: the training thread does nothing for it. A
+worker whose script starts the server itself (``$TORCH_WORKER_SERVER_SOCKET`` set) keeps its
+own; ours is not started and the agent finds no socket.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import http.client
+import logging
+import os
+import socket
+import urllib.parse
+from typing import Any
+
+__all__ = ["ask", "socket_path", "start"]
+
+_log = logging.getLogger("tb_monitor")
+#: torch's variable for the socket ``worker_main`` serves on (``control_plane``).
+TORCH_SOCKET_ENV = "TORCH_WORKER_SERVER_SOCKET"
+_server: Any = None  # the running server of this worker: kept alive until exit
+
+
+def socket_path(directory: str, pid: int) -> str:
+    """The socket the worker ``pid`` serves on, in the agent's stacks ``directory``."""
+    return os.path.join(directory, f"worker-{pid}.sock")
+
+
+def start(directory: str | None) -> bool:
+    """Start torch's worker server on this worker's socket in ``directory``; whether it runs.
+    A failure (an old torch, a path too long for a socket) is one warning, never an error."""
+    global _server
+    if not directory or _server is not None or os.environ.get(TORCH_SOCKET_ENV):
+        return _server is not None
+    try:
+        import torch.distributed.debug._handlers  # noqa: F401  (registers torch_profile)
+        from torch._C._distributed_c10d import _WorkerServer
+
+        path = socket_path(directory, os.getpid())
+        _server = _WorkerServer(path)
+    except Exception as exc:  # torch without it, or the socket cannot be bound
+        _log.warning("tb_monitor: torch's worker server is not started, no captures: %s", exc)
+        return False
+    atexit.register(_shutdown, path)
+    return True
+
+
+def _shutdown(path: str) -> None:
+    global _server
+    server, _server = _server, None
+    try:
+        if server is not None:
+            server.shutdown()
+    except Exception:  # at exit: nothing left to tell
+        pass
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    """An HTTP connection over a unix socket (the worker server listens on one)."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def ask(path: str, handler: str, timeout_s: float, **params: Any) -> bytes:
+    """What the worker server on ``path`` answers to ``handler`` with ``params``; an OSError
+    names the handler where it cannot be reached or does not answer 200."""
+    query = urllib.parse.urlencode(params)
+    connection = _UnixConnection(path, timeout_s)
+    try:
+        connection.request("POST", f"/handler/{handler}" + (f"?{query}" if query else ""), b"")
+        response = connection.getresponse()
+        body = response.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise OSError(f"{handler}: {exc}") from None
+    finally:
+        connection.close()
+    if response.status != 200:
+        text = body[:200].decode("utf-8", "replace").strip()
+        raise OSError(f"{handler}: HTTP {response.status} {text}")
+    return body
