@@ -55,7 +55,6 @@ def _roll_call(snap: RankSnapshot, calls: Mapping[str, RollCall]) -> dict[str, A
     return max(ours, key=lambda c: c.at).to_json() if ours else None
 
 
-
 # ---------------------------------------------------------------------------------------------
 # The route's payload
 # ---------------------------------------------------------------------------------------------

@@ -321,4 +321,3 @@ def _dicts(found: list[Any]) -> list[dict[str, Any]]:
 
 def _empty_snapshot(generation: int) -> RankSnapshot:
     return RankSnapshot(generation=generation, loading=None, grid=RankGrid.from_series({}))
-
