@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -246,13 +247,13 @@ class FoldedGrid(RankGrid):
     :class:`History` of the folded ones: every answer over both (``scores``, ``stalls``'
     typical step, ``recorded``, ``extent``); its arrays and columns are the whole windows'."""
 
-    def __init__(self, fine: RankGrid, history: History) -> None:  # noqa: D107
+    def __init__(self, fine: RankGrid, history: History) -> None:
         self.__dict__.update(fine.__dict__)
         self.fine = fine if type(fine) is RankGrid else fine.fine  # type: ignore[attr-defined]
         self.history = history.rows(fine.runs)
         self._coarse: RankGrid | None = None
 
-    def with_beats(self, beats) -> FoldedGrid:  # noqa: ANN001
+    def with_beats(self, beats: Mapping[str, Mapping[str, float]]) -> FoldedGrid:
         """The same windows and history with newer heartbeats."""
         return FoldedGrid(self.fine.with_beats(beats), self.history)
 
