@@ -65,8 +65,9 @@ from tb_monitor.analysis.grid import RankGrid
 from tb_monitor.analysis.scoring import longest_over
 from tb_monitor.testing import generate_job, generate_rank_windows
 from tb_plugin.query import Query, timeline_payload
+from tb_plugin.rank_payload import ranks_payload
 from tb_plugin.rank_snapshot import RankSnapshot
-from tb_plugin.ranks import RankQuery, ranks_payload
+from tb_plugin.requests import RankQuery
 from tb_plugin.store import TimelineStore
 
 # The browser flags the plugin's browser tests use (Debian chromium, no network of its own);

@@ -45,7 +45,8 @@ from tb_plugin import metadata
 from tb_plugin.columns import Snapshot
 from tb_plugin.event_files import EventFiles, sampling
 from tb_plugin.query import UnknownRunError, frame_payload, shown_of, window_payload
-from tb_plugin.ranks import RankStore, captures_payload, ranks_payload
+from tb_plugin.rank_payload import captures_payload
+from tb_plugin.ranks import RankStore, ranks_payload
 from tb_plugin.read_workers import ReadWorkers
 from tb_plugin.refresher import Refreshers
 from tb_plugin.requests import Query, RankQuery, RequestError, event_id

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.grid_history import FoldedGrid, folded_job_grid
 from tb_monitor.analysis.jobs import JobSpan, job_grid
 from tb_plugin.rank_snapshot import RankSnapshot
 from tb_plugin.requests import RequestError
@@ -77,7 +78,9 @@ def job_snapshot(snap: RankSnapshot, span: JobSpan | None) -> RankSnapshot:
         return snap
     found = snap.jobs.get(span)
     if found is None:
-        grid = _recorded_part(job_grid(snap.grid, span), span)
+        grid = folded_job_grid(snap.grid, span)
+        if not isinstance(grid, FoldedGrid):  # a history runs from the job's start already
+            grid = _recorded_part(grid, span)
         found = dataclasses.replace(
             snap,
             grid=grid,

@@ -9,14 +9,15 @@ the :class:`tb_monitor.analysis.grid.RankGrid` built from those columns (rows = 
 windows; its window rule, scores and stalls are the ones ``tb-monitor report`` and the notebook
 read, so they agree). The grid is scored on the refresh thread (:class:`tb_plugin.refresher.Refresher`), only
 the windows that changed; new heartbeats alone re-read only the stalls, and a request during a
-first long read answers at once with ``loading``. :func:`ranks_payload` answers the ``ranks``
-route: the grid bucketed in time to at most about the pixel width asked for (level of detail),
+first long read answers at once with ``loading``. :func:`ranks_payload`
+(``tb_plugin.rank_payload``) answers the ``ranks`` route: the grid bucketed in time to at most about the pixel width asked for (level of detail),
 one byte per cell, base64, with each rank's step time median and p95 over the same buckets
 (``tb_plugin.step_times``); a poll naming the current ``generation`` gets ``unchanged``.
 
 TensorBoard keeps a sample of each scalar series (``--samples_per_plugin scalars=N``, 1000 by
-default, always the newest): the view shows the windows TensorBoard kept, and every window it
-has seen once, since the store appends and never forgets.
+default, always the newest): the view shows the windows TensorBoard kept. The store keeps each
+rank's newest ``keep`` windows whole and folds older ones into coarser columns
+(``tb_monitor.analysis.grid_history``), so a long job's view stays within a fixed budget.
 """
 
 from __future__ import annotations
@@ -27,21 +28,16 @@ import functools
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 from tensorboard.data import provider as tb_provider
 
-from tb_monitor import timeline
-from tb_monitor.analysis.agent_views import AgentView, silent_runs
-from tb_monitor.analysis.captures import Capture
 from tb_monitor.analysis.grid import BEAT_TAGS, WINDOW_TAGS, RankGrid
-from tb_monitor.analysis.jobs import JobSpan
-from tb_monitor.analysis.roll_call import RollCall
+from tb_monitor.analysis.grid_history import FOLD_EVERY, KEEP_WINDOWS, FoldedGrid, History
 from tb_monitor.analysis.scoring import FLAG_THRESHOLD, FLAG_WINDOWS
 from tb_monitor.contract import rank_of
-from tb_plugin.payloads import b64, bucket_count
 from tb_plugin.provider_store import (
     ChunkRequest,
     ProviderStore,
@@ -49,11 +45,9 @@ from tb_plugin.provider_store import (
     chunk_requests,
     listed_points,
 )
-from tb_plugin.rank_jobs import job_view
+from tb_plugin.rank_payload import LEVEL_SPAN, levels, ranks_payload, scale
 from tb_plugin.rank_snapshot import RankSnapshot
 from tb_plugin.records import MAX_STEPS
-from tb_plugin.requests import RankQuery
-from tb_plugin.step_times import highlighted_rows, step_times_payload
 
 __all__ = [
     "BEAT_TAGS",
@@ -61,14 +55,14 @@ __all__ = [
     "WINDOW_TAGS",
     "RankSnapshot",
     "RankStore",
+    "levels",
     "ranks_payload",
+    "scale",
 ]
 
 SCALARS_PLUGIN = "scalars"
 #: About this many window values are read from the provider at a time.
 CHUNK_POINTS = 200_000
-#: A cell's level 1..255 stands for log2(relative) from -LEVEL_SPAN to +LEVEL_SPAN (0: no data).
-LEVEL_SPAN = 1.0
 
 
 class _Series:
@@ -79,6 +73,18 @@ class _Series:
     def __init__(self) -> None:
         self.wall = array.array("d")
         self.values = array.array("d")
+
+    def trim(self, cutoff: float) -> None:
+        """Forget the points logged at or before ``cutoff`` (folded)."""
+        wall = np.frombuffer(self.wall, np.float64)
+        keep = wall > cutoff
+        if keep.all():
+            return
+        values = np.frombuffer(self.values, np.float64)[keep]
+        wall = wall[keep]
+        self.wall, self.values = array.array("d"), array.array("d")
+        self.wall.frombytes(wall.tobytes())
+        self.values.frombytes(values.tobytes())
 
 
 class RankStore(ProviderStore):
@@ -96,10 +102,14 @@ class RankStore(ProviderStore):
         *,
         threshold: float = FLAG_THRESHOLD,
         windows: int = FLAG_WINDOWS,
+        keep: int = KEEP_WINDOWS,
     ) -> None:
         super().__init__(data_provider, experiment_id, clock)
         self._threshold = threshold
         self._windows = windows
+        self._keep = keep  # windows kept whole per rank; older ones are folded
+        self._history: History | None = None
+        self.late = 0  # windows read after their time was folded (dropped)
         self._lock = threading.RLock()
         self._series: dict[tuple[str, str], _Series] = {}
         self._beats: dict[str, dict[str, float]] = {}  # run -> newest heartbeat values
@@ -186,7 +196,9 @@ class RankStore(ProviderStore):
                     series = self._series.setdefault((run, tag), _Series())
                     last = self._last_step.get((run, tag), -1)
                     for datum in points:
-                        if datum.step > last:
+                        if datum.step > last and datum.wall_time <= self._folded_until():
+                            self.late += 1
+                        elif datum.step > last:
                             series.wall.append(datum.wall_time)
                             series.values.append(datum.value)
                             added += 1
@@ -195,6 +207,11 @@ class RankStore(ProviderStore):
             if added:
                 self.generation += 1
                 self._windows_generation += 1
+
+    def _folded_until(self) -> float:
+        """Wall times up to this belong to folded windows (``slot_of``'s rule)."""
+        h = self._history
+        return -math.inf if h is None else (h.end_slot + 0.5) * h.window_s
 
     # -- snapshots -------------------------------------------------------------------------
 
@@ -251,7 +268,10 @@ class RankStore(ProviderStore):
                         jobs={},
                     )
                 else:
-                    grid = RankGrid.from_series(series, beats, previous=prev and prev.grid)
+                    grid = RankGrid.from_series(
+                        series, beats, window_s=self._window_s(), previous=prev and prev.grid
+                    )
+                    grid = self._bounded(grid, beats)
                     snap = RankSnapshot(
                         generation=generation,
                         loading=self.loading(),
@@ -267,39 +287,31 @@ class RankStore(ProviderStore):
             finally:
                 self._building = False
 
+    def _window_s(self) -> float | None:
+        return self._history.window_s if self._history else None
+
+    def _bounded(self, grid: RankGrid, beats: dict[str, dict[str, float]]) -> RankGrid:
+        """``grid`` over the folded history; once a rank holds ``FOLD_EVERY`` windows more than
+        ``keep`` (and the first read is done), its oldest are folded and forgotten here."""
+        history = self._history
+        fine = grid
+        if history is not None:
+            grid = FoldedGrid(fine, history)
+        if self.loading() is not None or fine.shape[1] <= self._keep + FOLD_EVERY:
+            return grid
+        history = History.fold(fine, fine.shape[1] - self._keep, history, threshold=self._threshold)
+        with self._lock:
+            self._history = history
+            cutoff = self._folded_until()
+            for series in self._series.values():
+                series.trim(cutoff)
+            series = self._inputs()
+        return FoldedGrid(RankGrid.from_series(series, beats, window_s=history.window_s), history)
+
     def _inputs(self) -> dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]:
         """Copies of the window columns a grid is built from (under the data lock)."""
         runs = {run for run, _ in self._series}
         return {run: {tag: self._columns(run, tag) for tag in WINDOW_TAGS} for run in runs}
-
-
-def _stalls_seen(
-    snap: RankSnapshot, views: Mapping[tuple[str, int], AgentView]
-) -> list[dict[str, Any]]:
-    """The stalls, a rank its agent sees silent counted silent, each with that agent's view."""
-    if not views:
-        return snap.stalls
-    stalls = snap.grid.stalls(seen_silent=silent_runs(snap.runs, views))
-    out = []
-    for stall in stalls:
-        view = views.get((stall.run.split("/", 1)[0], stall.rank))
-        out.append({**dataclasses.asdict(stall), "agent": view and view.to_json()})
-    return out
-
-
-def _roll_call(snap: RankSnapshot, calls: Mapping[str, RollCall]) -> dict[str, Any] | None:
-    """The newest roll-call of the jobs ``snap`` shows, as ``report --json`` has it."""
-    jobs = {run.split("/", 1)[0] for run in snap.runs}
-    ours = [call for job, call in calls.items() if job in jobs]
-    return max(ours, key=lambda c: c.at).to_json() if ours else None
-
-
-def captures_payload(runs: Sequence[str], taken: Mapping[str, list[Capture]]) -> list[dict]:
-    """The captures of the jobs ``runs`` shows, newest first, as ``report --json`` has them:
-    each file's path in the logdir, which the ``capture`` route serves."""
-    jobs = {run.split("/", 1)[0] for run in runs}
-    ours = [capture for job, found in taken.items() if job in jobs for capture in found]
-    return [capture.to_json() for capture in sorted(ours, key=lambda c: -c.at)]
 
 
 def _dicts(found: list[Any]) -> list[dict[str, Any]]:
@@ -309,130 +321,3 @@ def _dicts(found: list[Any]) -> list[dict[str, Any]]:
 
 def _empty_snapshot(generation: int) -> RankSnapshot:
     return RankSnapshot(generation=generation, loading=None, grid=RankGrid.from_series({}))
-
-
-# ---------------------------------------------------------------------------------------------
-# The route's payload
-# ---------------------------------------------------------------------------------------------
-
-
-def levels(relative: np.ndarray) -> np.ndarray:
-    """Relative scores as one byte each: 0 no data, 128 the median, 1 half, 255 twice or more."""
-    relative = np.asarray(relative, dtype=np.float64)
-    ok = np.isfinite(relative) & (relative >= 0)
-    x = np.log2(np.where(ok, np.maximum(relative, 1e-9), 1.0)) / LEVEL_SPAN
-    out = np.rint(128 + np.clip(x, -1.0, 1.0) * 127)
-    return np.where(ok, out, 0.0).astype(np.uint8)
-
-
-def _markers(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rendezvous rounds, failures and restarts of the jobs' attempts, as vertical marks."""
-    out = []
-    for a in attempts:
-        job, n = a.get("job"), a.get("attempt", 0)
-        start = a.get("start")
-        if start is not None:
-            kind = "restart" if n else "rendezvous"
-            out.append(
-                {
-                    "t": float(start),
-                    "kind": kind,
-                    "state": "RENDEZVOUS",
-                    "label": f"{job} · attempt {n} {'restarted' if n else 'started'}",
-                }
-            )
-        cause = a.get("root_cause")
-        if cause and cause.get("time") is not None:
-            out.append(
-                {
-                    "t": float(cause["time"]),
-                    "kind": "failure",
-                    "state": "FAILED",
-                    "label": f"{job} · attempt {n}: rank {cause.get('rank')} {cause.get('reason')}",
-                }
-            )
-    for marker in out:
-        marker["color"] = timeline.state_color(marker["state"])
-    return out
-
-
-def ranks_payload(
-    snap: RankSnapshot,
-    q: RankQuery,
-    attempts: list[dict[str, Any]] | None = None,
-    views: Mapping[tuple[str, int], AgentView] | None = None,
-    jobs: Sequence[JobSpan] = (),
-    calls: Mapping[str, RollCall] | None = None,
-) -> dict[str, Any]:
-    """The heatmap for the window ``q`` asks for, bucketed to about its pixel width.
-
-    ``cells`` is rows x bins bytes (row-major; see :func:`levels`), each the mean relative score
-    of the rank's windows in that time bucket; bucket ``i`` spans ``t0 + i * bin_s`` to
-    ``t0 + (i + 1) * bin_s``, a whole number of windows; ``step_times`` holds each rank's
-    step times over the same buckets (``tb_plugin.step_times``). A query naming the
-    snapshot's generation (a poll with nothing new) gets only ``{"generation", "unchanged": true}``.
-    ``views``: what the ranks' agents saw (``tb_monitor.analysis.agent_views``), each stall's
-    ``agent`` (as ``tb-monitor report --json`` has it). ``jobs``: the logdir's jobs; where
-    it holds several, the payload is one job's (``tb_plugin.rank_jobs``: ``jobs``, ``job``).
-    ``calls``: the jobs' roll-calls (``tb_monitor.analysis.roll_call``): the shown job's
-    newest is ``roll_call`` while a rank is stalled, as ``report --json`` has it.
-    """
-    if q.generation == snap.generation and snap.loading is None:
-        return {"generation": snap.generation, "unchanged": True}
-    snap, attempts, shown = job_view(snap, jobs, q.job, attempts or [])
-    payload: dict[str, Any] = {
-        "generation": snap.generation,
-        "loading": snap.loading,
-        "window_s": snap.window_s,
-        "extent": snap.extent,
-        "ranks": snap.ranks,
-        "runs": snap.runs,
-        "recorded": int(snap.recorded),  # windows held, all ranks together
-        "scale": scale(),
-        "threshold": FLAG_THRESHOLD,
-        "scores": snap.scores,
-        "stragglers": [s for s in snap.scores if s["flagged"]],
-        "stalls": _stalls_seen(snap, views or {}),
-        "markers": _markers(attempts),
-        **shown,
-    }
-    payload["roll_call"] = _roll_call(snap, calls or {}) if payload["stalls"] else None
-    payload.update(_cells(snap, q, highlighted_rows(payload, q.rank)))
-    return payload
-
-
-def _cells(snap: RankSnapshot, q: RankQuery, highlighted: Any) -> dict[str, Any]:
-    """The heatmap's cells and the step-time curves over the window ``q`` asks for: whole
-    windows per bucket, about as many buckets as its pixel width."""
-    width = snap.compute.shape[1]
-    if not width:
-        empty = step_times_payload(snap.grid, 1, keep=highlighted)
-        return dict(
-            bins=0, bin_s=snap.window_s, t0=0.0, window=[0.0, 1.0], cells="", step_times=empty
-        )
-    lo, hi = snap.extent
-    start = q.start if q.start is not None else lo
-    end = q.end if q.end is not None else hi
-    # The columns (windows) whose span meets [start, end].
-    c0 = int(np.clip(math.floor((start - lo) / snap.window_s), 0, width - 1))
-    c1 = int(np.clip(math.ceil((end - lo) / snap.window_s), c0 + 1, width))
-    per_bin = max(1, math.ceil((c1 - c0) / bucket_count(q.width)))
-    mean = snap.grid.merged(per_bin, c0, c1)
-    return dict(
-        bins=int(mean.shape[1]),
-        bin_s=per_bin * snap.window_s,
-        t0=lo + c0 * snap.window_s,
-        window=[start, end],
-        per_bin=per_bin,
-        cells=b64(levels(mean), "u1"),
-        step_times=step_times_payload(snap.grid, per_bin, c0, c1, keep=highlighted),
-    )
-
-
-def scale() -> dict[str, Any]:
-    """The diverging colour scale of relative slowness (``tb_monitor.timeline.SLOWNESS_COLORS``)."""
-    return {
-        "min": 2.0**-LEVEL_SPAN,
-        "max": 2.0**LEVEL_SPAN,
-        "colors": list(timeline.SLOWNESS_COLORS),
-    }

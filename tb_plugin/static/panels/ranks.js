@@ -412,6 +412,10 @@ class RanksView {
     if (cell.level) {
       const from = d.t0 + cell.bin * d.bin_s;
       lines.push(`${formatTime(from)}–${formatTime(from + d.bin_s)}: compute ${times(this.heat.scoreOf(cell.level))} the median rank`);
+      // Older windows are kept folded (the server's bound): say so where this cell is one.
+      if (d.folded && from < d.folded.since) {
+        lines.push(el("br"), el("span", { class: "tl-dim", text: `before ${formatTime(d.folded.since)}: windows kept ${d.folded.windows} to a column` }));
+      }
     } else {
       lines.push(el("span", { class: "tl-dim", text: "no window here" }));
     }
