@@ -1,8 +1,10 @@
-"""Switches read from the environment (``tb_monitor._env.flag``)."""
+"""Settings read from the environment (``tb_monitor._env``), and the one table declaring them."""
 
 from __future__ import annotations
 
 import logging
+import re
+from pathlib import Path
 
 import pytest
 from conftest import need
@@ -59,3 +61,52 @@ def test_pure_python_turns_every_c_twin_off(monkeypatch):
     need("tb_monitor.contract._columnar_index")
     monkeypatch.setenv("TB_MONITOR_PURE_PYTHON", "1")
     assert _env.c_twin("tb_monitor.contract._columnar_index", "steps_index") is None
+
+
+ROOT = Path(__file__).resolve().parent.parent
+_NAME = re.compile(r"TB_MONITOR_[A-Z0-9_]*[A-Z0-9]")
+#: A reader with a literal default: ``_env.seconds("TB_MONITOR_X", 5.0)``, ``flag(..., True)``.
+_READ = re.compile(r'_env\.(seconds|flag)\(\s*"(TB_MONITOR_\w+)",\s*(True|False|[0-9.]+)\s*\)')
+
+
+def _sources() -> list[Path]:
+    """The package's files a variable can be read or named in (Python, C, the frontend)."""
+    return [
+        path
+        for package in ("tb_monitor", "tb_plugin")
+        for path in sorted((ROOT / package).rglob("*"))
+        if path.suffix in (".py", ".c", ".js") and "__pycache__" not in path.parts
+    ]
+
+
+def test_every_variable_the_package_names_is_declared():
+    """Each ``TB_MONITOR_*`` name in tb_monitor/ or tb_plugin/ has a row in ``_env.VARIABLES``."""
+    declared = {variable.name for variable in _env.VARIABLES}
+    named = {name for path in _sources() for name in _NAME.findall(path.read_text())}
+    assert sorted(named - declared) == []
+
+
+def test_every_declared_variable_is_read_somewhere():
+    """No row of ``_env.VARIABLES`` outlives the code that read it."""
+    env_py = ROOT / "tb_monitor" / "_env.py"
+    texts = [path.read_text() for path in _sources() if path != env_py]
+    assert [v.name for v in _env.VARIABLES if not any(v.name in text for text in texts)] == []
+
+
+def test_each_variable_is_declared_once_with_a_meaning():
+    """One row per name, each with a default, a reader and what it changes."""
+    names = [variable.name for variable in _env.VARIABLES]
+    assert len(names) == len(set(names))
+    assert all(v.default and v.read_by and v.meaning for v in _env.VARIABLES)
+
+
+def test_a_literal_default_in_the_code_is_the_declared_one():
+    """Where a reader passes its default as a literal, the table says the same default."""
+    declared = {variable.name: variable.default for variable in _env.VARIABLES}
+    spelled = {"True": "1", "False": "0"}
+    found = [
+        (name, spelled[default] if default in spelled else f"{float(default):g}", declared[name])
+        for path in _sources()
+        for _, name, default in _READ.findall(path.read_text())
+    ]
+    assert found and [(name, code) for name, code, table in found if code != table] == []
