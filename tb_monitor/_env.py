@@ -167,6 +167,13 @@ VARIABLES: tuple[Variable, ...] = (
         "attempt for torchelastic to restart; set by `tb-monitor run --restart-hung-after`.",
     ),
     Variable(
+        "TB_MONITOR_STRAGGLER_CAPTURE",
+        "1",
+        _AGENT,
+        "`0` stops the agent of rank 0 from asking for a capture (every rank's stacks, Flight "
+        "Recorder and a 5-s profile) when a straggler is first flagged.",
+    ),
+    Variable(
         "TB_MONITOR_SILENT_AFTER_S",
         "5",
         _AGENT,

@@ -21,6 +21,7 @@ from tb_monitor.launcher.capture import CapturePoller
 from tb_monitor.launcher.hung import GIVE_UP, HungPolicy, HungVerdict
 from tb_monitor.launcher.rank_watch import RankWatch, Worker
 from tb_monitor.launcher.roll_call import StallTrigger, stall_floor_s
+from tb_monitor.launcher.straggler_capture import StragglerCapture
 from tb_monitor.rank.stacks import stack_signal
 
 __all__ = ["RESTART_HUNG_ENV", "gave_up", "install", "stop_began"]
@@ -39,7 +40,8 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     Exports ``$TB_MONITOR_STACKS_DIR`` (a fresh temporary directory) for the workers to come;
     learns each attempt's workers from ``_start_workers`` and asks for their stacks in
     ``_shutdown``, before torch stops them (``_hook_agent``). With ``$RESTART_HUNG_ENV`` the
-    watch ends a hung attempt (``launcher.hung``).
+    watch ends a hung attempt (``launcher.hung``); the agent of rank 0 asks for a capture when a
+    straggler is first flagged (``launcher.straggler_capture``).
     """
     from torch.distributed.elastic import events
 
@@ -64,7 +66,7 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
         hung=HungPolicy(after) if after > 0 else None,
         on_hung=lambda verdict: _hung(verdict, agents),
     ).start()
-    poller = None
+    poller = stragglers = None
     if logdir is not None:
 
         def record(pid: int, **fields: Any) -> None:
@@ -73,12 +75,16 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
         poller = CapturePoller(
             logdir, directory, watch.workers, record, lambda: watch.run_id, py_spy=watch.py_spy
         ).start()
+        if StragglerCapture.enabled():
+            leads = lambda: any(rank == 0 for _, rank, _ in watch.workers())  # noqa: E731
+            stragglers = StragglerCapture(logdir, lambda: watch.run_id, leads).start()
     unhook = _hook_agent(watch, agents)
 
     def undo() -> None:
         watch.close()
-        if poller is not None:
-            poller.close()
+        for thread in (poller, stragglers):
+            if thread is not None:
+                thread.close()
         unhook()
         if os.environ.get(contract.STACKS_DIR_ENV) == directory:
             del os.environ[contract.STACKS_DIR_ENV]
