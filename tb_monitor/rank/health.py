@@ -325,6 +325,7 @@ class RankHealth:
         self._step_clock.clear()
         self._window_steps = []
         self._cpu_wait.forget()
+        self._marks.forget()
         if self._device_works is not None:
             self._device_works.forget()
         self._grad_wait.forget()

@@ -48,6 +48,11 @@ class ProgressMarks:
         since = self._save_since
         return 0.0 if since is None else max(0.0, now - since)
 
+    def forget(self) -> None:
+        """In a forked child: a parent's thread may have held the lock, and its saves are its own."""
+        self._lock = threading.Lock()
+        self._saving, self._save_since = 0, None
+
     # -- install / close ------------------------------------------------------------------------
 
     def install(self) -> ProgressMarks:
