@@ -7,8 +7,8 @@ run from C++): ``relative`` is a window's compute over the median rank's in that
 window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
 consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
 typical steps without a step and ``STALL_FLOOR_S`` without progress of any kind (a step, a batch
-fetched, a collective left, a checkpoint save), and only then; never while it or a rank the
-others may wait for is saving a checkpoint. Where heartbeats carry no progress (older logdirs)
+fetched, a collective left, a checkpoint save), and only then; never while a rank whose beats go
+on saves a checkpoint or made progress within the floor (the others wait for it). Where heartbeats carry no progress (older logdirs)
 or a rank has yet to finish a step, steps alone count, past ``STEP_STALL_FLOOR_S``. Silence (its
 heartbeats stopped while the others wait) and what its agent sees of its process explain a
 stall, they never make one (a rank stopped from outside for part of each step still steps).
@@ -228,8 +228,8 @@ def stalled_ranks(
     floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
     save) passes the floor; each its newest beat's value plus the time since that beat, so a
     rank whose heartbeats stopped (a process that cannot beat) still counts. No rank is stalled
-    while one whose beats go on is inside a checkpoint save (``in_save_s``): it saves, and the
-    others wait for it. ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when
+    while one whose beats go on is inside a checkpoint save (``in_save_s``) or made progress
+    within the floor: the others wait for it (in synchronous training a hang stops every rank). ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when
     given; by default a rank whose beats carry no progress (an older logdir), or that has yet to
     finish a step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when
     its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
@@ -250,7 +250,7 @@ def stalled_ranks(
         if beat.get("since_step_s") is not None
     }
     silent, longest_wait = _silence(beats, counts, silent_after_s)
-    if _saving(beats, now, silent_after_s):
+    if _progressing(beats, now, silent_after_s, STALL_FLOOR_S if floor_s is None else floor_s):
         return []
     rows = []
     for rank, since in counts.items():
@@ -278,13 +278,19 @@ def _stalled(
     return since > max(floor, step_limit) and without_progress > floor
 
 
-def _saving(beats: Mapping[int, Mapping[str, float]], now: float, silent_after_s: float) -> bool:
-    """A rank is inside a checkpoint save, as its newest beat says, and its beats go on (one
-    whose beats stopped inside a save is judged as any other)."""
-    return any(
-        float(beat.get("in_save_s") or 0.0) > 0 and now - float(beat["wall_time"]) <= silent_after_s
-        for beat in beats.values()
-    )
+def _progressing(
+    beats: Mapping[int, Mapping[str, float]], now: float, silent_after_s: float, floor: float
+) -> bool:
+    """A rank whose beats go on is inside a checkpoint save, or made progress within the floor:
+    the others wait for it (a save, or its end a beat ago: they have yet to beat since). One
+    whose beats stopped is judged as any other."""
+    for beat in beats.values():
+        progress, age = beat.get("since_progress_s"), now - float(beat["wall_time"])
+        if progress is None or age > silent_after_s:
+            continue
+        if float(beat.get("in_save_s") or 0.0) > 0 or float(progress) + age <= floor:
+            return True
+    return False
 
 
 def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool) -> dict[str, Any]:

@@ -278,3 +278,11 @@ def test_a_slow_first_step_waits_for_the_step_floor():
         rank: _beat(T, 20.0, steps=1, since_progress_s=20.0, in_save_s=0.0) for rank in range(4)
     }
     assert _grid(beats).stalls(now=T) == []
+
+
+def test_ranks_whose_beat_predates_the_end_of_a_save_are_not_stalled():
+    """Rank 3's save ended a beat ago (it progressed 0.5 s ago); the others' newest beats, from
+    before it ended, say 20 s without progress: they waited for the save, nothing is stalled."""
+    beats = _hung_12_s_ago(since_progress_s=0.5)
+    beats.update({rank: {**beats[rank], "since_progress_s": 20.0} for rank in range(3)})
+    assert _grid(beats).stalls(now=T) == []
