@@ -9,6 +9,12 @@ time from the fault until the report named it, p50 / p90), and a one-line summar
 right, false stalls and stragglers, straggler and stall precision and recall.
 
     python benchmarks/bench_fault_campaign.py --seed 7 --count 40 [--script ddp hf] [--fault sigkill ...]
+        [--stall-floor S] [--reader PATH]
+
+``--stall-floor`` sets the reading side's ``TB_MONITOR_STALL_FLOOR_S`` (default: none, the rule's
+own floors); ``--reader`` reads the reports with the tb_monitor checkout at PATH (say main's, for
+the stall rule as it was: a logdir's new heartbeat fields are ignored there). False stalls: the
+healthy jobs in which a rank was listed stalled, or one called waited for, while it ran.
 
 Control-group faults need root; a kind this machine cannot make is left out and said so. The CI
 sample is tests/integration/test_fault_campaign.py.
@@ -27,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from fault_campaign import (  # noqa: E402
+    READING,
     SCRIPTS,
-    STALL_FLOOR_S,
     Outcome,
     plan,
     run_case,
@@ -80,7 +86,7 @@ def summary(outcomes: list[Outcome]) -> str:
         for o in outcomes
         if o.truth.status == "succeeded" and not o.truth.stragglers and not o.truth.waited_for
     ]
-    false_stalls = sum(1 for o in healthy if o.waited_for)
+    false_stalls = sum(1 for o in healthy if o.waited_for or o.stalled)
     false_stragglers = sum(len(o.flagged - o.truth.stragglers) for o in outcomes)
     s_true = sum(len(o.flagged & o.truth.stragglers) for o in outcomes)
     s_truth = sum(len(o.truth.stragglers) for o in outcomes)
@@ -105,20 +111,24 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=14)
     parser.add_argument("--script", nargs="+", choices=sorted(SCRIPTS), default=list(SCRIPTS))
     parser.add_argument("--fault", nargs="+", choices=sorted(FAULTS), default=None)
-    parser.add_argument(
-        "--stall-floor", type=float, default=STALL_FLOOR_S, help="the stall rule's floor, seconds"
-    )
+    parser.add_argument("--stall-floor", type=float, help="the stall rule's floor, seconds")
+    parser.add_argument("--reader", help="the tb_monitor checkout that reads the reports")
     args = parser.parse_args()
     left_out = usable_faults()
     for name, why in left_out.items():
         print(f"left out: {name} ({why})")
     kinds = [f for f in (args.fault or FAULTS) if f not in left_out]
     cases = plan(args.seed, args.count, args.script, kinds)
+    reading = dict(READING)
+    if args.stall_floor is not None:
+        reading["TB_MONITOR_STALL_FLOOR_S"] = str(args.stall_floor)
+    if args.reader:
+        reading["PYTHONPATH"] = args.reader
     outcomes = []
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:
             start = time.monotonic()
-            outcome = run_case(case, Path(tmp) / str(case.number), args.stall_floor)
+            outcome = run_case(case, Path(tmp) / str(case.number), reading)
             outcomes.append(outcome)
             named = "-" if outcome.named_s is None else f"{outcome.named_s:.1f} s"
             print(

@@ -9,7 +9,9 @@ against a direct call of the same function (a trivial collective stand-in), and 
 ``async_op`` one whose work finishes on the device after the call returns, as NCCL's does (a
 stand-in whose methods are C callables: future done at once, work done when first asked
 again), so "ours" includes the poller thread that times it, contending for the GIL (what NCCL's
-own launch costs is not in "bare": no GPU here). Rounds alternate
+own launch costs is not in "bare": no GPU here). Per batch: a DataLoader iterator's
+``__next__`` through the progress mark's wrapper (one clock read) against the same function
+bare (a trivial stand-in for the fetch). Rounds alternate
 which side runs first (the side measured first in a round runs measurably slower); medians.
 Goal: <= 1 µs per step and <= 1 µs per collective. Then a whole DDP step (forward, backward
 with the reducer's all-reduce, SGD; one-rank gloo group) of a bare DDP model next to one that
@@ -24,6 +26,7 @@ buffer), next to a heartbeat without it.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import itertools
 import statistics
@@ -36,6 +39,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 from tb_monitor.rank._device_works import DeviceWorks
 from tb_monitor.rank._flight_recorder import last_collective_seq
 from tb_monitor.rank.health import RankHealth
+from tb_monitor.rank.progress_marks import ProgressMarks
 
 
 def _per_call(function, calls: int) -> float:
@@ -74,6 +78,11 @@ def main() -> None:
     queued_wrapped = recorder._timed(_queued_collective)
     hook = recorder._step_hook
 
+    def fetch(iterator: object) -> None:
+        return None
+
+    fetched = ProgressMarks(time.perf_counter)._batches(fetch)
+
     def empty_hook(optimizer, args, kwargs) -> None:
         return None
 
@@ -83,6 +92,7 @@ def main() -> None:
         "collective": (collective, wrapped),
         "async on GPU": (_queued_collective, queued_wrapped),
         "empty hook": (no_op.step, no_op.step),  # torch's own cost of calling any global hook
+        "batch": (functools.partial(fetch, None), functools.partial(fetched, None)),
     }
     timings: dict[str, list[tuple[float, float]]] = {name: [] for name in pairs}
     for round_ in range(args.rounds):

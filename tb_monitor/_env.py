@@ -153,11 +153,12 @@ VARIABLES: tuple[Variable, ...] = (
     ),
     Variable(
         "TB_MONITOR_STALL_FLOOR_S",
-        "30",
+        "10",
         f"{_READER}, {_AGENT}",
-        "The least time without "
-        "a step that makes a rank stalled (else 10 typical steps); set it where TensorBoard, `tb-"
-        "monitor report` or the agent runs.",
+        "The least time without progress (a step, a DataLoader batch, a collective, a checkpoint "
+        "save) that makes a rank stalled, besides 10 typical steps without a step; by steps alone "
+        "(older logdirs, before a first step) 30 s. Set it where TensorBoard, `tb-monitor "
+        "report` or the agent runs: it sets both floors.",
     ),
     Variable(
         "TB_MONITOR_RESTART_HUNG_AFTER_S",

@@ -7,7 +7,8 @@ one as a real job (``tests/users_jobs.py``), hits it (``tests/fault_injection.py
 report while the job runs and once it has ended, and answers with an ``Outcome``: right, wrong
 (and what was wrong), or missed, with the time from the fault until the report named it.
 
-Read while it runs, a report must never call a job stalled that no fault stopped; read at the end,
+Read while it runs, a report must never call a job stalled that no fault stopped (no rank
+listed stalled in a healthy job, no rank wrongly called waited for); read at the end,
 it must give the truth's status, exit code, root cause (rank and kind), and stragglers, and list
 no stall. Used by tests/integration/test_fault_campaign.py (a fixed sample in CI) and
 benchmarks/bench_fault_campaign.py (any seed and count, with the table of results).
@@ -31,13 +32,12 @@ from users_jobs import (
     HF,
     LIGHTNING,
     SHARDED,
-    SHORT_STALL_FLOOR,
     SHORT_WINDOWS,
     UserJob,
     user_job,
 )
 
-__all__ = ["SCRIPTS", "Case", "Outcome", "Script", "plan", "run_case", "usable_faults"]
+__all__ = ["READING", "SCRIPTS", "Case", "Outcome", "Script", "plan", "run_case", "usable_faults"]
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,12 @@ class Script:
     nodes: int
     training: str
     module: str  # the framework it imports
+    can: frozenset[str] = frozenset()  # what noise it can make: "save" a snapshot, "eval"
 
 
 SCRIPTS = {
-    "ddp": Script(DDP, ("25", "1000"), 2, "Epoch 1 ", "torch"),
+    # a snapshot every 10 epochs (at 0, 10, 20); EVAL_EVERY makes it evaluate (fault_injection)
+    "ddp": Script(DDP, ("25", "10"), 2, "Epoch 1 ", "torch", frozenset({"save", "eval"})),
     "lightning": Script(
         LIGHTNING, ("--num_nodes", "1"), 1, "All distributed processes registered", "lightning"
     ),
@@ -71,8 +73,9 @@ JOB_ENV = {
     "TB_MONITOR_CAMPAIGN_HOOKS": "1",
     "PYTHONPATH": os.pathsep.join(filter(None, [str(HOOKS), os.environ.get("PYTHONPATH")])),
 }
-#: The reading side's stall floor for steps of milliseconds (the default, 30 s, outlasts a case).
-STALL_FLOOR_S = float(SHORT_STALL_FLOOR["TB_MONITOR_STALL_FLOOR_S"])
+#: The reading side's settings: none, so the stall rule's defaults are what a case measures
+#: (``bench_fault_campaign.py --stall-floor``, ``--reader`` to measure others).
+READING: dict[str, str] = {}
 JOB_TIMEOUT_S = 150.0  # a job that has not ended by then is killed, and its case missed
 RELEASE_AFTER_S = 40.0  # a stopped or throttled rank is let go after this, named or not
 READ_EVERY_S = 1.0
@@ -98,12 +101,13 @@ class Outcome:
 
     case: Case
     truth: Truth
-    stall_floor_s: float
+    reading: dict[str, str]  # the reading side's environment (stall floor, which tb_monitor)
     wrong: list[str] = field(default_factory=list)  # what it got wrong, each in one line
     missed: bool = False  # it never named what the truth has to name
     named_s: float | None = None  # fault -> the first report that named it
     flagged: frozenset[int] = frozenset()  # stragglers in the end
     waited_for: frozenset[int] = frozenset()  # every rank named waited for while it ran
+    stalled: frozenset[int] = frozenset()  # every rank listed stalled while it ran
     agent_saw: set[str] = field(default_factory=set)  # what the stalled ranks' agents saw
     report: dict | None = None
 
@@ -133,18 +137,29 @@ def plan(
     rng.shuffle(kinds)
     names = list(scripts)
     cases = []
+    kinds = [kind for kind in kinds if _fitting(FAULTS[kind], names)]
     for number in range(count):
         fault = FAULTS[kinds[number % len(kinds)]]
-        script = rng.choice([n for n in names if SCRIPTS[n].nodes >= fault.nodes])
+        script = rng.choice(_fitting(fault, names))
         ranks = 2 * SCRIPTS[script].nodes
         after = 0.0 if fault.during_rendezvous else round(rng.uniform(0.5, 4.0), 1)
         cases.append(Case(number, script, fault.name, rng.randrange(ranks), after))
     return cases
 
 
-def run_case(case: Case, workdir: Path, stall_floor_s: float = STALL_FLOOR_S) -> Outcome:
+def _fitting(fault: Fault, names: list[str]) -> list[str]:
+    """The scripts among ``names`` with hosts enough for ``fault`` and that make its noise."""
+    return [
+        name
+        for name in names
+        if SCRIPTS[name].nodes >= fault.nodes
+        and (not fault.needs or fault.needs in SCRIPTS[name].can)
+    ]
+
+
+def run_case(case: Case, workdir: Path, reading: dict[str, str] | None = None) -> Outcome:
     """Run ``case`` as a real job in ``workdir`` and score the report against its truth, read
-    with ``stall_floor_s`` as the stall rule's floor."""
+    with ``reading`` as the reading side's environment (default ``READING``)."""
     fault, script = FAULTS[case.fault], SCRIPTS[case.script]
     neighbours = busy_neighbours() if fault.busy else contextlib.nullcontext()
     with (
@@ -160,7 +175,7 @@ def run_case(case: Case, workdir: Path, stall_floor_s: float = STALL_FLOOR_S) ->
     ):
         _wait_to_hit(job, script, fault, case.after_s)
         truth = fault.truth(job, case.rank)
-        outcome = Outcome(case, truth, stall_floor_s)
+        outcome = Outcome(case, truth, dict(READING if reading is None else reading))
         hit_at = time.monotonic()
         release = _Release(fault.hit(job, case.rank))
         try:
@@ -203,6 +218,7 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
         report = _report(job, outcome)
         waited = _waited_for(report)
         outcome.waited_for |= waited
+        outcome.stalled |= frozenset(_stalled_ranks(report))
         outcome.agent_saw |= _agent_views(report, truth.waited_for)
         if outcome.named_s is None and _names(report, truth):
             outcome.named_s = time.monotonic() - hit_at
@@ -233,6 +249,9 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
         wrong.append(f"report's exit code {report['exit_code']}, not {expected_exit}")
     if report["ranks"] and report["ranks"]["stalled"]:
         wrong.append(f"an ended job still lists stalls: {_stalled_ranks(report)}")
+    healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
+    if healthy and outcome.stalled:
+        wrong.append(f"ranks {sorted(outcome.stalled)} called stalled in a healthy job")
     false_waits = outcome.waited_for - truth.waited_for - truth.cause_ranks
     if false_waits:
         wrong.append(f"ranks {sorted(false_waits)} called waited for, wrongly")
@@ -292,7 +311,7 @@ def _names(report: dict, truth: Truth) -> bool:
 
 
 def _report(job: UserJob, outcome: Outcome) -> dict:
-    return job.report({"TB_MONITOR_STALL_FLOOR_S": str(outcome.stall_floor_s)})
+    return job.report(outcome.reading)
 
 
 def _root_cause(report: dict) -> dict | None:
@@ -318,7 +337,7 @@ def _agent_views(report: dict, ranks: frozenset[int]) -> set[str]:
 
 
 def _stalled_ranks(report: dict) -> list[int]:
-    return sorted(stall["rank"] for stall in report["ranks"].get("stalls") or [])
+    return sorted(stall["rank"] for stall in (report.get("ranks") or {}).get("stalls") or [])
 
 
 def _stragglers(report: dict) -> frozenset[int]:

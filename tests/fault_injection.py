@@ -42,6 +42,10 @@ LEAK_SIGNAL = signal.SIGRTMIN + 5  # campaign_hooks/sitecustomize.py starts a le
 FAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1")
 #: Workers whose SIGTERM handler hangs past the agent's grace, which then SIGKILLs them.
 HANGING_HANDLER = {"TB_MONITOR_CAMPAIGN_TERM_HANG_S": "60"}
+#: Rank 0's second snapshot written 20 s long, as on a slow disk (campaign_hooks/sitecustomize.py).
+SLOW_SAVE = {"TB_MONITOR_CAMPAIGN_SLOW_SAVE_S": "20"}
+#: Every rank evaluates for 15 s at epoch 10, fetching batches without an optimizer step.
+LONG_EVAL = {"EVAL_EVERY": "10", "EVAL_SECONDS": "15"}
 SKEW = {"LD_PRELOAD": str(FAKETIME), "FAKETIME": "+4s", "FAKETIME_DONT_RESET": "1"}
 
 
@@ -69,6 +73,7 @@ class Fault:
     needs_cgroups: bool = False
     busy: bool = False  # the job runs beside busy-loop neighbours, one per core
     node_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # per host
+    needs: str | None = None  # what the script must do for it ("save", "eval": Script.can)
 
 
 def _failed(kind: str) -> Callable[[UserJob, int], Truth]:
@@ -192,13 +197,16 @@ STALLS = {
         ),
     )
 }
-#: No fault: what a healthy job meets (busy neighbours; one host's clock ahead of the other's).
+#: No fault: what a healthy job meets (busy neighbours; one host's clock ahead of the other's; a
+#: slow checkpoint save on rank 0 while the others wait; a long evaluation without steps).
 NOISE = {
     fault.name: fault
     for fault in (
         Fault("healthy", _healthy, _nothing),
         Fault("busy-neighbour", _healthy, _nothing, busy=True),
         Fault("clock-skew", _healthy, _nothing, nodes=2, node_env={1: SKEW}),
+        Fault("slow-checkpoint", _healthy, _nothing, node_env={0: SLOW_SAVE}, needs="save"),
+        Fault("long-eval", _healthy, _nothing, node_env={0: LONG_EVAL, 1: LONG_EVAL}, needs="eval"),
     )
 }
 FAULTS = {**FAILURES, **STALLS, **NOISE}

@@ -68,6 +68,8 @@ def test_rank_health_tags_keep_their_on_disk_names():
         "rank/in_collective_s.value",
         "rank/since_step_s.value",
         "rank/fr_seq.value",
+        "rank/since_progress_s.value",
+        "rank/in_save_s.value",
     ]
 
 

@@ -45,7 +45,6 @@ from tb_monitor.analysis.scoring import (
     SILENT_SLACK_S,
     SILENT_WINDOWS,
     STALL_FACTOR,
-    STALL_FLOOR_S,
     Score,
     Stall,
     individual_scores,
@@ -298,12 +297,13 @@ class RankGrid:
         *,
         now: float | None = None,
         factor: float = STALL_FACTOR,
-        floor_s: float = STALL_FLOOR_S,
+        floor_s: float | None = None,
         seen_silent: Mapping[str, float] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
-        (``agent_views.silent_runs``: with when they were seen so). That view explains a stall
+        (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
+        floors where None (``stalled_ranks``). That view explains a stall
         and makes none, but a run seen so that is no row (it recorded nothing: stopped before
         its first heartbeat) is known from it alone: judged as without a step since it was seen
         so, its stall's ``row`` -1."""

@@ -6,7 +6,10 @@ minus time waiting for the others (inside collectives, and in DDP's gradient all
 run from C++): ``relative`` is a window's compute over the median rank's in that
 window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
 consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
-typical steps without a step, and at least ``STALL_FLOOR_S``, and only then: silence (its
+typical steps without a step and ``STALL_FLOOR_S`` without progress of any kind (a step, a batch
+fetched, a collective left, a checkpoint save), and only then; never while a rank whose beats go
+on saves a checkpoint or made progress within the floor (the others wait for it). Where heartbeats carry no progress (older logdirs)
+or a rank has yet to finish a step, steps alone count, past ``STEP_STALL_FLOOR_S``. Silence (its
 heartbeats stopped while the others wait) and what its agent sees of its process explain a
 stall, they never make one (a rank stopped from outside for part of each step still steps).
 A rank starved of CPU (a cgroup's quota, a crowded core) is slow in its collectives too, so its
@@ -31,10 +34,12 @@ import numpy as np
 from tb_monitor import _env
 
 __all__ = [
+    "DEFAULT_STALL_FLOOR_S",
     "FLAG_THRESHOLD",
     "FLAG_WINDOWS",
     "STALL_FACTOR",
     "STALL_FLOOR_S",
+    "STEP_STALL_FLOOR_S",
     "SILENT_SLACK_S",
     "SILENT_WINDOWS",
     "STARVED_FACTOR",
@@ -53,10 +58,16 @@ __all__ = [
 #: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
 FLAG_THRESHOLD = 1.2
 FLAG_WINDOWS = 3
-#: A rank is stalled past STALL_FACTOR typical steps without a step boundary, at least the floor
-#: (``$TB_MONITOR_STALL_FLOOR_S`` where the reading side runs: TensorBoard, ``tb-monitor report``).
+#: A rank is stalled past STALL_FACTOR typical steps without a step boundary and STALL_FLOOR_S
+#: without progress; where its heartbeats carry no progress (older logdirs), or before its first
+#: step (a slow first step looks like a hang), past STEP_STALL_FLOOR_S without a step. Both are
+#: ``$TB_MONITOR_STALL_FLOOR_S`` where that is set on the reading side (TensorBoard, ``report``).
 STALL_FACTOR = 10.0
-STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
+DEFAULT_STALL_FLOOR_S = 10.0
+STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", DEFAULT_STALL_FLOOR_S)
+#: By steps alone (no progress known) a pause is harder to tell from a hang: a longer floor.
+DEFAULT_STEP_STALL_FLOOR_S = 3 * DEFAULT_STALL_FLOOR_S
+STEP_STALL_FLOOR_S = _env.seconds("TB_MONITOR_STALL_FLOOR_S", DEFAULT_STEP_STALL_FLOOR_S)
 #: A rank is silent when its newest heartbeat is more than SILENT_WINDOWS windows (and
 #: SILENT_SLACK_S, the writers' flush) older than the newest rank's while another rank waits: a
 #: live rank beats every window. Silent, it is the rank waited for once stalled.
@@ -204,7 +215,7 @@ def stalled_ranks(
     *,
     now: float | None = None,
     factor: float = STALL_FACTOR,
-    floor_s: float = STALL_FLOOR_S,
+    floor_s: float | None = None,
     silent_after_s: float = float("inf"),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
@@ -217,9 +228,14 @@ def stalled_ranks(
     Recorder's, which DDP's collectives pass through too), the waited-for first, then longest
     stalled first.
 
-    A rank is stalled when its time without a step passes ``factor`` typical steps and
-    ``floor_s``: its newest beat's ``since_step_s`` plus the time since that beat, so a rank
-    whose heartbeats stopped (a process that cannot beat) still counts. It is ``silent`` when
+    A rank is stalled when its time without a step passes ``factor`` typical steps and the
+    floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
+    save) passes the floor; each its newest beat's value plus the time since that beat, so a
+    rank whose heartbeats stopped (a process that cannot beat) still counts. No rank is stalled
+    while one whose beats go on is inside a checkpoint save (``in_save_s``) or made progress
+    within the floor: the others wait for it (in synchronous training a hang stops every rank). ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when
+    given; by default a rank whose beats carry no progress (an older logdir), or that has yet to
+    finish a step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when
     its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
     rank has not stepped for half that long (it waits); silence makes no stall, but a silent
     stalled rank is the one waited for while another waits.
@@ -238,15 +254,47 @@ def stalled_ranks(
         if beat.get("since_step_s") is not None
     }
     silent, longest_wait = _silence(beats, counts, silent_after_s)
+    if _progressing(beats, now, silent_after_s, STALL_FLOOR_S if floor_s is None else floor_s):
+        return []
     rows = []
     for rank, since in counts.items():
         if rank in silent:
             since = min(since, longest_wait)
-        if since > max(floor_s, factor * float(typical_step_s.get(rank) or 0.0)):
+        step_limit = factor * float(typical_step_s.get(rank) or 0.0)
+        if _stalled(beats[rank], now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent))
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
+
+
+def _stalled(
+    beat: Mapping[str, float], now: float, since: float, step_limit: float, floor_s: float | None
+) -> bool:
+    """One rank's verdict (see ``stalled_ranks``): ``since`` without a step, past
+    ``step_limit`` (its typical steps) and the floor, and as long without progress where its
+    beat says."""
+    progress = beat.get("since_progress_s")
+    if progress is None or float(beat.get("steps") or 0.0) < 2:  # no step timed yet
+        return since > max(STEP_STALL_FLOOR_S if floor_s is None else floor_s, step_limit)
+    floor = STALL_FLOOR_S if floor_s is None else floor_s
+    without_progress = float(progress) + now - float(beat["wall_time"])
+    return since > max(floor, step_limit) and without_progress > floor
+
+
+def _progressing(
+    beats: Mapping[int, Mapping[str, float]], now: float, silent_after_s: float, floor: float
+) -> bool:
+    """A rank whose beats go on is inside a checkpoint save, or made progress within the floor:
+    the others wait for it (a save, or its end a beat ago: they have yet to beat since). One
+    whose beats stopped is judged as any other."""
+    for beat in beats.values():
+        progress, age = beat.get("since_progress_s"), now - float(beat["wall_time"])
+        if progress is None or age > silent_after_s:
+            continue
+        if float(beat.get("in_save_s") or 0.0) > 0 or float(progress) + age <= floor:
+            return True
+    return False
 
 
 def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool) -> dict[str, Any]:

@@ -103,7 +103,7 @@ def stalls(
     *,
     now: float | None = None,
     factor: float = STALL_FACTOR,
-    floor_s: float = STALL_FLOOR_S,
+    floor_s: float | None = None,
     window_s: float | None = None,
 ) -> pandas.DataFrame:
     """One row per rank whose progress stopped: ``rank``, ``run``, ``since_step_s`` (from its
@@ -112,8 +112,9 @@ def stalls(
     others wait for). Empty when nothing is stalled.
 
     A rank is stalled when its last heartbeat says no step boundary for more than ``factor``
-    times its median step time (at least ``floor_s``), or its heartbeats stopped that long
-    before ``now`` (default: the newest heartbeat of any rank).
+    times its median step time and no progress (a batch, a collective, a save) for the floor,
+    or its heartbeats stopped that long before ``now`` (default: the newest heartbeat of any
+    rank); ``floor_s`` None: the rule's default floors (``scoring.stalled_ranks``).
     """
     pd = readers.need_pandas()
     found = _grid(source, window_s).stalls(now=now, factor=factor, floor_s=floor_s)

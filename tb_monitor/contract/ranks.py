@@ -43,8 +43,20 @@ RANK_CPU_WAIT = RANK_PREFIX + "cpu_wait_s"
 RANK_CPU_RUN = RANK_PREFIX + "cpu_run_s"
 RANK_CPU_THROTTLED = RANK_PREFIX + "cpu_throttled_s"
 #: Heartbeat Stats ``rank/<name>`` (VALUE; the newest counts): steps so far, the collectives
-#: entered and left, seconds in the current collective and since the last step, Flight Recorder.
-RANK_BEATS = ("steps", "entered", "left", "in_collective_s", "since_step_s", "fr_seq")
+#: entered and left, seconds in the current collective and since the last step, Flight Recorder;
+#: seconds since the last progress of any kind (a step, a batch, a collective left, a save) and
+#: inside the current checkpoint save (older logdirs have neither: the stall rule then counts
+#: steps alone).
+RANK_BEATS = (
+    "steps",
+    "entered",
+    "left",
+    "in_collective_s",
+    "since_step_s",
+    "fr_seq",
+    "since_progress_s",
+    "in_save_s",
+)
 
 #: The directory where each worker of ``tb-monitor run`` dumps its stacks (``<pid>.stacks``),
 #: and the signal that asks it to (``tb_monitor.rank.stacks``).

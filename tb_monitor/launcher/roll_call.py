@@ -18,16 +18,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from tb_monitor import _env
-from tb_monitor.analysis.scoring import STALL_FACTOR
+from tb_monitor.analysis.scoring import DEFAULT_STALL_FLOOR_S, STALL_FACTOR
 from tb_monitor.rank.stacks import Progress
 
 __all__ = ["StallTrigger", "stall_floor_s"]
 
 
 def stall_floor_s() -> float:
-    """The stall rule's floor where this agent runs (``$TB_MONITOR_STALL_FLOOR_S``), read now:
-    the reading side's ``STALL_FLOOR_S`` is read when it is imported."""
-    return _env.seconds("TB_MONITOR_STALL_FLOOR_S", 30.0)
+    """The stall rule's floor where this agent runs (``$TB_MONITOR_STALL_FLOOR_S``, by default
+    the reading side's), read now: ``STALL_FLOOR_S`` is read when it is imported."""
+    return _env.seconds("TB_MONITOR_STALL_FLOOR_S", DEFAULT_STALL_FLOOR_S)
 
 
 class StallTrigger:
@@ -62,5 +62,8 @@ class StallTrigger:
         return stall if stall and stall == self._taken else None
 
     def _stalled(self, progress: Progress, now: float) -> bool:
+        """The reading side's rule (``analysis.scoring``): no step for the typical steps and
+        the floor, and no progress of any kind (where the pulse says) for the floor."""
         limit = max(self.floor_s, self.factor * progress.typical_s)
-        return now - progress.last_step > limit
+        idle = progress.last_progress is None or now - progress.last_progress > self.floor_s
+        return now - progress.last_step > limit and idle

@@ -38,7 +38,10 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   seconds inside the current collective, 0 outside one), ``rank/since_step_s`` (VALUE: seconds
   since the last step boundary), and, while no step came for ``flight_recorder_after_s``,
   ``rank/fr_seq`` (VALUE: the newest collective of the default group in torch's Flight
-  Recorder, which also sees DDP's; -1 once steps resume).
+  Recorder, which also sees DDP's; -1 once steps resume); ``rank/since_progress_s`` (VALUE:
+  seconds since the last progress of any kind: a step, a batch fetched, a collective left, a
+  checkpoint save ended; 0 while saving) and ``rank/in_save_s`` (VALUE: seconds inside the
+  current checkpoint save, 0 outside one), from ``progress_marks``.
 
 The worker's pulse (``rank.stacks``) carries ``progress()``: steps, the last step's wall time and
 the median of the recent steps, read on the pulse thread from what ``_drain_steps`` keeps.
@@ -63,6 +66,7 @@ from tb_monitor.rank._device_works import DeviceWorks
 from tb_monitor.rank._flight_recorder import last_collective_seq
 from tb_monitor.rank.cpu_wait import CpuWait
 from tb_monitor.rank.grad_wait import GradWait
+from tb_monitor.rank.progress_marks import ProgressMarks
 from tb_monitor.rank.stacks import Progress, progress_from
 
 __all__ = ["COLLECTIVES", "RankHealth", "step"]
@@ -175,6 +179,7 @@ class RankHealth:
         # The training thread's step times, moved into rank/step_s off it (_drain_steps).
         self._step_clock, self._step_hook = _step_clock(clock)
         self._cpu_wait = CpuWait()  # read at each window's end, with the step times
+        self._marks = ProgressMarks(clock)  # batches, saves, collectives left: not only steps
         self._drain_lock = threading.Lock()
         self._async_lock = threading.Lock()
         self._step_s = Stat(
@@ -256,7 +261,7 @@ class RankHealth:
 
     def _timed(self, function: Callable[..., Any]) -> Callable[..., Any]:
         # Every collective of the job pays the wrapper: what it calls is bound once, here.
-        clock, add, me = self._clock, self._collective_s.add, self
+        clock, add, me, marks = self._clock, self._collective_s.add, self, self._marks
 
         @functools.wraps(function)
         def collective(*args: Any, **kwargs: Any) -> Any:
@@ -272,8 +277,9 @@ class RankHealth:
                 me._in_since = None
                 if work is None or not me._completes_later(work, seq, start):
                     me._left = seq
+                    marks.at = end = clock()
                     try:  # noqa: SIM105 (free until raised; contextlib.suppress is not)
-                        add(clock() - start)
+                        add(end - start)
                     except RuntimeError:  # closed while it ran: nothing records it any more
                         pass
 
@@ -308,6 +314,7 @@ class RankHealth:
                 add(each)
             with self._async_lock:
                 self._left = max(self._left, last_seq)
+            self._marks.at = self._clock()
         except Exception:  # closed meanwhile: nothing records it any more
             pass
 
@@ -318,6 +325,7 @@ class RankHealth:
         self._step_clock.clear()
         self._window_steps = []
         self._cpu_wait.forget()
+        self._marks.forget()
         if self._device_works is not None:
             self._device_works.forget()
         self._grad_wait.forget()
@@ -336,6 +344,10 @@ class RankHealth:
         self._beats["in_collective_s"].add(0.0 if since is None else now - since)
         since_step = now - self._last_step
         self._beats["since_step_s"].add(since_step)
+        in_save = self._marks.in_save_s(now)
+        since_progress = 0.0 if in_save else now - max(self._last_step, self._marks.at)
+        self._beats["since_progress_s"].add(max(0.0, since_progress))
+        self._beats["in_save_s"].add(in_save)
         self._beat_flight_recorder(now, since_step)
 
     def _beat_flight_recorder(self, now: float, since_step: float) -> None:
@@ -361,15 +373,19 @@ class RankHealth:
             self.beat()
 
     def progress(self) -> Progress:
-        """Steps so far, the last one's wall time, the median recent step: what the pulse
-        carries to the agent (called on the pulse thread, never the training thread's)."""
+        """Steps so far, the last one's wall time, the median recent step, the last progress of
+        any kind: what the pulse carries to the agent (called on the pulse thread, never the
+        training thread's)."""
         if not self._step_s.closed:
             self._drain_steps()
         with self._drain_lock:
             recent = sorted(self._recent)
             steps, last = self._steps, self._last_step
         typical = recent[len(recent) // 2] if recent else 0.0
-        return Progress(steps, time.time() - (self._clock() - last), typical)
+        now = self._clock()
+        saving = self._marks.in_save_s(now) > 0.0
+        moved = now if saving else max(last, self._marks.at)
+        return Progress(steps, time.time() - (now - last), typical, time.time() - (now - moved))
 
     # -- install / close ------------------------------------------------------------------------
 
@@ -386,6 +402,7 @@ class RankHealth:
         handle = register_optimizer_step_post_hook(self._step_hook)
         self._undo.append(handle.remove)
         self._undo.append(self._grad_wait.install().close)
+        self._undo.append(self._marks.install().close)
         for name in COLLECTIVES:
             original = getattr(dist, name, None)
             if original is None or hasattr(original, "__tb_monitor_timed__"):

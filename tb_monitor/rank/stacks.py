@@ -84,9 +84,17 @@ class Progress:
     steps: int  # step boundaries so far
     last_step: float  # wall time of the last one (of the install, before the first)
     typical_s: float  # the typical step's seconds (0: none yet)
+    #: Wall time of its last progress of any kind (a batch, a collective left, a step; the
+    #: present while it saves a checkpoint: ``rank.progress_marks``). None: not known.
+    last_progress: float | None = None
 
     def to_bytes(self) -> bytes:
-        values = {"steps": self.steps, "last_step": self.last_step, "typical_s": self.typical_s}
+        values = {
+            "steps": self.steps,
+            "last_step": self.last_step,
+            "typical_s": self.typical_s,
+            "last_progress": self.last_progress,
+        }
         return json.dumps(values).encode()
 
 
@@ -102,8 +110,12 @@ def read_pulse(path: str) -> Progress | None:
     try:
         with open(path, "rb") as pulse:
             values = json.loads(pulse.read(4096))
+        last = values.get("last_progress")
         return Progress(
-            int(values["steps"]), float(values["last_step"]), float(values["typical_s"])
+            int(values["steps"]),
+            float(values["last_step"]),
+            float(values["typical_s"]),
+            None if last is None else float(last),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -50,11 +50,23 @@ def rank_heartbeat_scalars(
     in_collective_s: float,
     since_step_s: float,
     fr_seq: int | None = None,
+    since_progress_s: float | None = None,
+    in_save_s: float | None = None,
 ) -> dict[str, float]:
     """One heartbeat of one rank as ``tb_monitor.rank.health`` writes it: steps taken, collectives entered
     and left, time inside the current collective, time since the last step boundary, and, for a
-    rank that read torch's Flight Recorder while stalled, its newest collective there."""
-    values = (steps, entered, left, in_collective_s, since_step_s, fr_seq)
+    rank that read torch's Flight Recorder while stalled, its newest collective there; time since
+    its last progress and inside a save (None: as an older logdir, without them)."""
+    values = (
+        steps,
+        entered,
+        left,
+        in_collective_s,
+        since_step_s,
+        fr_seq,
+        since_progress_s,
+        in_save_s,
+    )
     return {
         contract.beat_tag(name): value
         for name, value in zip(contract.RANK_BEATS, values, strict=True)

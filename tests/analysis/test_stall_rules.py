@@ -1,5 +1,6 @@
 """The stall rule on messy faults: what an agent sees explains a stall but never makes one, an
-ended job has no live stall, and a silent rank's time without a step counts from its last step."""
+ended job has no live stall, a silent rank's time without a step counts from its last step, and
+progress other than steps (batches, collectives, checkpoint saves) is no stall."""
 
 from __future__ import annotations
 
@@ -15,8 +16,11 @@ from tb_monitor.testing import DEFAULT_START
 T = DEFAULT_START + 1000.0  # when stalls are judged
 
 
-def _beat(wall: float, since: float, inside: float = 0.0, steps: int = 100) -> dict:
-    """A rank's newest heartbeat values, logged at ``wall``."""
+def _beat(
+    wall: float, since: float, inside: float = 0.0, steps: int = 100, **progress: float
+) -> dict:
+    """A rank's newest heartbeat values, logged at ``wall``; ``progress``: ``since_progress_s``
+    and ``in_save_s`` where given (without: an older logdir's beat)."""
     return {
         "wall_time": wall,
         "steps": steps,
@@ -24,6 +28,7 @@ def _beat(wall: float, since: float, inside: float = 0.0, steps: int = 100) -> d
         "left": 0,
         "in_collective_s": inside,
         "since_step_s": since,
+        **progress,
     }
 
 
@@ -220,3 +225,64 @@ def test_a_stop_before_the_running_attempt_leaves_its_stalls_alone():
     rows += [_stopping(START - 5.0, agent) for agent in AGENTS]
     doc = report_of("logs", rows, grid, now=T)
     assert doc.ranks.stalls != ()
+
+
+# -- progress, not only steps: a hang named past the 10-s floor, healthy pauses not stalled ---
+
+
+def _hung_12_s_ago(**rank_3: float) -> dict[int, dict]:
+    """Rank 3 hung 12 s before T (its beats go on, it fetches nothing); ranks 0-2 have waited
+    in a collective since, without progress; ``rank_3``: its own progress fields."""
+    waiting = {
+        rank: _beat(T, 12.0, inside=11.9, since_progress_s=12.0, in_save_s=0.0) for rank in range(3)
+    }
+    return waiting | {3: _beat(T, 12.0, **{"since_progress_s": 12.0, "in_save_s": 0.0, **rank_3})}
+
+
+def test_a_hang_is_named_past_the_progress_floor():
+    """12 s without a step or progress, past the 10-s floor: rank 3 is stalled, waited for."""
+    stalls = _grid(_hung_12_s_ago()).stalls(now=T)
+    assert [s.rank for s in stalls if s.waited_for] == [3]
+
+
+def test_a_hang_in_an_older_logdir_waits_for_the_step_floor():
+    """Beats without progress fields keep the rule of steps alone: 12 s is short of 30 s."""
+    beats = {rank: _beat(T, 12.0, inside=11.9) for rank in range(3)} | {3: _beat(T, 12.0)}
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_an_evaluation_loop_fetching_batches_is_not_stalled():
+    """A minute without an optimizer step, a batch fetched 0.1 s ago on every rank: no stall."""
+    beats = {rank: _beat(T, 60.0, since_progress_s=0.1, in_save_s=0.0) for rank in range(4)}
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_ranks_waiting_for_a_rank_saving_a_checkpoint_are_not_stalled():
+    """Rank 3 has saved for 20 s, the others wait for it in a collective: nothing is stalled."""
+    beats = _hung_12_s_ago(since_progress_s=0.0, in_save_s=20.0)
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_a_rank_whose_beats_stopped_inside_a_save_is_judged_as_any_other():
+    """Rank 3's beats stopped 40 s ago inside a save while the others wait: it is stalled."""
+    waiting = {
+        rank: _beat(T, 40.0, inside=39.9, since_progress_s=40.0, in_save_s=0.0) for rank in range(3)
+    }
+    beats = waiting | {3: _beat(T - 40.0, 0.05, since_progress_s=0.0, in_save_s=5.0)}
+    assert [s.rank for s in _grid(beats).stalls(now=T) if s.waited_for] == [3]
+
+
+def test_a_slow_first_step_waits_for_the_step_floor():
+    """No step finished yet (one boundary): 20 s without progress is a slow start, not a hang."""
+    beats = {
+        rank: _beat(T, 20.0, steps=1, since_progress_s=20.0, in_save_s=0.0) for rank in range(4)
+    }
+    assert _grid(beats).stalls(now=T) == []
+
+
+def test_ranks_whose_beat_predates_the_end_of_a_save_are_not_stalled():
+    """Rank 3's save ended a beat ago (it progressed 0.5 s ago); the others' newest beats, from
+    before it ended, say 20 s without progress: they waited for the save, nothing is stalled."""
+    beats = _hung_12_s_ago(since_progress_s=0.5)
+    beats.update({rank: {**beats[rank], "since_progress_s": 20.0} for rank in range(3)})
+    assert _grid(beats).stalls(now=T) == []

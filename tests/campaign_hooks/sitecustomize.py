@@ -6,7 +6,10 @@ Python process there, and active in torchrun's workers alone (they have ``RANK``
 the worker's main thread raise, as a bug in the user's code would, at its next Python line;
 SIGRTMIN+5 starts a leak (8 MiB every 50 ms) that a memory limit then answers with the kernel's
 OOM killer; with ``TB_MONITOR_CAMPAIGN_TERM_HANG_S`` set, a SIGTERM handler hangs that long, as
-a handler stuck in a collective on its way out would. The user's script is not changed.
+a handler stuck in a collective on its way out would; with ``TB_MONITOR_CAMPAIGN_SLOW_SAVE_S`` set,
+rank 0's second ``torch.save`` (the first is the DDP script's epoch 0) writes that long, as on a
+disk that slowed down: its writing is slowed, inside ``torch.save``, once torch is imported. The
+user's script is not changed.
 """
 
 import os
@@ -34,7 +37,24 @@ if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
         time.sleep(float(os.environ["TB_MONITOR_CAMPAIGN_TERM_HANG_S"]))
         raise SystemExit(128 + signum)
 
+    def _slow_saves(torch):
+        """Rank 0's second save, and only it, takes ``TB_MONITOR_CAMPAIGN_SLOW_SAVE_S`` longer."""
+        serialization = torch.serialization
+        write, saves = serialization._save, []
+
+        def slow_write(*args, **kwargs):
+            saves.append(None)
+            if len(saves) == 2:
+                time.sleep(float(os.environ["TB_MONITOR_CAMPAIGN_SLOW_SAVE_S"]))
+            return write(*args, **kwargs)
+
+        serialization._save = slow_write
+
     signal.signal(signal.SIGUSR2, _raise)
     signal.signal(LEAK_SIGNAL, _leak)
     if os.environ.get("TB_MONITOR_CAMPAIGN_TERM_HANG_S"):
         signal.signal(signal.SIGTERM, _hang)
+    if os.environ.get("TB_MONITOR_CAMPAIGN_SLOW_SAVE_S") and os.environ["RANK"] == "0":
+        from tb_monitor.rank.progress_marks import when_imported
+
+        when_imported("torch", _slow_saves)

@@ -60,3 +60,29 @@ def test_a_stopped_workers_frozen_progress_counts_as_stalled():
 def test_workers_yet_to_step_are_no_stall():
     """Before the first step (a slow start) no roll-call is taken."""
     assert not StallTrigger(floor_s=5.0).due({1: _progress(0, T)}, now=T + 60)
+
+
+def test_workers_making_progress_without_steps_are_no_stall():
+    """Workers in an evaluation loop (batches, no optimizer step) or a checkpoint save: their
+    pulses' last progress is recent, so no roll-call is due however long since a step."""
+    trigger = StallTrigger(floor_s=5.0)
+    progress = {pid: Progress(10, T, 0.1, last_progress=T + 59) for pid in (1, 2)}
+    assert not trigger.due(progress, now=T + 60)
+
+
+def test_workers_without_progress_for_the_floor_are_a_stall():
+    """No step and no progress of any kind past the floor: the roll-call is due."""
+    trigger = StallTrigger(floor_s=5.0)
+    progress = {pid: Progress(10, T, 0.1, last_progress=T + 1) for pid in (1, 2)}
+    assert trigger.due(progress, now=T + 7)
+
+
+def test_the_pulse_carries_the_last_progress(tmp_path):
+    """A pulse written with the last progress reads back with it; one without it reads None."""
+    from tb_monitor.rank.stacks import read_pulse
+
+    path = tmp_path / "1.pulse"
+    path.write_bytes(Progress(3, T, 0.5, T + 2).to_bytes())
+    assert read_pulse(str(path)) == Progress(3, T, 0.5, T + 2)
+    path.write_bytes(b'{"steps": 3, "last_step": 1.0, "typical_s": 0.5}')
+    assert read_pulse(str(path)).last_progress is None

@@ -3,7 +3,9 @@
 Launched by torchrun (``python ddp_multinode.py TOTAL_EPOCHS SAVE_EVERY [--batch_size N]``); it knows
 nothing of tb_monitor. A tiny model on synthetic data on CPU (gloo). The model's forward stands for
 real compute with a sleep of ``STEP_SLEEP_S`` seconds (default 0.02); the rank numbered ``SLOW_RANK``
-sleeps ``SLOW_FACTOR`` (default 2.0) times as long, as a rank on a slower machine would.
+sleeps ``SLOW_FACTOR`` (default 2.0) times as long, as a rank on a slower machine would. With
+``EVAL_EVERY`` set, every that many epochs (not the first) each rank evaluates for ``EVAL_SECONDS``
+(default 15): forward passes over its data without gradients or optimizer steps.
 """
 
 import argparse
@@ -100,9 +102,24 @@ class Trainer:
         torch.save(snapshot, self.snapshot_path)
         print(f"Epoch {epoch} | Training snapshot saved at {self.snapshot_path}", flush=True)
 
+    def _evaluate(self, seconds):
+        self.model.eval()
+        end = time.monotonic() + seconds
+        with torch.no_grad():
+            while time.monotonic() < end:
+                for source, targets in self.train_data:
+                    F.mse_loss(self.model(source), targets)
+                    if time.monotonic() >= end:
+                        break
+        print(f"[RANK{self.global_rank}] evaluated for {seconds:.0f} s", flush=True)
+        self.model.train()
+
     def train(self, max_epochs):
+        eval_every = int(os.environ.get("EVAL_EVERY", "0"))
         for epoch in range(self.epochs_run, max_epochs):
             self._run_epoch(epoch)
+            if eval_every and epoch and epoch % eval_every == 0:
+                self._evaluate(float(os.environ.get("EVAL_SECONDS", "15")))
             if self.local_rank == 0 and epoch % self.save_every == 0:
                 self._save_snapshot(epoch)
 
