@@ -2,12 +2,12 @@
 
 A 2-agent x 2-worker DDP job (tests/integration/scripts/ddp_hang.py) whose rank 1 sleeps before
 its collective in the first attempt only; run with ``--restart-hung-after AFTER`` and
-``--max-restarts 1`` (the agents' stall floor 5 s, heartbeats 1 s). It prints the time from the
+``--max-restarts 1`` (heartbeats 1 s; the stall rule's default floor unless ``--stall-floor``). It prints the time from the
 hang (rank 1 printing that it hangs) to the next attempt's first step (a rank printing step 0 of
 restart 1), beside the timeout the restart replaces: without it the job waits for the collective
 timeout (NCCL's default, 10 min; ``--nccl-timeout-s``), not waited out here.
 
-    python benchmarks/bench_hang_restart.py [--after 10s] [--rounds 1]
+    python benchmarks/bench_hang_restart.py [--after 10s] [--rounds 1] [--stall-floor S]
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from users_jobs import SHORT_STALL_FLOOR, SHORT_WINDOWS, user_job  # noqa: E402
+from users_jobs import SHORT_WINDOWS, user_job  # noqa: E402
 
 HANG = Path(__file__).resolve().parent.parent / "tests/integration/scripts/ddp_hang.py"
 
 
-def one_round(after: str) -> float:
+def one_round(after: str, stall_floor: str | None) -> float:
     """Seconds from the hang to the restarted attempt's first step."""
-    env = {**SHORT_WINDOWS, **SHORT_STALL_FLOOR, "HANG_RANK": "1", "HANG_AT": "30"}
+    env = {**SHORT_WINDOWS, "HANG_RANK": "1", "HANG_AT": "30"}
+    if stall_floor is not None:
+        env["TB_MONITOR_STALL_FLOOR_S"] = stall_floor
     env.update(HANG_S="600", HANG_ONCE="1", STEPS="100")
     with (
         tempfile.TemporaryDirectory() as workdir,
@@ -50,8 +52,9 @@ def main() -> None:
     parser.add_argument("--after", default="10s", help="--restart-hung-after (10s)")
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--nccl-timeout-s", type=float, default=600.0)
+    parser.add_argument("--stall-floor", default=None, help="the stall rule's floor (default)")
     args = parser.parse_args()
-    times = [one_round(args.after) for _ in range(args.rounds)]
+    times = [one_round(args.after, args.stall_floor) for _ in range(args.rounds)]
     print(f"--restart-hung-after {args.after}: hang -> next attempt's first step")
     for n, seconds in enumerate(times):
         print(f"  round {n}: {seconds:6.1f} s")
