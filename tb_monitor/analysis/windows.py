@@ -11,6 +11,7 @@ training every rank takes its n-th step at the same moment, whatever its clock r
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Iterable, Mapping
 
 import numpy as np
@@ -63,17 +64,29 @@ def _round(window_s: float) -> float:
 def clock_shifts(
     progress: Mapping[str, tuple[np.ndarray, np.ndarray] | None], window_s: float
 ) -> dict[str, float]:
-    """Per run whose wall clock runs whole windows ahead of (or behind) the first run's, the
-    seconds to take from its times (a multiple of ``window_s``); runs within half a window of
-    it are left out. ``progress``: run -> (wall times, step counts so far) of its heartbeats.
+    """Per run whose wall clock runs whole windows ahead of (or behind) the first run of its
+    job's (its folder's), the seconds to take from its times (a multiple of ``window_s``); runs
+    within half a window of it are left out. ``progress``: run -> (wall times, step counts so
+    far) of its heartbeats.
 
     A rank's offset is the median, over the counts both ranks reached, of when it reached a
     count by its clock minus when the first run did (each the first heartbeat to show it,
     interpolated on the first run's). Ranks that do not step together (their offsets spread
     over more than a window) are left as they are: their steps tell nothing of their clocks."""
-    runs = [run for run, pair in progress.items() if pair is not None and len(pair[0])]
-    if len(runs) < 2:
-        return {}
+    jobs: dict[str, list[str]] = {}
+    for run, pair in progress.items():
+        if pair is not None and len(pair[0]):
+            jobs.setdefault(posixpath.dirname(run), []).append(run)
+    shifts: dict[str, float] = {}
+    for runs in jobs.values():
+        shifts.update(_job_shifts(progress, runs, window_s))
+    return shifts
+
+
+def _job_shifts(
+    progress: Mapping[str, tuple[np.ndarray, np.ndarray] | None], runs: list[str], window_s: float
+) -> dict[str, float]:
+    """``clock_shifts`` of one job's ``runs``, against the first of them."""
     ref_walls, ref_steps = _first_reached(*progress[runs[0]])  # type: ignore[misc]
     if len(ref_steps) < 2:
         return {}

@@ -73,5 +73,14 @@ def test_a_restarted_rank_is_aligned_by_its_newest_attempt():
     """Counts that start again from 0 (a restarted process): the newest attempt's tell."""
     walls = DEFAULT_START + np.arange(1, 2 * WINDOWS + 1) + 0.004
     steps = PER_WINDOW * np.concatenate([np.arange(1.0, WINDOWS + 1)] * 2)
-    progress = {"a": (walls, steps), "b": (walls + 3.0, steps)}
-    assert clock_shifts(progress, 1.0) == {"b": pytest.approx(3.0)}
+    progress = {"j/a": (walls, steps), "j/b": (walls + 3.0, steps)}
+    assert clock_shifts(progress, 1.0) == {"j/b": pytest.approx(3.0)}
+
+
+def test_runs_of_two_jobs_are_never_aligned_with_each_other():
+    """A second job an hour after the first, at the same pace: its ranks are not moved onto
+    the first job's moments (only ranks of one job step together)."""
+    walls = DEFAULT_START + np.arange(1, WINDOWS + 1) + 0.004
+    steps = PER_WINDOW * np.arange(1.0, WINDOWS + 1)
+    progress = {"a/rank-0": (walls, steps), "b/rank-1": (walls + 3600.0, steps)}
+    assert clock_shifts(progress, 1.0) == {}
