@@ -22,6 +22,8 @@ __all__ = ["clock_shifts", "infer_window_s", "slot_of"]
 _GAPS_READ = 256
 #: Step counts a rank must share with the reference rank before its clock is judged.
 _MIN_MATCHED = 3
+#: A clock is judged off only past this many of the heartbeats' blur (``_job_shifts``).
+_BLURS = 1.5
 
 
 def slot_of(wall: np.ndarray | float, window_s: float) -> np.ndarray:
@@ -100,9 +102,11 @@ def _job_shifts(
         offset = float(np.median(offsets))
         if np.median(np.abs(offsets - offset)) > window_s:
             continue
-        windows = round(offset / window_s)
-        if windows:
-            shifts[run] = windows * window_s
+        # A beat is a count sampled up to a heartbeat (or a window) before its window is
+        # logged, at each process's own phase: offsets within that blur are no skew.
+        blur = max(window_s, *(float(np.median(np.diff(w))) for w in (walls, ref_walls)))
+        if abs(offset) >= _BLURS * blur:
+            shifts[run] = round(offset / window_s) * window_s
     return shifts
 
 

@@ -53,7 +53,7 @@ def test_the_ahead_hosts_windows_land_in_the_columns_of_the_same_steps():
 
 
 def test_clock_shifts_are_whole_windows_of_the_offset():
-    """4.3 s ahead with 1-s windows: 4 windows; 0.3 s: none (within half a window)."""
+    """4.3 s ahead with 1-s windows: 4 windows; 0.3 s: none."""
     series = {"a": _rank(0.0), "b": _rank(4.3), "c": _rank(0.3), "d": _rank(-2.0)}
     shifts = clock_shifts({run: tags[STEPS] for run, tags in series.items()}, 1.0)
     assert shifts == {"b": pytest.approx(4.0), "d": pytest.approx(-2.0)}
@@ -84,3 +84,10 @@ def test_runs_of_two_jobs_are_never_aligned_with_each_other():
     steps = PER_WINDOW * np.arange(1.0, WINDOWS + 1)
     progress = {"a/rank-0": (walls, steps), "b/rank-1": (walls + 3600.0, steps)}
     assert clock_shifts(progress, 1.0) == {}
+
+
+def test_an_offset_within_the_heartbeats_blur_moves_nothing():
+    """Counts sampled 0.8 s earlier by one process's heartbeat phase (one host, 1-s beats):
+    within a beat's blur, not a skewed clock, so no rank is moved."""
+    series = {"a": _rank(0.0), "b": _rank(0.8)}
+    assert clock_shifts({run: tags[STEPS] for run, tags in series.items()}, 1.0) == {}
