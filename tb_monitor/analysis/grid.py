@@ -54,7 +54,7 @@ from tb_monitor.analysis.scoring import (
     starved_reason,
     starved_rows,
 )
-from tb_monitor.analysis.windows import infer_window_s, slot_of
+from tb_monitor.analysis.windows import clock_shifts, infer_window_s, slot_of
 
 if TYPE_CHECKING:
     import pandas
@@ -63,6 +63,8 @@ __all__ = ["BEAT_TAGS", "WINDOW_TAGS", "RankGrid", "Score", "Stall", "infer_wind
 
 #: Heartbeat scalar tag -> heartbeat name; only each one's newest value counts.
 BEAT_TAGS = {contract.stat_tag(contract.RANK_PREFIX + n, "value"): n for n in contract.RANK_BEATS}
+#: The heartbeat of steps so far, whose series (where read whole) aligns skewed hosts' windows.
+_STEPS = contract.stat_tag(contract.RANK_PREFIX + "steps", "value")
 
 #: Series as the readers hand them over: run -> tag -> (wall times, values).
 Series = Mapping[str, Mapping[str, tuple[np.ndarray, np.ndarray]]]
@@ -121,6 +123,8 @@ class RankGrid:
         Runs that name no rank are left out. ``window_s``: the recording window (default:
         inferred). ``previous``: an older grid of the same runs, whose relative scores are
         kept for the leading windows that did not change (a live job adds windows at the end).
+        A run whose clock is whole windows off the first run's (``windows.clock_shifts``, where
+        ``series`` holds the heartbeats of steps so far) has its windows moved by as many.
         """
         beats = beats or {}
         runs = sorted(
@@ -133,7 +137,11 @@ class RankGrid:
             window_s = window_s or _env.seconds("TB_MONITOR_RANK_WINDOW_S", contract.RANK_WINDOW_S)
         if not window_s > 0:
             raise ValueError(f"window_s must be positive, got {window_s!r}")
-        slots = {run: [slot_of(w[0], window_s) for w in ws] for run, ws in windows.items()}
+        shifts = clock_shifts({run: series.get(run, {}).get(_STEPS) for run in runs}, window_s)
+        slots = {
+            run: [slot_of(w[0] - shifts.get(run, 0.0), window_s) for w in ws]
+            for run, ws in windows.items()
+        }
         filled = [s[0] for s in slots.values() if len(s[0])]
         slot0 = int(min(s.min() for s in filled)) if filled else 0
         width = int(max(s.max() for s in filled)) - slot0 + 1 if filled else 0

@@ -16,7 +16,8 @@ A rank starved of CPU (a cgroup's quota, a crowded core) is slow in its collecti
 compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecutive windows in
 which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
 and ``STARVED_FACTOR`` times as long per second on a CPU as the window's median rank's (on a
-busy machine every rank waits; compared to zero, all would be).
+busy machine every rank waits; compared to zero, all would be) and as the others usually wait
+(they may wait less for a few windows).
 :class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
 rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
@@ -153,8 +154,10 @@ def starved_windows(
     """Per cell, 1.0 where the rank was starved of CPU in that window, 0.0 where not, NaN
     where it recorded no CPU wait. ``share``: the share of its threads' runnable time spent
     waiting for a CPU. Starved: at least ``floor``, and ``factor`` times as long waiting per
-    second on a CPU (``share / (1 - share)``) as the window's median rank; where only two ranks
-    recorded the window, as the other one (a median of two would count the rank itself)."""
+    second on a CPU (``share / (1 - share)``) as the window's median rank (where only two ranks
+    recorded the window, as the other one: a median of two would count the rank itself), and
+    as that reference's median over the windows: a rank waiting as the others usually do is
+    not starved while they wait less for a few windows (on a busy machine they will)."""
     share = np.asarray(share, dtype=np.float64)
     if share.size == 0:
         return share.copy()
@@ -165,8 +168,11 @@ def starved_windows(
     recorded = np.sum(~np.isnan(per_run), axis=0)
     other = np.nansum(per_run, axis=0)[np.newaxis, :] - per_run  # of two: the other rank's
     typical = np.where(recorded[np.newaxis, :] == 2, other, median[np.newaxis, :])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a rank that recorded no wait
+        usual = np.nanmedian(typical, axis=1, keepdims=True)  # what the others usually wait
     with np.errstate(invalid="ignore"):
-        starved = (share >= floor) & (per_run >= factor * typical)
+        starved = (share >= floor) & (per_run >= factor * np.fmax(typical, usual))
     return np.where(np.isnan(share), np.nan, starved.astype(np.float64))
 
 

@@ -70,6 +70,23 @@ def test_two_equally_busy_ranks_flag_nothing():
     assert _grid(shares).stragglers() == []
 
 
+def test_the_other_rank_waiting_less_for_a_while_starves_nobody():
+    """Of two ranks that usually wait about as long (a busy machine), the one whose share
+    holds while the other's dips for a few windows is not starved: it waits as the job's ranks
+    usually do (found by the fault campaign: rank 0 of a healthy Hugging Face job flagged)."""
+    shares = {0: [0.8] * WINDOWS, 1: [0.8] * WINDOWS}
+    shares[1][2 : 2 + FLAG_WINDOWS] = [0.55, 0.3, 0.5]
+    assert _grid(shares).stragglers() == []
+
+
+def test_a_rank_starved_beyond_the_jobs_usual_wait_is_still_flagged():
+    """Starved against the window's others and against what they usually wait: flagged."""
+    shares = {0: [0.7] * WINDOWS, 1: [0.7] * WINDOWS}
+    shares[1][2 : 2 + FLAG_WINDOWS] = [0.9] * FLAG_WINDOWS
+    (flagged,) = _grid(shares).stragglers()
+    assert (flagged.rank, flagged.cause, flagged.starved_over) == (1, "cpu", FLAG_WINDOWS)
+
+
 def test_the_reason_says_how_starved_it_was():
     """The reason names the rank's share of time waiting for a CPU and the median rank's."""
     shares = {rank: [0.2] * WINDOWS for rank in range(4)}
