@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from busy_cpu import busy_neighbours
-from fault_injection import FAKETIME, FAULTS, HOOKS, Fault, Truth, cgroups_usable
+from fault_injection import FAULTS, HOOKS, Fault, Truth, cgroups_usable
 from users_jobs import (
     ACCELERATE,
     DDP,
@@ -122,8 +122,6 @@ def usable_faults() -> dict[str, str]:
     for name, fault in FAULTS.items():
         if fault.needs_cgroups and (reason := cgroups_usable()):
             why_not[name] = reason
-        if fault.node_env and not FAKETIME.exists():
-            why_not[name] = f"no libfaketime at {FAKETIME} (Debian's faketime)"
     return why_not
 
 

@@ -19,6 +19,12 @@ import time
 
 LEAK_SIGNAL = signal.SIGRTMIN + 5
 
+if os.environ.get("TB_MONITOR_CAMPAIGN_CLOCK_SKEW_S"):
+    _SKEW_S = float(os.environ["TB_MONITOR_CAMPAIGN_CLOCK_SKEW_S"])
+    _time, _time_ns = time.time, time.time_ns
+    time.time = lambda: _time() + _SKEW_S
+    time.time_ns = lambda: _time_ns() + int(_SKEW_S * 1e9)
+
 if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
 
     def _raise(signum, frame):
