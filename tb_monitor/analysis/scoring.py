@@ -343,6 +343,12 @@ def _silence(
     ranks whose beats do not lag. A rank whose beats merely stopped while the others step on is
     not silent: it ended (a finished rank, a node the job went on without)."""
     newest = max(float(b["wall_time"]) for b in beats.values())
-    lagging = {rank for rank in counts if newest - float(beats[rank]["wall_time"]) > silent_after_s}
+    lag = {rank: newest - float(beats[rank]["wall_time"]) for rank in counts}
+    lagging = {rank for rank, late in lag.items() if late > silent_after_s}
     longest = max((since for rank, since in counts.items() if rank not in lagging), default=0.0)
-    return (lagging if longest > silent_after_s / 2 else set()), longest
+    if longest <= silent_after_s / 2:
+        return set(), longest
+    # On a loaded machine a waiting rank's beats come late too; the one that stopped lags on
+    # and on: silent are the ranks that lag about as long as the most (within the allowance).
+    most = max((lag[rank] for rank in lagging), default=0.0)
+    return {rank for rank in lagging if lag[rank] > most - silent_after_s}, longest

@@ -90,6 +90,16 @@ def test_a_stopped_rank_is_named_past_the_floor_with_what_its_agent_sees():
     assert ranks.view_of(stall).seen == "stopped"
 
 
+def test_ranks_whose_beats_come_late_on_a_busy_machine_are_not_waited_for():
+    """Rank 3 stopped 60 s ago; ranks 1 and 2 wait too, their newest beats 20 s late (a loaded
+    machine): only rank 3, which lags on and on, is silent and the rank waited for."""
+    beats = {0: _beat(T, 60.0, inside=59.9)}
+    beats |= {rank: _beat(T - 20.0, 40.0, inside=39.9) for rank in (1, 2)}
+    beats |= {3: _beat(T - 60.0, 0.05)}
+    ranks = rank_health(_grid(beats), now=T)
+    assert ranks.waited_for == (3,)
+
+
 # -- a silent rank's time without a step counts from its last step ---------------------------
 
 
