@@ -33,7 +33,8 @@ def need(module: str) -> ModuleType:
     except ImportError as exc:
         if IN_CI:
             pytest.fail(f"{module} is required when CI=true but cannot be imported: {exc}")
-        pytest.skip(f"{module} is not installed")
+        # Called at a module's top too (``torch = need("torch")``): the whole module skips.
+        pytest.skip(f"{module} is not installed", allow_module_level=True)
 
 
 def need_chromium() -> str:

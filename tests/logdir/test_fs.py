@@ -44,6 +44,7 @@ def test_tensorboards_s3_endpoint_serves_the_writer_too(monkeypatch):
 
 def test_an_unknown_scheme_names_the_url():
     """A URL whose scheme no filesystem serves is a LogdirError naming the URL and the scheme."""
+    need("fsspec")  # without it every URL is refused for want of fsspec, before its scheme
     with pytest.raises(fs.LogdirError, match=r"logdir 'nope://b/x'.*'nope'"):
         fs.check_logdir("nope://b/x")
 

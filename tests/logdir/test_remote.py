@@ -6,7 +6,6 @@ import logging
 import re
 import time
 
-import fsspec
 import pytest
 from conftest import need
 
@@ -15,6 +14,8 @@ from tb_monitor.elastic import events
 from tb_monitor.elastic.metrics import put_metric
 from tb_monitor.logdir import fs, readers
 from tb_monitor.sinks import AsyncWriter
+
+fsspec = need("fsspec")
 
 
 @pytest.fixture
