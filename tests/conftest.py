@@ -46,6 +46,34 @@ def need_chromium() -> str:
     return path
 
 
+#: Flags for Debian's chromium in CI: headless, no sandbox, no network of its own.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by Playwright (never a downloaded browser), one for the
+    session (each xdist worker's; the browser tests share one group): launching it is the
+    slowest part of a browser test. Skips without it, fails in CI."""
+    sync_api = need("playwright.sync_api")
+    executable = need_chromium()
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
 def need_cpu_limit() -> None:
     """Skip where no process can be held to a CPU quota (``cgroups.py``: root and a cgroup
     cpu controller); fail in CI."""

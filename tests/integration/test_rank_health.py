@@ -200,14 +200,14 @@ def test_the_hanging_rank_is_named_while_the_job_still_runs(hanging):
 
 @pytest.mark.browser
 def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(
-    hanging, tmp_path, monkeypatch
+    hanging, browser, tmp_path, monkeypatch
 ):
     """Rank 3 of a real torchrun job hangs before a collective: while the job still runs,
     ``tb-monitor report`` exits 1 naming rank 3 as the rank the job waits for, and the Timeline's
     Ranks view in Chromium under a live ``tensorboard --logdir`` names it too. The reading side's
     stall floor is 3 s here (``TB_MONITOR_STALL_FLOOR_S``): the job's steps take milliseconds."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
-    from plugin_helpers import RanksTab, chromium, start_tensorboard, stop
+    from plugin_helpers import RanksTab, start_tensorboard, stop
 
     monkeypatch.setenv("TB_MONITOR_STALL_FLOOR_S", "3")
     logdir, agents = hanging
@@ -224,14 +224,13 @@ def test_report_and_the_ranks_view_name_the_hanging_rank_of_a_live_job(
     assert "STALLED: the job waits for rank 3" in report.stdout
     server = start_tensorboard(logdir, tmp_path, "--reload_interval=1")
     try:
-        with chromium() as browser:
-            tab = RanksTab(browser, server.url)
-            try:
-                waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
-                waited.wait_for(timeout=60_000)
-                assert waited.inner_text().startswith("rank 3 · the job waits for it")
-            finally:
-                tab.close()
+        tab = RanksTab(browser, server.url)
+        try:
+            waited = tab.frame.locator(".tl-stalled [data-waited-for='true'] .tl-rank-link")
+            waited.wait_for(timeout=60_000)
+            assert waited.inner_text().startswith("rank 3 · the job waits for it")
+        finally:
+            tab.close()
     finally:
         stop(server)
     assert all(agent.poll() is None for agent in agents)  # named while the job runs
