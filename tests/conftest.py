@@ -13,8 +13,9 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 
 #: Real S3 and GCS servers on 127.0.0.1 (fixtures s3_server, s3_bucket, gcs_server, gcs_bucket),
-#: and real torchrun jobs, one per scenario for the session (restarted, always_failing, ...).
-pytest_plugins = ["object_store", "torchrun_jobs"]
+#: real torchrun jobs, one per scenario for the session (restarted, always_failing, ...), and
+#: every test's duration written to .pytest-durations.json.
+pytest_plugins = ["object_store", "torchrun_jobs", "durations"]
 
 try:  # hypothesis's per-example deadline is a timing test: this 2-core machine is noisy, and
     # the unit tests run beside real jobs (``-n 2``); a slow example is no failure here.
