@@ -13,8 +13,9 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 CHROMIUM = os.environ.get("TB_MONITOR_CHROMIUM", "/usr/bin/chromium")
 
 #: Real S3 and GCS servers on 127.0.0.1 (fixtures s3_server, s3_bucket, gcs_server, gcs_bucket),
-#: and real torchrun jobs, one per scenario for the session (restarted, always_failing, ...).
-pytest_plugins = ["object_store", "torchrun_jobs"]
+#: real torchrun jobs, one per scenario for the session (restarted, always_failing, ...), and
+#: every test's duration written to .pytest-durations.json.
+pytest_plugins = ["object_store", "torchrun_jobs", "durations"]
 
 try:  # hypothesis's per-example deadline is a timing test: this 2-core machine is noisy, and
     # the unit tests run beside real jobs (``-n 2``); a slow example is no failure here.
@@ -45,6 +46,34 @@ def need_chromium() -> str:
             pytest.fail(f"chromium is required when CI=true but {CHROMIUM} does not exist")
         pytest.skip("chromium is not installed")
     return path
+
+
+#: Flags for Debian's chromium in CI: headless, no sandbox, no network of its own.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's chromium driven by Playwright (never a downloaded browser), one for the
+    session (each xdist worker's; the browser tests share one group): launching it is the
+    slowest part of a browser test. Skips without it, fails in CI."""
+    sync_api = need("playwright.sync_api")
+    executable = need_chromium()
+    with sync_api.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def need_cpu_limit() -> None:

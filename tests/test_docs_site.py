@@ -16,6 +16,9 @@ from tb_monitor.cli import _COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: Each test builds the whole site (mkdocs and mkdocstrings): out of the fast lane.
+pytestmark = pytest.mark.slow
+
 
 def _build(config: Path, site: Path) -> subprocess.CompletedProcess[str]:
     """``mkdocs build --strict`` of ``config`` into ``site``, this checkout first on the path."""

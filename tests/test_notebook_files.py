@@ -67,6 +67,7 @@ def test_the_tensorboard_cells_are_tagged_to_be_skipped():
         assert all("skip-execution" in c.metadata.get("tags", []) for c in magic), path.name
 
 
+@pytest.mark.slow  # a Jupyter kernel runs the notebook: out of the fast lane
 def test_quickstart_notebook_runs_and_plots(kernel, tmp_path):
     """01_quickstart writes a logdir, reads its scalars and draws the windows."""
     need("pandas")

@@ -21,7 +21,6 @@ from tb_monitor.testing import generate_job
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugin"))
 from plugin_helpers import (  # noqa: E402
     VISUAL_ORDER,
-    chromium,
     small_job,
     start_tensorboard,
     stop,
@@ -58,13 +57,6 @@ def served(tmp_path_factory):
     server = start_tensorboard(job.logdir, root, "--reload_interval=1")
     yield server
     stop(server)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium driven by Playwright, for the module."""
-    with chromium() as launched:
-        yield launched
 
 
 class Tab:

@@ -26,7 +26,6 @@ from users_jobs import (
     DDP,
     HF,
     LIGHTNING,
-    SHORT_STALL_FLOOR,
     SHORT_WINDOWS,
     UserJob,
     machine_fault,
@@ -44,7 +43,6 @@ DDP_ARGS = ("12", "100")
 DDP_ENV = {**SHORT_WINDOWS, "STEP_SLEEP_S": "0.05"}
 #: A DDP job that trains until a fault ends it.
 LONG_DDP_ARGS = ("100000", "100000")
-STALL_NAMED_WITHIN_S = 30.0  # issue 26, section 4
 SHUTDOWN_RATIO = 1.5  # issue 26 asks 1.1x; this machine's two shared cores need the margin...
 SHUTDOWN_SLACK_S = 5.0  # ...and a few seconds for four interpreters to exit
 HEALTHY_TIMEOUT_S = 90.0  # a healthy job ends in 10-40 s here
@@ -230,46 +228,6 @@ def agent_terminated(tmp_path_factory) -> dict[bool, Ended]:
     return run_fault(tmp_path_factory.mktemp("sigterm"), terminate_agent)
 
 
-@dataclass
-class Stopped:
-    """A rank stopped with SIGSTOP: the report polled until it named the rank (or gave up)."""
-
-    named_after_s: float | None
-    report: dict
-
-
-@pytest.fixture(scope="module")
-def rank_stopped(tmp_path_factory) -> Stopped:
-    """The DDP job whose rank 3 gets SIGSTOP while it trains, under tb-monitor run; the report
-    read with a 5-s stall floor (the steps take milliseconds)."""
-    need("torch")
-    with user_job(
-        tmp_path_factory.mktemp("sigstop"), DDP, *LONG_DDP_ARGS, env=SHORT_WINDOWS
-    ) as job:
-        job.wait_for_output("Epoch 3 ")
-        job.signal_rank(3, signal.SIGSTOP)
-        stopped = time.monotonic()
-        named = None
-        while True:
-            report = job.report(SHORT_STALL_FLOOR)
-            waited = time.monotonic() - stopped
-            ranks = report["ranks"] or {}  # None until the ranks' first windows are written
-            if named is None and 3 in ranks.get("waited_for", []):
-                named = waited
-            # What its agent sees comes later: once it has seen the rank silent for
-            # TB_MONITOR_SILENT_AFTER_S (5 s), and that record is written.
-            if (named is not None and _agent_of(ranks, 3)) or waited > STALL_NAMED_WITHIN_S:
-                return Stopped(named, report)
-            time.sleep(1.0)
-
-
-def _agent_of(ranks: dict, rank: int) -> dict | None:
-    """What a report's ``ranks`` say the agent of ``rank``'s stall sees of it (None: nothing
-    yet)."""
-    stalls = [s for s in ranks.get("stalls", []) if s["rank"] == rank]
-    return stalls[0]["agent"] if stalls else None
-
-
 # -- (a) the scripts run unchanged -----------------------------------------------------------
 
 
@@ -386,23 +344,7 @@ def test_agent_terminated_shutdown_as_fast_as_plain_torchrun(agent_terminated):
     assert ours <= plain * SHUTDOWN_RATIO + SHUTDOWN_SLACK_S, (ours, plain)
 
 
-# -- (d) SIGSTOP of a rank -----------------------------------------------------------------------
-
-
-def test_stopped_rank_is_named_waited_for(rank_stopped):
-    """Within 30 s of SIGSTOP of rank 3, the report names rank 3 as the one the job waits for."""
-    ranks = rank_stopped.report["ranks"]
-    assert rank_stopped.named_after_s is not None, json.dumps(ranks["stalls"])
-    assert ranks["waited_for"] == [3]
-
-
-def test_stopped_rank_report_says_process_stopped(rank_stopped):
-    """The report says what the agent sees of the silent rank: its process is stopped."""
-    stalls = [s for s in rank_stopped.report["ranks"]["stalls"] if s["rank"] == 3]
-    assert stalls and "stopped" in json.dumps(stalls[0]).lower(), json.dumps(stalls)
-
-
-# -- (e) stragglers under unmodified DDP ---------------------------------------------------------
+# -- (d) stragglers under unmodified DDP ---------------------------------------------------------
 
 
 def test_slow_rank_is_the_only_straggler(ddp_slow_rank):

@@ -99,6 +99,7 @@ def test_an_unknown_scheme_fails_at_init_naming_it():
         tb_monitor.init("nope://bucket/x")
 
 
+@pytest.mark.slow  # the S3 server stopped and started again: out of the fast lane
 def test_an_outage_neither_blocks_the_caller_nor_loses_records(
     s3_server, s3_bucket, caplog, fast_uploads
 ):

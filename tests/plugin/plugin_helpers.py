@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import need, need_chromium
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
@@ -27,17 +26,6 @@ from tb_monitor import contract
 from tb_monitor.testing import SyntheticJob, generate_job
 
 STARTUP_TIMEOUT_S = 90.0
-#: Flags for Debian's chromium in CI: headless, no sandbox, no network of its own.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def small_job(logdir, **overrides) -> SyntheticJob:
@@ -303,20 +291,6 @@ def tensorboard_server(tmp_path) -> Iterator:
     yield start
     for server in servers:
         stop(server)
-
-
-@contextmanager
-def chromium() -> Iterator:
-    """Debian's chromium driven by Playwright (never a downloaded browser); skips without it,
-    fails in CI."""
-    sync_api = need("playwright.sync_api")
-    executable = need_chromium()
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
 
 
 class RanksTab:

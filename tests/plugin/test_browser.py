@@ -7,7 +7,6 @@ import re
 
 import pytest
 from plugin_helpers import (
-    chromium,
     expected_lanes,
     small_job,
     start_tensorboard,
@@ -46,13 +45,6 @@ def served(tmp_path_factory):
     server = start_tensorboard(job.logdir, root, "--reload_interval=1")
     yield server, job, total
     stop(server)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium driven by Playwright, for the module."""
-    with chromium() as launched:
-        yield launched
 
 
 class Tab:

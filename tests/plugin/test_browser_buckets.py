@@ -4,7 +4,7 @@ its level-of-detail buckets (narrowed columns) decoded, drawn and hovered."""
 from __future__ import annotations
 
 import pytest
-from plugin_helpers import chromium, start_tensorboard, stop
+from plugin_helpers import start_tensorboard, stop
 
 from tb_monitor import contract
 from tb_monitor.testing import generate_job
@@ -24,15 +24,15 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture
-def frame(served, tmp_path):
+def frame(browser, served, tmp_path):
     """The Timeline's frame in a fresh page, once it shows every event; fails the test on a
     console error."""
     server, job = served
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    try:
         page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
         iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
         frame = iframe.content_frame()
@@ -41,7 +41,9 @@ def frame(served, tmp_path):
         )
         yield page, frame
         page.screenshot(path=str(tmp_path / "buckets.png"))
-        assert errors == [], errors
+    finally:
+        page.close()
+    assert errors == [], errors
 
 
 def test_buckets_decode_to_every_event_of_the_window(frame, served):

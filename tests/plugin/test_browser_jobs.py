@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 from plugin_helpers import (
     RanksTab,
-    chromium,
     rank_windows_server,
     small_job,
     start_tensorboard,
@@ -19,13 +18,6 @@ from two_jobs import HUNG_RANK, SLOW_RANK, write_two_jobs
 from tb_monitor import contract
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium driven by Playwright, for the module."""
-    with chromium() as launched:
-        yield launched
 
 
 @pytest.fixture(scope="module")

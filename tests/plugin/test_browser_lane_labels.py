@@ -8,7 +8,7 @@ import os
 import re
 
 import pytest
-from plugin_helpers import VISUAL_ORDER, chromium, small_job, start_tensorboard, stop
+from plugin_helpers import VISUAL_ORDER, small_job, start_tensorboard, stop
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import RdzvEvent
@@ -36,12 +36,12 @@ def served(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def frame(served):
+def frame(browser, served):
     """The Timeline's frame, searched down to the hostile event (one event on one lane)."""
-    with chromium() as browser:
-        page = browser.new_page(viewport={"width": 1280, "height": 800})
-        errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
+    page = browser.new_page(viewport={"width": 1280, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    try:
         page.goto(f"{served.url}/#{contract.PLUGIN_NAME}")
         iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
         frame = iframe.content_frame()
@@ -50,7 +50,9 @@ def frame(served):
         summary = frame.locator(".tl-summary", has_text=re.compile(r"^1 event, 1 lane$"))
         summary.wait_for(timeout=30_000)
         yield page, frame
-        assert errors == []
+    finally:
+        page.close()
+    assert errors == []
 
 
 def _row(frame):

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from plugin_helpers import (
     RanksTab,
-    chromium,
     rank_windows_server,
     small_job,
     start_tensorboard,
@@ -30,13 +29,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.timed]
 
 #: The issue's acceptance: the rank a hang waits for is named within this long.
 NAMED_WITHIN_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Debian's chromium driven by Playwright, for the module."""
-    with chromium() as launched:
-        yield launched
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ first attempt; two agents x two workers), served by a real ``tensorboard --logdi
 from __future__ import annotations
 
 import pytest
-from plugin_helpers import chromium, start_tensorboard, stop
+from plugin_helpers import start_tensorboard, stop
 
 from tb_monitor import contract
 
@@ -15,21 +15,21 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.torch]
 
 
 @pytest.fixture(scope="module")
-def frame(restarted, tmp_path_factory):
+def frame(browser, restarted, tmp_path_factory):
     """The Timeline iframe showing the restarted job, once its attempts are listed."""
     assert restarted.returncodes == [0, 0], restarted.output
     server = start_tensorboard(restarted.logdir, tmp_path_factory.mktemp("tb"))
     errors: list[str] = []
+    page = browser.new_page(viewport={"width": 1400, "height": 850})
+    page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        with chromium() as browser:
-            page = browser.new_page(viewport={"width": 1400, "height": 850})
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
-            iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
-            content = iframe.content_frame()
-            content.wait_for_selector(".tl-attempt", timeout=60_000)
-            yield content
+        page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
+        iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
+        content = iframe.content_frame()
+        content.wait_for_selector(".tl-attempt", timeout=60_000)
+        yield content
     finally:
+        page.close()
         stop(server)
     assert errors == []
 

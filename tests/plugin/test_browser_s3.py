@@ -4,32 +4,32 @@ whose logdir is in a bucket of a real S3 server (SeaweedFS)."""
 from __future__ import annotations
 
 import pytest
-from plugin_helpers import chromium, start_tensorboard, stop
+from plugin_helpers import start_tensorboard, stop
 
 from tb_monitor import contract
 
 
 @pytest.fixture(scope="module")
-def frame(restarted_on_s3, s3_server, tmp_path_factory):
+def frame(browser, restarted_on_s3, s3_server, tmp_path_factory):
     """The Timeline iframe of the s3:// job, once its two attempts are listed."""
     assert restarted_on_s3.returncodes == [0, 0], restarted_on_s3.output
     with pytest.MonkeyPatch.context() as env:  # TensorBoard's S3 reader takes these
         for name, value in s3_server.env.items():
             env.setenv(name, value)
         server = start_tensorboard(restarted_on_s3.logdir, tmp_path_factory.mktemp("tb-s3"))
+    page = browser.new_page(viewport={"width": 1400, "height": 850})
     try:
-        with chromium() as browser:
-            page = browser.new_page(viewport={"width": 1400, "height": 850})
-            page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
-            iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
-            content = iframe.content_frame()
-            content.wait_for_function(
-                "() => window.tbTimeline && window.tbTimeline.data"
-                " && window.tbTimeline.data.attempts.length === 2",
-                timeout=120_000,
-            )
-            yield content
+        page.goto(f"{server.url}/#{contract.PLUGIN_NAME}")
+        iframe = page.wait_for_selector("iframe[src*='plugin_entry.html']", timeout=60_000)
+        content = iframe.content_frame()
+        content.wait_for_function(
+            "() => window.tbTimeline && window.tbTimeline.data"
+            " && window.tbTimeline.data.attempts.length === 2",
+            timeout=120_000,
+        )
+        yield content
     finally:
+        page.close()
         stop(server)
 
 
