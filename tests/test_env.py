@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import need
 
+import tb_monitor
 from tb_monitor import _env
 
 
@@ -63,18 +64,20 @@ def test_pure_python_turns_every_c_twin_off(monkeypatch):
     assert _env.c_twin("tb_monitor.contract._columnar_index", "steps_index") is None
 
 
-ROOT = Path(__file__).resolve().parent.parent
 _NAME = re.compile(r"TB_MONITOR_[A-Z0-9_]*[A-Z0-9]")
 #: A reader with a literal default: ``_env.seconds("TB_MONITOR_X", 5.0)``, ``flag(..., True)``.
 _READ = re.compile(r'_env\.(seconds|flag)\(\s*"(TB_MONITOR_\w+)",\s*(True|False|[0-9.]+)\s*\)')
 
 
 def _sources() -> list[Path]:
-    """The package's files a variable can be read or named in (Python, C, the frontend)."""
+    """The package's files a variable can be read or named in (Python, C, the frontend), where
+    the packages are imported from: the checkout, or an installed wheel (``.ci/wheels``)."""
+    import tb_plugin
+
     return [
         path
-        for package in ("tb_monitor", "tb_plugin")
-        for path in sorted((ROOT / package).rglob("*"))
+        for package in (tb_monitor, tb_plugin)
+        for path in sorted(Path(package.__file__).parent.rglob("*"))
         if path.suffix in (".py", ".c", ".js") and "__pycache__" not in path.parts
     ]
 
@@ -88,7 +91,7 @@ def test_every_variable_the_package_names_is_declared():
 
 def test_every_declared_variable_is_read_somewhere():
     """No row of ``_env.VARIABLES`` outlives the code that read it."""
-    env_py = ROOT / "tb_monitor" / "_env.py"
+    env_py = Path(_env.__file__)
     texts = [path.read_text() for path in _sources() if path != env_py]
     assert [v.name for v in _env.VARIABLES if not any(v.name in text for text in texts)] == []
 
