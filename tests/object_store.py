@@ -12,10 +12,8 @@ import contextlib
 import importlib.metadata
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -26,15 +24,13 @@ from typing import Any, NoReturn
 
 import pytest
 from conftest import IN_CI, need
+from ports import free_ports
 
 STARTUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
 #: SeaweedFS's gRPC port for each HTTP port. Some of its components dial HTTP port + 10000 whatever
 #: the -*.port.grpc flags say (mini's worker does so for the admin server), so keep that convention.
 GRPC_OFFSET = 10000
-#: Candidate HTTP ports; with the offset they stay below Linux's ephemeral range (32768 and up), so
-#: outgoing connections cannot take a chosen port between choosing it and the server binding it.
-PORT_RANGE = (15000, 22700)
 #: Credentials the S3 server is started with and enforces: a client that lost them is refused.
 S3_KEY = "tb-monitor-test"
 S3_SECRET = "tb-monitor-test-secret"
@@ -68,33 +64,6 @@ def packaged_file(distribution: str, prefix: str) -> Path | None:
             if path.is_file() and os.access(path, os.X_OK):
                 return path
     return None
-
-
-def free_ports(count: int, offset: int = 0) -> list[int]:
-    """``count`` distinct ports, each free on 127.0.0.1 together with port + ``offset``."""
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        for _ in range(1000):
-            if len(ports) == count:
-                return ports
-            port = random.randrange(*PORT_RANGE)
-            pair: list[socket.socket] = []
-            try:
-                for candidate in {port, port + offset}:
-                    sock = socket.socket()
-                    pair.append(sock)
-                    sock.bind(("127.0.0.1", candidate))
-            except OSError:
-                for sock in pair:
-                    sock.close()
-                continue
-            held += pair
-            ports.append(port)
-    finally:
-        for sock in held:
-            sock.close()
-    raise RuntimeError(f"could not find {count} free ports in {PORT_RANGE}")
 
 
 class ServerProcess:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ import urllib.request
 
 import pytest
 from conftest import need
+from ports import free_port
 
 from tb_monitor import contract, timeline
 from tb_monitor.logdir import readers
@@ -134,19 +134,13 @@ def test_without_torch_demo_says_which_extra_to_install(tmp_path):
     assert not logdir.exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_serve_prints_the_timeline_url_and_stops_on_ctrl_c(tmp_path):
     """serve() starts TensorBoard with the Timeline plugin, prints its URL, exits 0 on SIGINT."""
     from tb_monitor.testing import generate_job
 
     logdir = tmp_path / "logs"
     generate_job(logdir, nodes=2, workers_per_node=2)
-    port = _free_port()
+    port = free_port()
     # SIGINT handled as a terminal's Ctrl-C, even where the suite runs in the background (its
     # children then start with SIGINT ignored, and Python installs no handler).
     code = (

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tb_monitor import contract
 from tb_monitor.logdir import readers
@@ -36,12 +36,6 @@ FAIL_RANK = 2
 OTHER_FAIL_RANK = 1
 MAX_RESTARTS = 2
 JOB_TIMEOUT = 120  # seconds; a job takes ~15-20 s here
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def timeline(logdir: Path | str) -> list[dict]:

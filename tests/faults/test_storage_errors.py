@@ -11,7 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import need
-from object_store import S3_KEY, free_ports
+from object_store import S3_KEY
+from ports import free_ports
 
 import tb_monitor
 from tb_monitor.cli import export, report

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from adapter_logdirs import scalars, session_end, session_start, texts
 from conftest import need
-from torchrun_jobs import free_port
+from ports import free_port
 
 need("torch")
 accelerate = need("accelerate")

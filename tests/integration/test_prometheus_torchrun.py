@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import JOB_TIMEOUT, agent_env, free_port, stop_agents, tb_monitor_run
+from ports import free_port
+from torchrun_jobs import JOB_TIMEOUT, agent_env, stop_agents, tb_monitor_run
 
 pytestmark = pytest.mark.torch
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import agent_env, free_port, stop_agents, tb_monitor_run
+from ports import free_port
+from torchrun_jobs import agent_env, stop_agents, tb_monitor_run
 
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from conftest import need
-from torchrun_jobs import free_port, tb_monitor_run, timeline
+from ports import free_port
+from torchrun_jobs import tb_monitor_run, timeline
 
 from tb_monitor import contract
 from tb_monitor.launcher import bootstrap, torchrun

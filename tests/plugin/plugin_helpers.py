@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from ports import free_port
 from tensorboard import context as tb_context
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 
@@ -195,12 +195,6 @@ class GatedProvider:
         return self.inner.read_tensors(*args, **kwargs)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @dataclass
 class Server:
     """A `tensorboard` process serving one logdir on 127.0.0.1."""
@@ -219,25 +213,34 @@ class Server:
 
 
 def start_tensorboard(logdir, log_dir, *extra: str) -> Server:
-    """Start `tensorboard --logdir` on a free port and wait until it answers."""
-    port = free_port()
+    """Start `tensorboard --logdir` on a free port and wait until it answers; a port another
+    server took first is chosen again."""
+    for _ in range(3):
+        server = _launch_tensorboard(logdir, log_dir, free_port(), extra)
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                if "could not bind" in server.log():
+                    break
+                pytest.fail(f"tensorboard exited with {server.process.returncode}:\n{server.log()}")
+            try:
+                server.get_json("/data/plugins_listing", timeout=5)
+                return server
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                time.sleep(0.2)
+        else:
+            stop(server)
+            pytest.fail(f"tensorboard did not answer within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
+    pytest.fail(f"tensorboard found no free port in three tries:\n{server.log()}")
+
+
+def _launch_tensorboard(logdir, log_dir, port: int, extra: tuple[str, ...]) -> Server:
     log_path = os.path.join(log_dir, f"tensorboard-{port}.log")
     cmd = [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir)]
     cmd += ["--host", "127.0.0.1", "--port", str(port), *extra]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    server = Server(f"http://127.0.0.1:{port}", process, log_path)
-    deadline = time.monotonic() + STARTUP_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"tensorboard exited with {process.returncode}:\n{server.log()}")
-        try:
-            server.get_json("/data/plugins_listing", timeout=5)
-            return server
-        except (urllib.error.URLError, ConnectionError, TimeoutError):
-            time.sleep(0.2)
-    stop(server)
-    pytest.fail(f"tensorboard did not answer within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
+    return Server(f"http://127.0.0.1:{port}", process, log_path)
 
 
 @contextmanager

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import textwrap
@@ -14,6 +13,7 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from ports import free_port
 from tb_loaders import load, timeline_payloads
 
 from tb_monitor import contract
@@ -37,12 +37,6 @@ def _attempt(run_dir, attempt: int) -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _get(port: int, route: str, **query: str):
     url = f"http://127.0.0.1:{port}{route}?{urllib.parse.urlencode(query)}"
     with urllib.request.urlopen(url, timeout=10) as response:
@@ -56,7 +50,7 @@ def rust_server(tmp_path_factory):
     run_dir = logdir / "job" / "rank-0"
     _attempt(run_dir, 1)
     _attempt(run_dir, 2)  # most often in the same second: named after the first all the same
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "tensorboard.main", "--load_fast=true", "--logdir", str(logdir),
          "--host", "127.0.0.1", "--port", str(port)],
