@@ -49,6 +49,7 @@ __all__ = [
     "Stall",
     "individual_scores",
     "longest_over",
+    "past_stall_rule",
     "relative_scores",
     "stalled_ranks",
     "starved_reason",
@@ -249,7 +250,9 @@ def stalled_ranks(
     A silent rank's own count runs ahead of its last step: a beat is logged once a window and
     written at the writer's next flush, so the newest one read may predate the steps it took
     with the others until it stopped. The ranks that wait for it stopped stepping when it
-    stopped taking part, so it has gone no longer without a step than the longest of them.
+    stopped taking part, so it has gone no longer without a step than the longest of them, and
+    it took as many steps as they did: a rank stopped soon after the job's first steps, its
+    newest beat from before them, is judged by progress as they are, not as a slow first step.
     """
     if not beats:
         return []
@@ -262,12 +265,15 @@ def stalled_ranks(
     silent, longest_wait = _silence(beats, counts, silent_after_s)
     if _progressing(beats, now, silent_after_s, STALL_FLOOR_S if floor_s is None else floor_s):
         return []
+    job_steps = max(float(beat.get("steps") or 0.0) for beat in beats.values())
     rows = []
     for rank, since in counts.items():
-        if rank in silent:
+        beat = beats[rank]
+        if rank in silent:  # it took the steps the others took, until it stopped
             since = min(since, longest_wait)
+            beat = {**beat, "steps": max(float(beat.get("steps") or 0.0), job_steps)}
         step_limit = factor * float(typical_step_s.get(rank) or 0.0)
-        if _stalled(beats[rank], now, since, step_limit, floor_s):
+        if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent))
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
@@ -277,15 +283,24 @@ def stalled_ranks(
 def _stalled(
     beat: Mapping[str, float], now: float, since: float, step_limit: float, floor_s: float | None
 ) -> bool:
-    """One rank's verdict (see ``stalled_ranks``): ``since`` without a step, past
-    ``step_limit`` (its typical steps) and the floor, and as long without progress where its
-    beat says."""
+    """One rank's verdict (see ``stalled_ranks``) from its newest beat: where the beat carries
+    no progress, or no step is timed yet, by steps alone past the longer floor."""
     progress = beat.get("since_progress_s")
     if progress is None or float(beat.get("steps") or 0.0) < 2:  # no step timed yet
-        return since > max(STEP_STALL_FLOOR_S if floor_s is None else floor_s, step_limit)
-    floor = STALL_FLOOR_S if floor_s is None else floor_s
+        floor = STEP_STALL_FLOOR_S if floor_s is None else floor_s
+        return past_stall_rule(since, math.inf, step_limit, floor)
     without_progress = float(progress) + now - float(beat["wall_time"])
-    return since > max(floor, step_limit) and without_progress > floor
+    floor = STALL_FLOOR_S if floor_s is None else floor_s
+    return past_stall_rule(since, without_progress, step_limit, floor)
+
+
+def past_stall_rule(
+    since_step_s: float, since_progress_s: float, step_limit_s: float, floor_s: float
+) -> bool:
+    """The stall rule for one rank, wherever it is judged (a reader, an agent): no step for
+    ``step_limit_s`` (its typical steps times ``STALL_FACTOR``) and the floor, and no progress
+    of any kind for the floor (``math.inf`` where none is known)."""
+    return since_step_s > max(floor_s, step_limit_s) and since_progress_s > floor_s
 
 
 def _progressing(

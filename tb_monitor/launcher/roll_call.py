@@ -15,10 +15,11 @@ captured again only after some worker stepped and all stopped again.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from tb_monitor import _env
-from tb_monitor.analysis.scoring import DEFAULT_STALL_FLOOR_S, STALL_FACTOR
+from tb_monitor.analysis.scoring import DEFAULT_STALL_FLOOR_S, STALL_FACTOR, past_stall_rule
 from tb_monitor.rank.stacks import Progress
 
 __all__ = ["StallTrigger", "stall_floor_s"]
@@ -62,8 +63,7 @@ class StallTrigger:
         return stall if stall and stall == self._taken else None
 
     def _stalled(self, progress: Progress, now: float) -> bool:
-        """The reading side's rule (``analysis.scoring``): no step for the typical steps and
-        the floor, and no progress of any kind (where the pulse says) for the floor."""
-        limit = max(self.floor_s, self.factor * progress.typical_s)
-        idle = progress.last_progress is None or now - progress.last_progress > self.floor_s
-        return now - progress.last_step > limit and idle
+        """The reading side's rule (``analysis.scoring.past_stall_rule``), from the pulse."""
+        idle = math.inf if progress.last_progress is None else now - progress.last_progress
+        limit = self.factor * progress.typical_s
+        return past_stall_rule(now - progress.last_step, idle, limit, self.floor_s)

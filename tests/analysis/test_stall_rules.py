@@ -296,3 +296,13 @@ def test_ranks_whose_beat_predates_the_end_of_a_save_are_not_stalled():
     beats = _hung_12_s_ago(since_progress_s=0.5)
     beats.update({rank: {**beats[rank], "since_progress_s": 20.0} for rank in range(3)})
     assert _grid(beats).stalls(now=T) == []
+
+
+def test_a_rank_stopped_before_its_beats_showed_a_step_is_named_past_the_progress_floor():
+    """Rank 3's newest beat, 20 s old, predates the job's first steps (steps 0); the others
+    stepped, then waited 12 s without progress: it is named at the 10-s floor, not the 30-s one
+    of a slow first step (it took the steps the others took)."""
+    beats = _hung_12_s_ago()
+    beats[3] = _beat(T - 20.0, 0.5, steps=0, since_progress_s=0.5, in_save_s=0.0)
+    stalls = _grid(beats).stalls(now=T)
+    assert [(s.rank, s.silent) for s in stalls if s.waited_for] == [(3, True)]
