@@ -4,6 +4,7 @@ attempt is restarted once, then given up."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -11,18 +12,15 @@ from pathlib import Path
 import pytest
 from conftest import need
 from torchrun_jobs import tb_monitor_command
-from users_jobs import SHORT_STALL_FLOOR, SHORT_WINDOWS, user_job
+from users_jobs import HANG, SHORT_STALL_FLOOR, SHORT_WINDOWS, run_hung_job, user_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.timed]
 
-HANG = Path(__file__).parent / "scripts" / "ddp_hang.py"
 ROLL_CALL_WITHIN_S = 90.0
 
 
 def _text_report(logdir: Path) -> str:
     """``tb-monitor report`` of ``logdir`` as a user reads it, with the short stall floor."""
-    import os
-
     command = tb_monitor_command("report", str(logdir))
     env = {**os.environ, **SHORT_STALL_FLOOR}
     return subprocess.run(command, capture_output=True, text=True, timeout=60, env=env).stdout
@@ -64,20 +62,10 @@ def given_up(tmp_path_factory) -> tuple[list, dict, str]:
     """The agents' exit codes, the report and the text report of a job whose rank 1 hangs at
     step 30 in every attempt, run with --restart-hung-after 10s and --max-restarts 3."""
     need("torch")
-    env = {**SHORT_WINDOWS, **SHORT_STALL_FLOOR, "HANG_RANK": "1", "HANG_AT": "30"}
-    env.update(HANG_S="600", STEPS="200")
-    with user_job(
-        tmp_path_factory.mktemp("give-up"),
-        HANG,
-        env=env,
-        max_restarts=3,
-        run_options=("--restart-hung-after", "10s"),
-    ) as job:
-        job.wait_for_output("hangs at step")
-        started = time.monotonic()
-        job.wait(timeout=150)
-        print(f"given up {time.monotonic() - started:.1f} s after the first hang")
-        return job.returncodes, job.report(SHORT_STALL_FLOOR), _text_report(job.logdir)
+    workdir = tmp_path_factory.mktemp("give-up")
+    env = {"HANG_AT": "30", "HANG_S": "600", "STEPS": "200"}
+    codes, report = run_hung_job(workdir, env, max_restarts=3)
+    return codes, report, _text_report(workdir / "logs")
 
 
 def test_the_second_identical_hang_is_given_up(given_up):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from plugin_helpers import RanksTab, start_tensorboard, stop
+from plugin_helpers import RanksTab, serving
 
 from tb_monitor import contract
 from tb_monitor.elastic.events.api import Event, EventSource
@@ -47,11 +47,8 @@ def _captured_job(logdir) -> None:
 @pytest.fixture(scope="module")
 def captured_server(tmp_path_factory):
     """TensorBoard over a logdir holding one capture of two ranks."""
-    root = tmp_path_factory.mktemp("capture-browser")
-    _captured_job(root / "logs")
-    server = start_tensorboard(root / "logs", root, "--reload_interval=1")
-    yield server
-    stop(server)
+    with serving(tmp_path_factory.mktemp("capture-browser"), _captured_job) as server:
+        yield server
 
 
 def test_a_captures_profile_opens_from_the_ranks_view(browser, captured_server):
