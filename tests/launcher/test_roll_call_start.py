@@ -28,15 +28,13 @@ def test_a_slow_import_is_not_named():
 
 
 def test_a_slow_compile_is_not_named():
-    """One rank compiled first and waits in a collective for less than the start floors while
-    the other compiles on: no roll-call, however long since the start."""
+    """A rank that compiled first waits in a collective less than the start floors: no call."""
     progress = {1: _start(waiting_since=T + 590), 2: _start()}
     assert not StallTrigger(FLOOR_S).due(progress, now=T + 600)
 
 
 def test_a_long_dataset_load_is_not_named():
-    """A rank fetching its first batches (progress) while the other waits in a barrier: no
-    roll-call."""
+    """A rank fetching its first batches while the other waits in a barrier: no roll-call."""
     progress = {1: _start(waiting_since=T + 1), 2: _start(progress_at=T + 598)}
     assert not StallTrigger(FLOOR_S).due(progress, now=T + 600)
 

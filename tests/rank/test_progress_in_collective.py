@@ -14,7 +14,7 @@ pytestmark = pytest.mark.torch
 
 
 def test_progress_inside_a_collective_says_since_when(monkeypatch):
-    """Read from inside a wrapped ``barrier``, the progress names when it was entered; after it, none."""
+    """Read inside a wrapped ``barrier``, progress says when it was entered; after it, None."""
     need("torch")
     import torch.distributed as dist
 
