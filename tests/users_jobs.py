@@ -45,6 +45,7 @@ __all__ = [
     "SHORT_WINDOWS",
     "UserJob",
     "machine_fault",
+    "run_hung_job",
     "script_lines",
     "start_job",
     "user_job",
@@ -283,6 +284,23 @@ def user_job(workdir: Path, script: Path, *args: str, **options) -> Iterator[Use
         yield job
     finally:
         job.stop()
+
+
+#: A DDP loop whose rank ``HANG_RANK`` hangs in a sleep (``integration/scripts/ddp_hang.py``).
+HANG = SCRIPTS.parent / "ddp_hang.py"
+
+
+def run_hung_job(
+    workdir: Path, env: Mapping[str, str], max_restarts: int, after: str = "10s"
+) -> tuple[list[int | None], dict]:
+    """Run ``HANG`` (rank 1 hangs as ``env`` says) under ``--restart-hung-after after`` until it
+    ends: the agents' exit codes and ``report --json`` read with ``SHORT_STALL_FLOOR``."""
+    env = {**SHORT_WINDOWS, **SHORT_STALL_FLOOR, "HANG_RANK": "1", **env}
+    options = ("--restart-hung-after", after)
+    with user_job(workdir, HANG, env=env, max_restarts=max_restarts, run_options=options) as job:
+        job.wait_for_output("hangs at step")
+        job.wait(timeout=150)
+        return job.returncodes, job.report(SHORT_STALL_FLOOR)
 
 
 def _parent(pid: int) -> int | None:

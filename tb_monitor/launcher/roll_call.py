@@ -11,6 +11,13 @@ captures of one stall together (``analysis.roll_call``).
 Never while steps go on: one worker that stepped within its time (a slow but stepping rank)
 holds the capture back. A stall is known by its workers' step counts: captured once, it is
 captured again only after some worker stepped and all stopped again.
+
+Before the first step a slow start (imports, rendezvous, a dataset loaded, a compilation) and a
+hang look alike by time alone, but a rank hung there still has others waiting for it in a
+collective (DDP's constructor broadcast, a first ``all_reduce``): so, with no worker stepped
+yet, the roll-call is due once per attempt when every worker went ``START_FLOORS`` floors
+without progress *and* one has waited in a collective that long. Stacks only: the restart
+(``launcher.hung``) reads ``held``, which knows stepped workers alone.
 """
 
 from __future__ import annotations
@@ -22,7 +29,11 @@ from tb_monitor import _env
 from tb_monitor.analysis.scoring import DEFAULT_STALL_FLOOR_S, STALL_FACTOR, past_stall_rule
 from tb_monitor.rank.stacks import Progress
 
-__all__ = ["StallTrigger", "stall_floor_s"]
+__all__ = ["START_FLOORS", "StallTrigger", "stall_floor_s"]
+
+#: Before the first step, the roll-call waits this many stall floors (the reading side's
+#: ``STEP_STALL_FLOOR_S`` over ``STALL_FLOOR_S``): a start is slow more often than a loop.
+START_FLOORS = 3
 
 
 def stall_floor_s() -> float:
@@ -46,9 +57,12 @@ class StallTrigger:
     def due(self, progress: Mapping[int, Progress | None], now: float) -> bool:
         """Whether to capture now: every worker that stepped (by pid) went past the stall
         rule's time without a step, and this stall was not captured yet. A worker yet to step
-        does not count: a slow start (imports, rendezvous) is no stall of the loop."""
+        does not count: a slow start (imports, rendezvous) is no stall of the loop; while none
+        stepped, ``_start_due`` judges the start."""
         known = {pid: p for pid, p in progress.items() if p is not None and p.steps}
-        if not known or any(not self._stalled(p, now) for p in known.values()):
+        if not known:
+            return self._start_due(progress, now)
+        if any(not self._stalled(p, now) for p in known.values()):
             return False
         stall = tuple(sorted((pid, p.steps) for pid, p in known.items()))
         if stall == self._taken:
@@ -67,3 +81,17 @@ class StallTrigger:
         idle = math.inf if progress.last_progress is None else now - progress.last_progress
         limit = self.factor * progress.typical_s
         return past_stall_rule(now - progress.last_step, idle, limit, self.floor_s)
+
+    def _start_due(self, progress: Mapping[int, Progress | None], now: float) -> bool:
+        """Before any step: every worker went ``START_FLOORS`` floors without progress while
+        one waited in a collective as long (the others wait for a hung rank; a slow start
+        waits in none so long), once per attempt (its workers' pids)."""
+        known = {pid: p for pid, p in progress.items() if p is not None}
+        limit = START_FLOORS * self.floor_s
+        idle = all(now - max(p.last_step, p.last_progress or 0.0) > limit for p in known.values())
+        waits = any(now - (p.in_collective_since or now) > limit for p in known.values())
+        start = tuple(sorted((pid, 0) for pid in known))
+        if not (known and idle and waits) or start == self._taken:
+            return False
+        self._taken = start
+        return True

@@ -17,13 +17,14 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   training thread, ``rank/step_s.p50`` and ``rank/step_s.p95``: the median and 95th percentile
   of that window's step times;
 - ``rank/collective_s`` (COUNT, SUM, MAX): seconds inside ``torch.distributed`` collectives
-  called from Python (``all_reduce``, ``broadcast``, ``barrier``, ...). An ``async_op``'s work is
-  timed to its completion off the training thread by its future's callback (gloo). NCCL
-  completes the future once the kernel is queued, so there it is timed to its launch, unless
-  ``TB_MONITOR_NCCL_TIMING=1``: then by the CUDA events NCCL records around the kernel, read
-  once a poller thread sees the work done (``_device_works``; checked on an H200; opt-in because
-  NCCL then records two CUDA events around every collective of the job: ``install`` sets ``TORCH_NCCL_ENABLE_TIMING=1`` for the groups created after it, unless
-  the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
+  called from Python (``all_reduce``, ``barrier``, ..., DDP's ``SETUP_COLLECTIVES``: a rank
+  hung before its first step is seen waiting). An ``async_op``'s work is timed to its completion
+  off the training thread by its future's callback (gloo). NCCL completes the future once the
+  kernel is queued, so there it is timed to its launch, unless ``TB_MONITOR_NCCL_TIMING=1``:
+  then by the CUDA events NCCL records around the kernel, read once a poller thread sees the
+  work done (``_device_works``; checked on an H200; opt-in because NCCL then records two CUDA
+  events around every collective of the job: ``install`` sets ``TORCH_NCCL_ENABLE_TIMING=1``
+  for the groups created after it, unless the environment sets it). A blocking NCCL call returns once its kernel is queued, and is timed
   to that. FSDP's all-gathers and reduce-scatters (both versions) are such Python collectives;
 - ``rank/grad_wait_s`` (COUNT, SUM, MAX): seconds each backward of a ``DistributedDataParallel``
   module waited, once its own gradients were ready, for the all-reduces DDP runs from C++
@@ -43,8 +44,7 @@ collective two ``perf_counter`` readings and one ``Stat.add``):
   checkpoint save ended; 0 while saving) and ``rank/in_save_s`` (VALUE: seconds inside the
   current checkpoint save, 0 outside one), from ``progress_marks``.
 
-The worker's pulse (``rank.stacks``) carries ``progress()``: steps, the last step's wall time and
-the median of the recent steps, read on the pulse thread from what ``_drain_steps`` keeps.
+The worker's pulse (``rank.stacks``) carries ``progress()``, read on the pulse thread.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ from tb_monitor.rank.grad_wait import GradWait
 from tb_monitor.rank.progress_marks import ProgressMarks
 from tb_monitor.rank.stacks import Progress, progress_from
 
-__all__ = ["COLLECTIVES", "RankHealth", "step"]
+__all__ = ["COLLECTIVES", "SETUP_COLLECTIVES", "RankHealth", "step"]
 
 #: The torch.distributed functions timed as collectives.
 COLLECTIVES = (
@@ -88,6 +88,8 @@ COLLECTIVES = (
     "reduce_scatter_tensor",
     "scatter",
 )
+#: DDP's own collectives, called from Python: its constructor's shape check and broadcast.
+SETUP_COLLECTIVES = ("_verify_params_across_processes", "_broadcast_coalesced")
 
 _current: RankHealth | None = None
 #: The step owner once ``step()`` was called: no optimizer's ``id()`` (never negative).
@@ -191,11 +193,8 @@ class RankHealth:
         self._grad_wait_s = Stat(
             contract.RANK_GRAD_WAIT, [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX], window
         )
-        self._collective_s = Stat(
-            contract.RANK_COLLECTIVE,
-            [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX],
-            window,
-        )
+        aggregations = [Aggregation.COUNT, Aggregation.SUM, Aggregation.MAX]
+        self._collective_s = Stat(contract.RANK_COLLECTIVE, aggregations, window)
         on_device = _env.flag("TB_MONITOR_NCCL_TIMING", False)
         self._device_works = DeviceWorks(self._collectives_left, clock) if on_device else None
         # On CUDA by our own events, read by later backwards: checked on an H200 (no host
@@ -373,19 +372,18 @@ class RankHealth:
             self.beat()
 
     def progress(self) -> Progress:
-        """Steps so far, the last one's wall time, the median recent step, the last progress of
-        any kind: what the pulse carries to the agent (called on the pulse thread, never the
-        training thread's)."""
+        """Steps, the last one's wall time, the median recent step, the last progress of any
+        kind, since when inside a collective: what the pulse carries (on the pulse thread)."""
         if not self._step_s.closed:
             self._drain_steps()
         with self._drain_lock:
             recent = sorted(self._recent)
             steps, last = self._steps, self._last_step
         typical = recent[len(recent) // 2] if recent else 0.0
-        now = self._clock()
-        saving = self._marks.in_save_s(now) > 0.0
-        moved = now if saving else max(last, self._marks.at)
-        return Progress(steps, time.time() - (now - last), typical, time.time() - (now - moved))
+        now, wall, inside = self._clock(), time.time(), self._in_since
+        moved = now if self._marks.in_save_s(now) > 0.0 else max(last, self._marks.at)
+        entered = None if inside is None else wall - (now - inside)
+        return Progress(steps, wall - (now - last), typical, wall - (now - moved), entered)
 
     # -- install / close ------------------------------------------------------------------------
 
@@ -403,7 +401,7 @@ class RankHealth:
         self._undo.append(handle.remove)
         self._undo.append(self._grad_wait.install().close)
         self._undo.append(self._marks.install().close)
-        for name in COLLECTIVES:
+        for name in COLLECTIVES + SETUP_COLLECTIVES:
             original = getattr(dist, name, None)
             if original is None or hasattr(original, "__tb_monitor_timed__"):
                 continue

@@ -87,6 +87,9 @@ class Progress:
     #: Wall time of its last progress of any kind (a batch, a collective left, a step; the
     #: present while it saves a checkpoint: ``rank.progress_marks``). None: not known.
     last_progress: float | None = None
+    #: Wall time it entered the collective it is inside (None: in none, or not known): before
+    #: the first step, what tells a rank waiting for a hung one from a slow start.
+    in_collective_since: float | None = None
 
     def to_bytes(self) -> bytes:
         values = {
@@ -94,6 +97,7 @@ class Progress:
             "last_step": self.last_step,
             "typical_s": self.typical_s,
             "last_progress": self.last_progress,
+            "in_collective_since": self.in_collective_since,
         }
         return json.dumps(values).encode()
 
@@ -110,12 +114,13 @@ def read_pulse(path: str) -> Progress | None:
     try:
         with open(path, "rb") as pulse:
             values = json.loads(pulse.read(4096))
-        last = values.get("last_progress")
+        last, inside = values.get("last_progress"), values.get("in_collective_since")
         return Progress(
             int(values["steps"]),
             float(values["last_step"]),
             float(values["typical_s"]),
             None if last is None else float(last),
+            None if inside is None else float(inside),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 from conftest import need
 from torchrun_jobs import tb_monitor_command
-from users_jobs import DDP, SHORT_STALL_FLOOR, SHORT_WINDOWS, user_job
+from users_jobs import DDP, SHORT_WINDOWS, run_hung_job, user_job
 
 pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.timed]
 
-HANG = Path(__file__).parent / "scripts" / "ddp_hang.py"
 CAPTURED_WITHIN_S = 60.0
 
 
@@ -68,18 +67,8 @@ def restarted(tmp_path_factory) -> tuple[list, dict]:
     """The agents' exit codes and the report of a job whose rank 1 hangs in its first attempt,
     run with --restart-hung-after 10s and --max-restarts 1."""
     need("torch")
-    env = {**SHORT_WINDOWS, **SHORT_STALL_FLOOR, "HANG_RANK": "1", "HANG_AT": "30"}
-    env.update(HANG_S="600", HANG_ONCE="1", STEPS="200")
-    with user_job(
-        tmp_path_factory.mktemp("hung"),
-        HANG,
-        env=env,
-        max_restarts=1,
-        run_options=("--restart-hung-after", "10s"),
-    ) as job:
-        job.wait_for_output("hangs at step")
-        job.wait(timeout=150)
-        return job.returncodes, job.report(SHORT_STALL_FLOOR)
+    env = {"HANG_AT": "30", "HANG_S": "600", "HANG_ONCE": "1", "STEPS": "200"}
+    return run_hung_job(tmp_path_factory.mktemp("hung"), env, max_restarts=1)
 
 
 def test_the_restarted_job_finishes(restarted):

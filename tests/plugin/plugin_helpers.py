@@ -260,6 +260,18 @@ def rank_windows_server(root, ranks: int, step_s: float, slow_ranks: list[int]) 
         stop(server)
 
 
+@contextmanager
+def serving(root, build: Any) -> Iterator[Server]:
+    """TensorBoard (reloading every second) over ``root/logs`` as ``build(logdir)`` wrote it,
+    stopped after."""
+    build(root / "logs")
+    server = start_tensorboard(root / "logs", root, "--reload_interval=1")
+    try:
+        yield server
+    finally:
+        stop(server)
+
+
 def stop(server: Server) -> None:
     server.process.terminate()
     try:

@@ -4,7 +4,7 @@ what its agent saw, and its Python stacks shown on click."""
 from __future__ import annotations
 
 import pytest
-from plugin_helpers import RanksTab, start_tensorboard, stop
+from plugin_helpers import RanksTab, serving
 from test_ranks_silent import _silent_job
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -13,11 +13,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def silent_server(tmp_path_factory):
     """Four ranks; rank 3 went silent, its agent saw it stopped and recorded its stacks."""
-    root = tmp_path_factory.mktemp("silent-browser")
-    _silent_job(root / "logs", stacks=True)
-    server = start_tensorboard(root / "logs", root, "--reload_interval=1")
-    yield server
-    stop(server)
+    with serving(
+        tmp_path_factory.mktemp("silent-browser"), lambda logs: _silent_job(logs, True)
+    ) as server:
+        yield server
 
 
 def test_silent_rank_stacks_open_on_click(browser, silent_server):

@@ -4,7 +4,8 @@ Launched by torchrun; knows nothing of tb_monitor. With ``HANG_RANK`` set, that 
 ``HANG_S`` seconds (120) at step ``HANG_AT`` (30) before its backward, whose all-reduce the
 others then wait in: the roll-call's odd one out is in ``wait_before_collective``. With
 ``HANG_ONCE`` set it hangs in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), so a
-restarted attempt trains to ``STEPS`` and ends.
+restarted attempt trains to ``STEPS`` and ends. ``HANG_AT=start``: that rank sleeps before
+DDP's constructor, whose shape check and broadcast the others then wait in (no step is taken).
 """
 
 import os
@@ -22,11 +23,15 @@ def wait_before_collective():
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    model = DDP(torch.nn.Linear(8, 1))
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    hang_at = int(os.environ.get("HANG_AT", "30"))
     first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
     hangs = os.environ.get("HANG_RANK") == str(rank) and (first or not os.environ.get("HANG_ONCE"))
+    at_start = os.environ.get("HANG_AT") == "start"
+    if hangs and at_start:
+        print(f"[RANK{rank}] hangs before DDP", flush=True)
+        wait_before_collective()
+    model = DDP(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    hang_at = -1 if at_start else int(os.environ.get("HANG_AT", "30"))
     for step in range(int(os.environ.get("STEPS", "100000"))):
         if step == 0 or (step + 1) % 50 == 0:
             print(
