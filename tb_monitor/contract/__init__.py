@@ -30,6 +30,8 @@ from tb_monitor.contract.columnar import (
     event_offsets,
 )
 from tb_monitor.contract.ranks import (
+    NODE_STALLED,
+    NODE_STALLED_GROUP,
     RANK_BEATS,
     RANK_COLLECTIVE,
     RANK_CPU_RUN,
@@ -79,6 +81,8 @@ __all__ = [
     "LOGDIR_ENV",
     "MONITOR",
     "PLUGIN_NAME",
+    "NODE_STALLED",
+    "NODE_STALLED_GROUP",
     "RANK_BEATS",
     "RANK_COLLECTIVE",
     "RANK_CPU_RUN",

@@ -9,6 +9,8 @@ from __future__ import annotations
 from tb_monitor.contract.tags import stat_tag
 
 __all__ = [
+    "NODE_STALLED",
+    "NODE_STALLED_GROUP",
     "RANK_BEATS",
     "RANK_COLLECTIVE",
     "RANK_CPU_RUN",
@@ -25,6 +27,12 @@ __all__ = [
 ]
 
 RANK_PREFIX = "rank/"
+#: The torchelastic metric (in group NODE_STALLED_GROUP) an agent under ``tb-monitor run`` puts
+#: at each look while its workers are stalled by the stall rule: seconds since their newest
+#: step, and 0 once when they step again. Prometheus serves it as
+#: ``tb_monitor_metric_node_stalled_seconds``, what operators' stall alert reads.
+NODE_STALLED = "node.stalled_s"
+NODE_STALLED_GROUP = "tb_monitor"
 #: Seconds between step boundaries (COUNT, SUM, MIN, MAX) and inside collectives (COUNT, SUM,
 #: MAX), one window every ``TB_MONITOR_RANK_WINDOW_S`` (default RANK_WINDOW_S).
 RANK_STEP = RANK_PREFIX + "step_s"

@@ -41,7 +41,8 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     learns each attempt's workers from ``_start_workers`` and asks for their stacks in
     ``_shutdown``, before torch stops them (``_hook_agent``). With ``$RESTART_HUNG_ENV`` the
     watch ends a hung attempt (``launcher.hung``); the agent of rank 0 asks for a capture when a
-    straggler is first flagged (``launcher.straggler_capture``).
+    straggler is first flagged (``launcher.straggler_capture``). While its workers are stalled
+    the agent puts the metric ``contract.NODE_STALLED`` at each look.
     """
     from torch.distributed.elastic import events
 
@@ -65,6 +66,7 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
         py_spy=stack_capture.py_spy_path(),
         hung=HungPolicy(after) if after > 0 else None,
         on_hung=lambda verdict: _hung(verdict, agents),
+        on_stall=_put_stalled,
     ).start()
     poller = stragglers = None
     if logdir is not None:
@@ -112,6 +114,14 @@ def _hung(verdict: HungVerdict, agents: list[Any]) -> None:
         _gave_up = True
         for agent in agents:
             agent._remaining_restarts = 0
+
+
+def _put_stalled(seconds: float) -> None:
+    """The node's stall as a torchelastic metric (``contract.NODE_STALLED``): to TensorBoard
+    and Prometheus as the agent's other metrics go."""
+    from torch.distributed.elastic.metrics import put_metric
+
+    put_metric(contract.NODE_STALLED, seconds, contract.NODE_STALLED_GROUP)
 
 
 def stop_began() -> float | None:

@@ -26,7 +26,8 @@ after they succeeded none is asked.
 Once per stall of all its workers (``launcher.roll_call``) the agent records every worker's
 stacks with ``roll_call``, ``method`` and the main thread's ``frames`` (JSON): read by py-spy
 where it can (``launcher.stack_capture``: native frames, stopped processes), else dumped by
-faulthandler; a worker seen silent is read by py-spy first too.
+faulthandler; a worker seen silent is read by py-spy first too. While they are all stalled,
+each look tells ``on_stall`` for how long (the agent's metric for operators' alert).
 
 ``install(destination)`` wires it into torch's ``LocalElasticAgent``, looking every
 ``$TB_MONITOR_HEARTBEAT_S`` (5 s), a worker silent after three looks without a pulse (at least
@@ -159,11 +160,13 @@ class RankWatch:
         py_spy: str | None = None,
         hung: HungPolicy | None = None,
         on_hung: Callable[[HungVerdict], Any] | None = None,
+        on_stall: Callable[[float], Any] | None = None,
     ) -> None:
         self.directory = directory
         self._record, self._signum, self._clock, self._proc = record, signum, clock, proc
         self._trigger, self._py_spy = trigger, py_spy
         self._hung, self._on_hung = hung, on_hung
+        self._on_stall, self._stall_told = on_stall, False
         # A pulse late by a look or two is a busy worker, not a silent one.
         self.interval_s, self.silent_after_s = interval_s, max(silent_after_s, 2 * interval_s)
         self._base = {
@@ -191,6 +194,7 @@ class RankWatch:
             for worker in self._workers:
                 self._look_at(worker, now)
             self._roll_call(now)
+            self._tell_stall(now)
             self._judge_hung(now)
 
     @property
@@ -253,6 +257,17 @@ class RankWatch:
         missing = self._spied(alive, "for the roll-call", call)
         asked = [w for w in missing if self._ask(w, w.state)]
         self._wait_for(asked, ROLL_CALL_WAIT_S, "for the roll-call", call)
+
+    def _tell_stall(self, now: float) -> None:
+        """Tell ``on_stall`` how long the workers have been stalled (``StallTrigger.
+        stalled_for``): at every look while they are, and 0 once when they no longer are."""
+        if self._on_stall is None or self._trigger is None:
+            return
+        progress = {w.pid: w.progress for w in self._workers if not w.gone}
+        seconds = self._trigger.stalled_for(progress, now)
+        if seconds or self._stall_told:
+            self._on_stall(seconds)
+        self._stall_told = seconds > 0
 
     def _spied(self, workers: list[Worker], reason: str, call: dict | None = None) -> list[Worker]:
         """Record the stacks py-spy reads of ``workers``; those it could not read."""

@@ -62,13 +62,22 @@ class StallTrigger:
         known = {pid: p for pid, p in progress.items() if p is not None and p.steps}
         if not known:
             return self._start_due(progress, now)
-        if any(not self._stalled(p, now) for p in known.values()):
+        if not self.stalled_for(progress, now):
             return False
         stall = tuple(sorted((pid, p.steps) for pid, p in known.items()))
         if stall == self._taken:
             return False
         self._taken = stall
         return True
+
+    def stalled_for(self, progress: Mapping[int, Progress | None], now: float) -> float:
+        """Seconds since the newest step while every worker that stepped is past the stall
+        rule, else 0: the node's stall as the reading side would name it, for operators'
+        alerts (``contract.NODE_STALLED``)."""
+        known = [p for p in progress.values() if p is not None and p.steps]
+        if not known or any(not self._stalled(p, now) for p in known):
+            return 0.0
+        return now - max(p.last_step for p in known)
 
     def held(self, progress: Mapping[int, Progress | None]) -> tuple | None:
         """The stall last captured while it still holds (no worker stepped since), else None."""

@@ -86,3 +86,15 @@ def test_the_pulse_carries_the_last_progress(tmp_path):
     assert read_pulse(str(path)) == Progress(3, T, 0.5, T + 2)
     path.write_bytes(b'{"steps": 3, "last_step": 1.0, "typical_s": 0.5}')
     assert read_pulse(str(path)).last_progress is None
+
+
+def test_stalled_for_is_zero_while_a_worker_steps():
+    """One worker stepping within the rule: the node is not stalled (0 s)."""
+    trigger = StallTrigger(floor_s=5.0)
+    assert trigger.stalled_for({1: _progress(10, T), 2: _progress(80, T + 58)}, now=T + 60) == 0.0
+
+
+def test_stalled_for_counts_from_the_newest_step_once_all_are_stalled():
+    """Every worker past the rule: stalled since the newest of their last steps."""
+    trigger = StallTrigger(floor_s=5.0)
+    assert trigger.stalled_for({1: _progress(10, T - 30), 2: _progress(11, T)}, now=T + 6) == 6.0

@@ -99,8 +99,8 @@ def worker(tmp_path):
     proc.wait()
 
 
-def _roll_call(tmp_path, proc, py_spy: str | None) -> list:
-    records: list = []
+def _watching(tmp_path, proc, records: list, py_spy: str | None = None, **options) -> RankWatch:
+    """A watch of ``proc`` (rank 1) recording into ``records``, its stall rule's floor 5 s."""
     watch = RankWatch(
         records.append,
         str(tmp_path),
@@ -109,8 +109,15 @@ def _roll_call(tmp_path, proc, py_spy: str | None) -> list:
         silent_after_s=30.0,
         trigger=StallTrigger(floor_s=5.0),
         py_spy=py_spy,
+        **options,
     )
     watch.watch([Worker(proc.pid, rank=1, local_rank=0)])
+    return watch
+
+
+def _roll_call(tmp_path, proc, py_spy: str | None) -> list:
+    records: list = []
+    watch = _watching(tmp_path, proc, records, py_spy)
     for _ in range(50):
         watch.look()
         if any(r.metadata.get("roll_call") for r in records):
@@ -133,3 +140,15 @@ def test_roll_call_reads_a_stopped_worker_with_py_spy(tmp_path, worker):
     os.kill(worker.pid, signal.SIGSTOP)
     (meta,) = _roll_call(tmp_path, worker, stack_capture.py_spy_path())
     assert meta["method"] == "py-spy" and "inner" in meta["stacks"]
+
+
+def test_the_watch_tells_how_long_its_workers_are_stalled(tmp_path, worker):
+    """A worker whose last step was 100 s ago: each look tells ``on_stall`` about 100 s."""
+    told: list[float] = []
+    watch = _watching(tmp_path, worker, [], on_stall=told.append)
+    for _ in range(50):
+        watch.look()
+        if told:
+            break
+        time.sleep(0.1)
+    assert told and 99.0 < told[0] < 130.0

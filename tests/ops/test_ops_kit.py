@@ -36,6 +36,7 @@ RULES = OPS / "prometheus" / "tb-monitor.rules.yml"
 RULES_TESTS = OPS / "prometheus" / "tb-monitor.rules.test.yml"
 DASHBOARD = OPS / "grafana" / "tb-monitor.json"
 ALERTS = {
+    "TbMonitorNodeStalled",
     "TbMonitorRankStalled",
     "TbMonitorStraggler",
     "TbMonitorJobRestarted",
@@ -55,7 +56,8 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def feed(sink: PrometheusSink) -> None:
     """What a rank's sink and its agent's get of a job restarted once: rank health's windows
-    and heartbeats, a torchelastic metric and the job's timeline records."""
+    and heartbeats, torchelastic metrics (the agent's stall among them) and the job's
+    timeline records."""
     windows: dict[str, dict[str, float]] = {}
     scalars = {**rank_window_scalars(0.4, 0.1, 20), **rank_heartbeat_scalars(20, 20, 20, 0.0, 0.1)}
     for tag, value in scalars.items():
@@ -63,6 +65,7 @@ def feed(sink: PrometheusSink) -> None:
     for stat, tags in windows.items():
         sink.window(Window(stat, tags, datetime(2026, 1, 1, 12)))
     sink.metric(MetricData(0.0, "torchelastic", "SimpleElasticAgent._rendezvous.duration.ms", 40))
+    sink.metric(MetricData(0.0, contract.NODE_STALLED_GROUP, contract.NODE_STALLED, 12.0))
     for records in job_records(nodes=1, workers_per_node=2, restarts=1).values():
         for kind, payload, wall_time in records:
             fields = contract.decode_record(kind, json.loads(payload))
