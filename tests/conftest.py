@@ -135,8 +135,11 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     or share a session-scoped fixture (a torchrun job, an object store: made once per worker),
     in a second group beside them (the shutdown comparisons are side by side under one load,
     and every bound has the margin of a machine that also runs one job more). Every other
-    module's tests run together (its module fixtures made once), wherever a worker is free."""
-    if item.get_closest_marker("timed"):
+    module's tests run together (its module fixtures made once), wherever a worker is free.
+    A long test held to no bound and sharing no fixture may run in the timed group
+    (``beside_timed``): the two groups then take about as long, and the suite as long as the
+    longer one."""
+    if item.get_closest_marker("timed") or item.get_closest_marker("beside_timed"):
         group = TIMED
     else:
         group = SERIAL if _serial(item) else item.path.stem

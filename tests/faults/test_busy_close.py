@@ -69,6 +69,7 @@ def _record_in_parallel(run_dirs: list[str], env: dict[str, str] | None = None) 
 
 
 @pytest.mark.slow
+@pytest.mark.beside_timed  # niced, and as long as a third of the serial group
 def test_busy_writers_lose_no_keep_alive_and_the_timeline_shows_them_all(tmp_path):
     """Eight processes on a saturated CPU each record 128k keep-alives and exit: every event is
     read back, and the Timeline holds every one."""
