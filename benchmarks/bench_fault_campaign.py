@@ -131,9 +131,10 @@ def main() -> None:
             outcome = run_case(case, Path(tmp) / str(case.number), reading)
             outcomes.append(outcome)
             named = "-" if outcome.named_s is None else f"{outcome.named_s:.1f} s"
+            ended = ", ended by the campaign" if outcome.ended_by_campaign else ""
             print(
                 f"{case}: {outcome.verdict} (named after {named}; case took "
-                f"{time.monotonic() - start:.0f} s) {'; '.join(outcome.wrong)}",
+                f"{time.monotonic() - start:.0f} s{ended}) {'; '.join(outcome.wrong)}",
                 flush=True,
             )
     print()

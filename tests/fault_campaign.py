@@ -4,13 +4,15 @@ outside at a random moment and rank, and ``tb-monitor report --json`` scored aga
 ``plan(seed, count)`` draws the cases (the seed decides the script, rank and moment; the fault
 kinds come round in a shuffled order, so a small sample still meets each kind); ``run_case`` runs
 one as a real job (``tests/users_jobs.py``), hits it (``tests/fault_injection.py``), reads the
-report while the job runs and once it has ended, and answers with an ``Outcome``: right, wrong
-(and what was wrong), or missed, with the time from the fault until the report named it.
+report while the job runs and once it has ended (or the campaign ended one its truth lets run
+on), and answers with an ``Outcome``: right, wrong (and what was wrong), or missed, with the time
+from the fault until the report named it.
 
 Read while it runs, a report must never call a job stalled that no fault stopped (no rank
 listed stalled in a healthy job, no rank wrongly called waited for); read at the end,
 it must give the truth's status, exit code, root cause (rank and kind), and stragglers, and list
-no stall. Used by tests/integration/test_fault_campaign.py (a fixed sample in CI) and
+no stall. A job its truth lets run on (a worker killed before training) is ended by the campaign
+once named; its ranks still running then must have been named waiting for the failed rank. Used by tests/integration/test_fault_campaign.py (a fixed sample in CI) and
 benchmarks/bench_fault_campaign.py (any seed and count, with the table of results).
 """
 
@@ -78,6 +80,9 @@ JOB_ENV = {
 READING: dict[str, str] = {}
 JOB_TIMEOUT_S = 150.0  # a job that has not ended by then is killed, and its case missed
 RELEASE_AFTER_S = 40.0  # a stopped or throttled rank is let go after this, named or not
+#: A job the truth lets run on (``Truth.ends_alone``) is ended this long after the report named
+#: the fault: time enough for one that would end by itself to do so.
+END_AFTER_NAMED_S = 20.0
 READ_EVERY_S = 1.0
 
 
@@ -104,6 +109,9 @@ class Outcome:
     reading: dict[str, str]  # the reading side's environment (stall floor, which tb_monitor)
     wrong: list[str] = field(default_factory=list)  # what it got wrong, each in one line
     missed: bool = False  # it never named what the truth has to name
+    ended_by_campaign: bool = False  # it ran on after the fault was named (``Truth.ends_alone``)
+    left_running: frozenset[int] = frozenset()  # ranks whose workers ran when the campaign ended it
+    waiting: frozenset[int] = frozenset()  # every rank named still waiting for a failed one
     named_s: float | None = None  # fault -> the first report that named it
     flagged: frozenset[int] = frozenset()  # stragglers in the end
     waited_for: frozenset[int] = frozenset()  # every rank named waited for while it ran
@@ -217,11 +225,18 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
         waited = _waited_for(report)
         outcome.waited_for |= waited
         outcome.stalled |= frozenset(_stalled_ranks(report))
+        outcome.waiting |= frozenset(
+            r for j in report.get("jobs") or [] for r in j["waiting_ranks"]
+        )
         outcome.agent_saw |= _agent_views(report, truth.waited_for)
         if outcome.named_s is None and _names(report, truth):
             outcome.named_s = time.monotonic() - hit_at
         if _done_holding(outcome, time.monotonic() - hit_at):
             release()
+        if _may_end(outcome, time.monotonic() - hit_at):
+            outcome.ended_by_campaign = True
+            outcome.left_running = frozenset(_running_ranks(job))
+            return  # run_case's user_job ends it
         time.sleep(READ_EVERY_S)
 
 
@@ -233,6 +248,36 @@ def _done_holding(outcome: Outcome, since_hit_s: float) -> bool:
         return False
     seen = truth.agent_sees is None or truth.agent_sees in outcome.agent_saw
     return (outcome.named_s is not None and seen) or since_hit_s > RELEASE_AFTER_S
+
+
+def _may_end(outcome: Outcome, since_hit_s: float) -> bool:
+    """The campaign may end the job: its truth lets it run on, and the report named the fault
+    ``END_AFTER_NAMED_S`` ago."""
+    named = outcome.named_s
+    return (
+        not outcome.truth.ends_alone
+        and named is not None
+        and since_hit_s - named > END_AFTER_NAMED_S
+    )
+
+
+def _running_ranks(job: UserJob) -> list[int]:
+    """The ranks whose worker process still exists."""
+    running = []
+    for rank in range(job.ranks):
+        with contextlib.suppress(LookupError):
+            job.worker_pid(rank)
+            running.append(rank)
+    return running
+
+
+def _score_waiting(outcome: Outcome) -> None:
+    """A job left running had its running ranks named waiting while it ran; no failed rank was."""
+    unnamed = outcome.left_running - outcome.waiting
+    if unnamed:
+        outcome.wrong.append(f"ranks {sorted(unnamed)} ran on, never named waiting")
+    if outcome.waiting & outcome.truth.cause_ranks:
+        outcome.wrong.append(f"the failed rank named waiting: {sorted(outcome.waiting)}")
 
 
 def _score_end(outcome: Outcome, job: UserJob) -> None:
@@ -261,6 +306,7 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
     outcome.flagged = _stragglers(report)
     if outcome.flagged != truth.stragglers:
         wrong.append(f"stragglers {sorted(outcome.flagged)}, not {sorted(truth.stragglers)}")
+    _score_waiting(outcome)
     _score_cause(outcome, report)
 
 

@@ -58,6 +58,7 @@ class Truth:
     stragglers: frozenset[int] = frozenset()
     waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
     agent_sees: str | None = None  # what the stalled rank's agent sees of its process
+    ends_alone: bool = True  # False: the job may run on until the campaign ends it
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,15 @@ def _two_kills(job: UserJob, rank: int) -> None:
     time.sleep(0.3)
     with contextlib.suppress(ProcessLookupError):
         os.kill(other, signal.SIGKILL)
+
+
+def _killed_in_rendezvous(job: UserJob, rank: int) -> Truth:
+    """A worker killed before training: its agent fails, but an agent on another host that holds
+    the rendezvous store learns nothing of it (torchelastic's monitor loop asks the store only for
+    nodes waiting), and its workers wait in ``init_process_group`` for the dead rank until gloo's
+    timeout. Plain torchrun does the same; which host holds the store is a race. So the job may
+    not end by itself: the report must name the killed rank while it runs."""
+    return Truth("failed", frozenset({rank}), "SIGKILL", ends_alone=False)
 
 
 def _node_ranks(job: UserJob, rank: int) -> frozenset[int]:
@@ -164,7 +174,10 @@ FAILURES = {
         Fault("sigsegv", _failed("SIGSEGV"), _signal(signal.SIGSEGV)),
         Fault("oom-kill", _failed("SIGKILL"), _oom, needs_cgroups=True),
         Fault(
-            "rendezvous-kill", _failed("SIGKILL"), _signal(signal.SIGKILL), during_rendezvous=True
+            "rendezvous-kill",
+            _killed_in_rendezvous,
+            _signal(signal.SIGKILL),
+            during_rendezvous=True,
         ),
         Fault("two-kills", _failed("SIGKILL"), _two_kills),
         Fault(

@@ -156,6 +156,16 @@ class UserJob:
         pid = self.worker_pid(rank)
         return next(n for n, agent in enumerate(self.agents) if _parent(pid) == agent.pid)
 
+    def store_node(self) -> int:
+        """The index of the agent that holds the c10d rendezvous store: the one listening on
+        the endpoint's port (whichever agent bound it first)."""
+        endpoint = next(a for a in self.agents[0].args if a.startswith("--rdzv-endpoint="))
+        listening = _listening_sockets(int(endpoint.rsplit(":", 1)[1]))
+        for node, agent in enumerate(self.agents):
+            if _sockets_of(agent.pid) & listening:
+                return node
+        raise LookupError(f"no agent of {self._agent_pids()} listens on {endpoint}")
+
     def wait_for_output(self, text: str, timeout: float = JOB_TIMEOUT) -> None:
         """Wait until some process printed ``text`` (training has reached that far)."""
         deadline = time.monotonic() + timeout
@@ -317,6 +327,30 @@ def _environ(pid: int) -> dict[str, str]:
         return {}
     pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on ``port`` (IPv4 and IPv6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    found.add(fields[9])  # 0A: LISTEN
+    return found
+
+
+def _sockets_of(pid: int) -> set[str]:
+    """The inodes of the sockets ``pid`` holds open."""
+    found = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                link = os.readlink(fd)
+                if link.startswith("socket:["):
+                    found.add(link[len("socket:[") : -1])
+    return found
 
 
 def _alive(pid: int) -> bool:

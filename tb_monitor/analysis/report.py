@@ -71,6 +71,8 @@ not one; times are epoch seconds)::
           "attempts_total": 2,
           "restarts": 1,
           "time_lost_s": 2.7,         # summed over the attempts a restart followed
+          "waiting_ranks": [0, 1],    # a failed job's ranks no record ended while it runs:
+                                      # their agent went on, they wait for the failed rank
           "ranks": null | {...},      # this job's rank health, as the top-level "ranks"
           "attempts": [
             {
@@ -144,6 +146,7 @@ from tb_monitor.analysis.report_text import (
     plural,
     ranks_lines,
     stalled_line,
+    verdict_line,
     visible,
 )
 
@@ -184,6 +187,17 @@ class JobHealth:
         return len(self.attempts) - 1
 
     @property
+    def waiting_ranks(self) -> tuple[int, ...]:
+        """The ranks of a failed last attempt that no record ended, while the job runs: their
+        agent went on (torchelastic's agent that holds the rendezvous store learns nothing of a
+        host that failed before training), so they wait for the failed rank until ended."""
+        last = self.attempts[-1]
+        if self.finished or last.root_cause is None:
+            return ()
+        ended = {row.get("rank") for row in last.collateral_records}
+        return tuple(rank for rank in last.collateral_ranks if rank not in ended)
+
+    @property
     def time_lost_s(self) -> float:
         """Summed over the attempts a restart followed."""
         return sum(a.time_lost_s or 0.0 for a in self.attempts)
@@ -199,6 +213,7 @@ class JobHealth:
             "terminated": None if self.terminated is None else asdict(self.terminated),
             "ranks": None if self.ranks is None else _ranks_json(self.ranks, self.stalled),
             "attempts": [attempt_dict(a) for a in self.attempts],
+            "waiting_ranks": list(self.waiting_ranks),
             "captures": [capture.to_json() for capture in self.captures],
         }
 
@@ -313,7 +328,7 @@ def _job_lines(job: JobHealth, several: bool) -> list[str]:
         f"{plural(job.restarts, 'restart')}{lost} · {state} (times UTC, {day})",
     ]
     for a, later in zip(job.attempts, [*job.attempts[1:], None], strict=True):
-        lines.extend(attempt_lines(a, later))
+        lines.extend(attempt_lines(a, later, job.waiting_ranks if later is None else ()))
     for capture in job.captures:
         lines.append(f"  {visible(capture.words())}")
         lines.extend(f"    rank {r:<4} {visible(p)}" for r, p in capture_paths(capture))
@@ -331,7 +346,7 @@ def _verdict(doc: JobReport) -> str:
         if doc.status == "failed":
             stalls.append(VERDICTS["failed"])
         return "\n".join(stalls)
-    return VERDICTS[doc.status]
+    return verdict_line(doc.status, [rank for job in doc.jobs for rank in job.waiting_ranks])
 
 
 def render(doc: JobReport) -> str:

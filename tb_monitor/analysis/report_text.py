@@ -39,6 +39,7 @@ __all__ = [
     "plural",
     "ranks_lines",
     "stalled_line",
+    "verdict_line",
     "visible",
 ]
 
@@ -46,6 +47,7 @@ __all__ = [
 #: (bidi overrides and isolates, zero-width ones), line and paragraph separators, surrogates.
 _HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
+WAITING_WORDS = "no record ended them: their agent goes on"
 VERDICTS = {
     "empty": "nothing to report",
     "failed": "FAILED: the last attempt failed (exit code 1)",
@@ -116,7 +118,17 @@ def _render_cause(cause: RootCause) -> list[str]:
     return lines
 
 
-def attempt_lines(a: Attempt, later: Attempt | None) -> list[str]:
+def verdict_line(status: str, waiting: list[int]) -> str:
+    """The verdict of the logdir's ``status``; ``waiting``: ranks of a failed job that still run,
+    which nothing ends but the user."""
+    if waiting:
+        words = "still wait for the failed rank: end the job"
+        return f"{VERDICTS[status]}; {ranks_words(waiting)} {words}"
+    return VERDICTS[status]
+
+
+def attempt_lines(a: Attempt, later: Attempt | None, waiting: tuple[int, ...] = ()) -> list[str]:
+    """One attempt's lines; ``waiting``: its collateral ranks that still run (``JobHealth``)."""
     lines = [
         f"  attempt {a.attempt:<3} {visible(a.outcome):<10} {duration(a.duration_s):>9}"
         f"   {_clock(a.start)} → {_clock(a.end)}"
@@ -124,9 +136,12 @@ def attempt_lines(a: Attempt, later: Attempt | None) -> list[str]:
     ]
     if a.root_cause is not None:
         lines.extend(_render_cause(a.root_cause))
-    if a.collateral_ranks:
+    stopped = [rank for rank in a.collateral_ranks if rank not in waiting]
+    if stopped:
         how = STOPPED_WORDS[a.collateral_state]
-        lines.append(f"    went down with  {ranks_words(a.collateral_ranks)} ({how})")
+        lines.append(f"    went down with  {ranks_words(stopped)} ({how})")
+    if waiting:
+        lines.append(f"    still waiting   {ranks_words(waiting)} ({WAITING_WORDS})")
     if a.time_lost_s is not None and later is not None:
         until = f"attempt {later.attempt} started"
         lines.append(f"    time lost       {duration(a.time_lost_s)} (until {until})")

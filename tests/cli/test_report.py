@@ -97,6 +97,7 @@ def test_report_json_follows_the_schema(restarted):
         "terminated",
         "ranks",
         "attempts",
+        "waiting_ranks",
         "captures",
     }
     assert job["captures"] == []  # no tb-monitor capture taken

@@ -30,13 +30,7 @@ KINDS = [*FAILURES, *STALLS]
 SAMPLE = plan(SEED, len(KINDS), scripts=("ddp", "hf", "fsdp2", "accelerate"), faults=KINDS)
 #: Wrong answers the campaign found and that are not fixed yet: each still a case of its own,
 #: expected to fail (not run: it waits out the campaign's 150-s limit), until it is fixed.
-KNOWN_WRONG = {
-    ("rendezvous-kill", "fsdp2"): (
-        "a worker of a two-host FSDP2 job killed as it starts leaves the job running past 150 s "
-        "(the other host's workers wait in init_process_group for it): not yet found why the "
-        "agents do not end it, as they do for the DDP script"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def _marked(case):

@@ -1,0 +1,64 @@
+"""A worker killed before training, on records built as a real two-node job leaves them: its agent
+stops its other worker and ends, but the agent that holds the rendezvous store learns nothing of
+it (torchelastic asks the store only for nodes waiting), so its workers wait on in
+``init_process_group`` and nothing ends them. The report names the killed rank as the root cause
+and the ranks that still wait for it, while the job runs."""
+
+from __future__ import annotations
+
+from elastic_records import agent, joined, verdict
+
+from tb_monitor.analysis.health import report_of
+
+KILLED_AT = 1.5
+
+
+def _rank_2_killed(survivors_end: bool = False) -> list[dict]:
+    """Nodes a (ranks 0, 1; agent pid 10, the store's host) and b (ranks 2, 3; pid 20) start
+    their workers; rank 2 is killed at ``KILLED_AT``, b's agent stops rank 3 and records its end
+    (torchelastic's SUCCEEDED: its ``run()`` returned); a's agent records nothing more unless
+    ``survivors_end``."""
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 2, -9), verdict(1.7, "b", 20, "SUCCEEDED")]
+    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 3, -15)]
+    if survivors_end:
+        rows += [agent(9.0, "a", 10, "FAILED", r, 1) for r in (0, 1)]
+        rows += [verdict(9.1, "a", 10, "FAILED")]
+    return rows
+
+
+def _job(rows: list[dict]) -> dict:
+    (job,) = report_of("logs", rows).to_json()["jobs"]
+    return job
+
+
+def test_the_killed_rank_is_the_root_cause_while_the_job_runs():
+    """The rank killed by SIGKILL is the root cause before the other node's ranks end."""
+    job = _job(_rank_2_killed())
+    cause = job["attempts"][-1]["root_cause"]
+    assert (job["finished"], cause["rank"], cause["signal"]) == (False, 2, "SIGKILL")
+
+
+def test_ranks_no_record_ended_are_named_waiting_while_the_job_runs():
+    """The ranks of the node whose agent went on are listed waiting, not as stopped."""
+    assert _job(_rank_2_killed())["waiting_ranks"] == [0, 1]
+
+
+def test_no_rank_waits_once_the_job_ended():
+    """Once the other agent ended its ranks and recorded its end, no rank is left waiting."""
+    assert _job(_rank_2_killed(survivors_end=True))["waiting_ranks"] == []
+
+
+def test_the_report_text_says_which_ranks_still_wait():
+    """The text lists the stopped rank as gone down and the others as still waiting."""
+    text = str(report_of("logs", _rank_2_killed()))
+    assert "went down with  rank 3 (stopped when the job ended)" in text
+    assert "still waiting   ranks 0, 1 (no record ended them: their agent goes on)" in text
+
+
+def test_the_verdict_says_the_job_must_be_ended():
+    """The verdict names the waiting ranks and that nothing will end them but the user."""
+    text = str(report_of("logs", _rank_2_killed()))
+    assert text.rstrip().endswith("ranks 0, 1 still wait for the failed rank: end the job")
