@@ -223,8 +223,10 @@ def _cut(job: UserJob, rank: int) -> None:
 
 def _cut_off(job: UserJob, rank: int) -> Truth:
     """Host 1, away from the rendezvous store host 0 serves, is cut off: every rank of it is the
-    cause, whichever rank the case drew (a partition hits hosts, not a rank)."""
-    return Truth("failed", frozenset(r for r in range(job.ranks) if job.node_of(r) == 1), "cut off")
+    cause, and the ranks the store's side waits for while the job hangs, whichever rank the
+    case drew (a partition hits hosts, not a rank)."""
+    cut_off = frozenset(r for r in range(job.ranks) if job.node_of(r) == 1)
+    return Truth("failed", cut_off, "cut off", waited_for=cut_off)
 
 
 #: A network partition between the two hosts: the job fails, and the report must name the
