@@ -16,8 +16,10 @@ own floors); ``--reader`` reads the reports with the tb_monitor checkout at PATH
 the stall rule as it was: a logdir's new heartbeat fields are ignored there). False stalls: the
 healthy jobs in which a rank was listed stalled, or one called waited for, while it ran.
 
-Control-group faults need root; a kind this machine cannot make is left out and said so. The CI
-sample is tests/integration/test_fault_campaign.py.
+Control-group faults need root, and so does ``partition`` (``--fault partition``: the two hosts
+talk over a switch of their own in network namespaces, ``tests/netns.py``, cut at the random
+moment); a kind this machine cannot make is left out and said so. The CI sample is
+tests/integration/test_fault_campaign.py.
 """
 
 from __future__ import annotations

@@ -240,7 +240,11 @@ def _attempt_marks(source: Any) -> list[tuple[float, str, str, str]]:
         out.append((a.start, f"attempt {a.attempt} {verb}", state_color("RENDEZVOUS"), "--"))
         if a.root_cause is not None:
             cause = a.root_cause
-            what = cause.reason if cause.source == "vanished" else f"rank {cause.rank} failed"
+            what = (
+                cause.reason
+                if cause.source in ("vanished", "cut_off")
+                else f"rank {cause.rank} failed"
+            )
             out.append((cause.time, what, state_color("FAILED"), "-"))
     return out
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from busy_cpu import busy_neighbours
 from fault_injection import FAULTS, HOOKS, Fault, Truth, cgroups_usable
+from netns import netns_usable, two_hosts
 from users_jobs import (
     ACCELERATE,
     DDP,
@@ -130,6 +131,8 @@ def usable_faults() -> dict[str, str]:
     for name, fault in FAULTS.items():
         if fault.needs_cgroups and (reason := cgroups_usable()):
             why_not[name] = reason
+        if fault.netns and (reason := netns_usable()):
+            why_not[name] = reason
     return why_not
 
 
@@ -168,8 +171,10 @@ def run_case(case: Case, workdir: Path, reading: dict[str, str] | None = None) -
     with ``reading`` as the reading side's environment (default ``READING``)."""
     fault, script = FAULTS[case.fault], SCRIPTS[case.script]
     neighbours = busy_neighbours() if fault.busy else contextlib.nullcontext()
+    linked = two_hosts() if fault.netns else contextlib.nullcontext()
     with (
         neighbours,
+        linked as hosts,
         user_job(
             workdir,
             script.path,
@@ -177,6 +182,7 @@ def run_case(case: Case, workdir: Path, reading: dict[str, str] | None = None) -
             env=JOB_ENV,
             nodes=script.nodes,
             node_env=fault.node_env,
+            hosts=hosts,
         ) as job,
     ):
         _wait_to_hit(job, script, fault, case.after_s)
@@ -323,7 +329,7 @@ def _score_cause(outcome: Outcome, report: dict) -> None:
     named = frozenset(cause.get("ranks") or [cause["rank"]])
     ranks_right = (
         named == truth.cause_ranks
-        if truth.cause_kind == "node lost"
+        if truth.cause_kind in ("node lost", "cut off")
         else (cause["rank"] in truth.cause_ranks)
     )
     if not ranks_right or cause_kind(cause) != truth.cause_kind:
@@ -337,6 +343,8 @@ def cause_kind(cause: dict) -> str:
     """What kind of failure a report's root cause names, in the truth's words."""
     if cause.get("source") == "vanished" or cause.get("node_lost"):
         return "node lost"
+    if cause.get("source") == "cut_off":
+        return "cut off"
     if cause.get("exception"):
         return "exception"
     return cause.get("signal") or f"exit code {cause.get('exit_code')}"

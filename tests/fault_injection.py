@@ -6,6 +6,9 @@ machine offers: signals by pid, control groups (a CPU quota, a memory limit, the
 holds a process in uninterruptible sleep as a stuck disk or filesystem would), and one hook, a
 worker made to raise or to leak memory by a signal (``campaign_hooks/sitecustomize.py``): the scripts stay unmodified.
 
+A network partition (``partition``) needs a job whose two hosts talk over a link of their own
+(``tests/netns.py``, ``Fault.netns``): it cuts the link for good, as a dead switch would.
+
 Control groups (``tests/cgroups.py``) need root; v1 hierarchies (``/sys/fs/cgroup/<controller>``)
 and the unified v2 one are both handled. Every group made here is removed again, whatever
 happened.
@@ -29,6 +32,7 @@ __all__ = [
     "FAULTS",
     "HOOKS",
     "NOISE",
+    "PARTITIONS",
     "STALLS",
     "Cgroup",
     "Fault",
@@ -54,7 +58,7 @@ class Truth:
 
     status: str  # the job's status in the end: "failed", "terminated" or "succeeded"
     cause_ranks: frozenset[int] = frozenset()  # the root cause is one of these (all, for a node)
-    cause_kind: str | None = None  # "exception", "SIGKILL", "SIGSEGV", "node lost"
+    cause_kind: str | None = None  # "exception", "SIGKILL", "SIGSEGV", "node lost", "cut off"
     stragglers: frozenset[int] = frozenset()
     waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
     agent_sees: str | None = None  # what the stalled rank's agent sees of its process
@@ -74,6 +78,7 @@ class Fault:
     busy: bool = False  # the job runs beside busy-loop neighbours, one per core
     node_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # per host
     needs: str | None = None  # what the script must do for it ("save", "eval": Script.can)
+    netns: bool = False  # its hosts talk over a link of their own (tests/netns.py), as root
 
 
 def _failed(kind: str) -> Callable[[UserJob, int], Truth]:
@@ -221,4 +226,23 @@ NOISE = {
         Fault("long-eval", _healthy, _nothing, node_env={0: LONG_EVAL, 1: LONG_EVAL}, needs="eval"),
     )
 }
-FAULTS = {**FAILURES, **STALLS, **NOISE}
+
+
+def _cut(job: UserJob, rank: int) -> None:
+    """The link between the two hosts cut for good (packets dropped silently, either way)."""
+    assert job.hosts is not None, "a partition needs a job on two hosts (Fault.netns)"
+    job.hosts.cut()
+
+
+def _cut_off(job: UserJob, rank: int) -> Truth:
+    """Host 1, away from the rendezvous store host 0 serves, is cut off: every rank of it is the
+    cause, and the ranks the store's side waits for while the job hangs, whichever rank the
+    case drew (a partition hits hosts, not a rank)."""
+    cut_off = frozenset(r for r in range(job.ranks) if job.node_of(r) == 1)
+    return Truth("failed", cut_off, "cut off", waited_for=cut_off)
+
+
+#: A network partition between the two hosts: the job fails, and the report must name the
+#: host that lost the rendezvous store, not a rank of the other side that lost its peer.
+PARTITIONS = {"partition": Fault("partition", _cut_off, _cut, nodes=2, netns=True)}
+FAULTS = {**FAILURES, **STALLS, **NOISE, **PARTITIONS}

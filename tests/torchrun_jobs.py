@@ -130,15 +130,20 @@ def two_agent_command(
 
 
 def two_agent_args(
-    script: Path | str, run_id: str, *script_args: str, max_restarts: int, nnodes: int = 2
+    script: Path | str,
+    run_id: str,
+    *script_args: str,
+    max_restarts: int,
+    nnodes: int = 2,
+    endpoint: str = "127.0.0.1",
 ) -> list[str]:
     """torchrun's arguments for one of a job's two agents (``nnodes`` of them: 2 workers each,
-    c10d on 127.0.0.1, a fresh port), the same under ``tb-monitor run`` and plain torchrun."""
+    c10d on ``endpoint``, a fresh port), the same under ``tb-monitor run`` and plain torchrun."""
     return [
         f"--nnodes={nnodes}",
         "--nproc-per-node=2",
         "--rdzv-backend=c10d",
-        f"--rdzv-endpoint=127.0.0.1:{free_port()}",
+        f"--rdzv-endpoint={endpoint}:{free_port()}",
         f"--rdzv-id={run_id}",
         f"--max-restarts={max_restarts}",
         str(script),

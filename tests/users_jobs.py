@@ -26,6 +26,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from netns import Hosts
 from torchrun_jobs import (
     MACHINE_FAULTS,
     agent_env,
@@ -99,6 +100,7 @@ class UserJob:
     logdir: Path
     monitored: bool  # under ``tb-monitor run``; else plain torchrun
     agents: list[subprocess.Popen]
+    hosts: Hosts | None = None  # hosts joined by a link of their own (else both on 127.0.0.1)
     _seen: dict[int, int] = field(default_factory=dict)  # every process seen: its node
 
     # -- what it printed and how it ended --------------------------------------------------
@@ -252,38 +254,54 @@ def start_job(
     nodes: int = 2,
     node_env: Mapping[int, Mapping[str, str]] | None = None,
     run_options: tuple[str, ...] = (),
+    hosts: Hosts | None = None,
 ) -> UserJob:
     """Start the agents (``nodes``, 2 workers each) of one job of ``script ARGS`` in
     ``workdir`` (its logdir is ``workdir/logs``): under ``tb-monitor run`` (``monitored``) or
     plain torchrun. ``node_env``: more environment for one node's agent (a host of its own);
-    ``run_options``: more options of ``tb-monitor run`` (``--restart-hung-after``)."""
+    ``run_options``: more options of ``tb-monitor run`` (``--restart-hung-after``); ``hosts``:
+    two hosts joined by a link of their own (``tests/netns.py``), one agent on each."""
     run_id = f"user-{uuid.uuid4().hex[:8]}"
     launcher = ["run", "--logdir", str(workdir / "logs"), *run_options] if monitored else []
-    command = [
-        *(
-            tb_monitor_command(*launcher)
-            if monitored
-            else [sys.executable, "-m", "torch.distributed.run"]
-        ),
-        *two_agent_args(script, run_id, *args, max_restarts=max_restarts, nnodes=nodes),
-    ]
+    endpoint = hosts.addresses[0] if hosts else "127.0.0.1"
+    torchrun_args = two_agent_args(
+        script, run_id, *args, max_restarts=max_restarts, nnodes=nodes, endpoint=endpoint
+    )
+    command = (
+        tb_monitor_command(*launcher)
+        if monitored
+        else [sys.executable, "-m", "torch.distributed.run"]
+    )
     agents = []
     for node in range(nodes):
         cwd = workdir / f"node{node}"
         cwd.mkdir(parents=True, exist_ok=True)
+        own = (hosts.env(node) if hosts else {}) | dict((node_env or {}).get(node, {}))
         with open(cwd / "output.txt", "w") as log:
             agents.append(
                 subprocess.Popen(
-                    command,
+                    _on_host(hosts, node, command, torchrun_args),
                     cwd=cwd,
-                    env=agent_env(**{**(env or {}), **(node_env or {}).get(node, {})}),
+                    env=agent_env(**{**(env or {}), **own}),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a scheduler's signal goes to the agent alone
                 )
             )
-    return UserJob(run_id, workdir, workdir / "logs", monitored, agents)
+    return UserJob(run_id, workdir, workdir / "logs", monitored, agents, hosts)
+
+
+def _on_host(
+    hosts: Hosts | None, node: int, launcher: list[str], torchrun_args: list[str]
+) -> list[str]:
+    """An agent's command on host ``node``, run in that host's network namespace: torchrun
+    told the host's own address (where the workers' store and gloo's peers are found) and
+    whether it hosts the rendezvous store (host 0 does; its address is no hostname's)."""
+    if hosts is None:
+        return [*launcher, *torchrun_args]
+    local = [f"--local-addr={hosts.addresses[node]}", f"--rdzv-conf=is_host={int(node == 0)}"]
+    return hosts.command(node, [*launcher, *local, *torchrun_args])
 
 
 @contextlib.contextmanager

@@ -21,7 +21,7 @@ from typing import Any
 
 from tb_monitor import contract
 from tb_monitor.analysis.hung import hung_attempts
-from tb_monitor.analysis.jobs import is_agent_run, is_verdict, job_of
+from tb_monitor.analysis.jobs import is_agent_run, is_store_lost, is_verdict, job_of
 from tb_monitor.analysis.root_cause import AGENT_PREFIX, RankEnding, RootCause, root_cause
 from tb_monitor.timeline import STOPPED_AT_END, STOPPED_BY_RESTART, Span, spans
 
@@ -85,6 +85,7 @@ class _Logdir:
     rounds: list[Span]  # the rendezvous rounds, as intervals
     alarms: dict[str, list[float]]  # per agent run, when it recorded trouble: dates a lost node
     agent_nodes: dict[str, str]  # per agent run, its node: "host (pid N)"
+    cut: dict[str, float]  # per agent run, when it first failed to reach the rendezvous store
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,6 +156,7 @@ def _read_logdir(
     agent_last: dict[str, float] = {}
     alarms: dict[str, list[float]] = defaultdict(list)
     nodes: dict[str, str] = {}
+    cut: dict[str, float] = {}
     for row in rows:
         run = row["run"]
         if not is_agent_run(run):
@@ -162,6 +164,8 @@ def _read_logdir(
         agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
         if row.get("state") == "FAILED" or is_verdict(row):
             alarms[run].append(row["wall_time"])
+        if is_store_lost(row):
+            cut.setdefault(run, row["wall_time"])
         if row["kind"] == contract.RENDEZVOUS and row.get("pid") is not None:
             nodes.setdefault(run, _node(row))
     return _Logdir(
@@ -171,6 +175,7 @@ def _read_logdir(
         rounds,
         dict(alarms),
         nodes,
+        cut,
     )
 
 
@@ -189,7 +194,7 @@ def _fault(
     logdir: _Logdir, started: list[int], by_rank: Mapping[int, RankEnding]
 ) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]]]:
     """The root cause, the collateral ranks and their records that ended the attempt."""
-    root = root_cause(by_rank, logdir.agent_last, logdir.alarms, logdir.agent_nodes)
+    root = root_cause(by_rank, logdir.agent_last, logdir.alarms, logdir.agent_nodes, logdir.cut)
     if root is None:
         return None, [], []
     collateral: list[int] = []
@@ -413,6 +418,7 @@ def _root_cause_dict(cause: RootCause, traceback: bool) -> dict[str, Any]:
         "ranks": list(cause.ranks),
         "node": cause.node,
         "seen_by": cause.seen_by,
+        "cut_off_from": list(cause.cut_off_from),
     }
     if traceback:
         root["traceback"] = cause.traceback

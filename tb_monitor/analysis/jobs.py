@@ -32,6 +32,7 @@ from tb_monitor.contract.runs import decode_part
 __all__ = [
     "JobSpan",
     "is_agent_run",
+    "is_store_lost",
     "is_verdict",
     "job_grid",
     "job_of",
@@ -97,6 +98,13 @@ def _opens(row: Mapping[str, Any]) -> bool:
     return row.get("state") == "INIT" or "attempts to join the next round" in str(
         row.get("message") or ""
     )
+
+
+def is_store_lost(row: Mapping[str, Any]) -> bool:
+    """An agent's rendezvous call that failed to reach the store (a keep-alive, a store call):
+    its node may be cut off from the store's (``root_cause``'s partition)."""
+    failed = row.get("kind") == contract.RENDEZVOUS and row.get("state") == "FAILED"
+    return failed and "RendezvousConnectionError" in str(row.get("message") or "")
 
 
 def is_verdict(row: Mapping[str, Any]) -> bool:

@@ -86,7 +86,7 @@ not one; times are epoch seconds)::
                 "reason": "ValueError: bad batch",   # one line: also "killed by SIGKILL"
                 "exception": "ValueError" | null, "message": "bad batch" | null,
                 "exit_code": 1 | null, "signal": "SIGKILL" | null,
-                "source": "worker" | "error_file" | "agent" | "vanished",
+                "source": "worker" | "error_file" | "agent" | "vanished" | "cut_off",
                 "traceback": "Traceback (most recent call last): ..." | null,
                 "ranks": [2],         # every rank it names: a lost node's ("vanished") all
                                       # of its ranks, "rank" the lowest; reason "node
@@ -94,6 +94,8 @@ not one; times are epoch seconds)::
                                       # recorded the loss
                 "node": "node-a (pid 41)" | null,  # a lost node, as in "nodes"
                 "seen_by": "rank 0" | "the agent on node-b (pid 42)" | null  # who dated it
+                "cut_off_from": [0, 1],  # a partition ("cut_off"): "ranks" lost the
+                                      # rendezvous store these ranks' side kept; else []
               },
               "collateral_ranks": [0, 1, 3], "failed_ranks": [0, 1, 2, 3], "ranks": [0, 1, 2, 3],
               "time_lost_s": 2.7 | null,  # root cause -> next attempt; null: none followed

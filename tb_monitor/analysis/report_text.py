@@ -99,15 +99,17 @@ def plural(n: int, noun: str) -> str:
 
 
 def _render_cause(cause: RootCause) -> list[str]:
-    where = cause.node if cause.source == "vanished" else cause.host
+    where = cause.node if cause.source in ("vanished", "cut_off") else cause.host
     host = f" on {visible(where)}" if where else ""
     lines = [
         f"    root cause      {ranks_words(cause.ranks)}{host} at {_clock(cause.time, True)}",
         f"                    {visible(cause.reason)}",
     ]
+    seen = f"; first seen by {visible(cause.seen_by)}" if cause.seen_by else ""
     if cause.source == "vanished":
-        seen = f"; first seen by {visible(cause.seen_by)}" if cause.seen_by else ""
         lines.append(f"                    (no exit recorded, its agent went silent{seen})")
+    if cause.source == "cut_off":
+        lines.append(f"                    (its agent lost the rendezvous store{seen})")
     code = []
     if cause.signal and cause.signal not in cause.reason:
         code.append(f"signal {visible(cause.signal)}")

@@ -13,6 +13,14 @@ A vanished node (``kill -9`` of a machine) is one cause naming every rank it too
 by the survivors: its own last flushed records can predate the loss by a flush interval, so
 the date is the first thing another node recorded after them that says something broke (a
 rank's failure, its agent's failed keep-alive or store call, its verdict).
+
+A node cut off by a network partition records its own end: its agent loses the rendezvous
+store (a keep-alive or store call fails to connect) while the store's side still records, and
+stops its ranks; the other side's ranks fail on connections that time out across the cut. The
+cause is the ranks of every node that lost the store, cut off from the others, dated by the
+first failure a rank on the other side recorded: a lost peer there is collateral, and so is a
+rank of the cut-off node that timed out first. A store lost once every other agent had ended
+is no cut (the store's host was gone).
 """
 
 from __future__ import annotations
@@ -46,8 +54,9 @@ _PEER_LOST = re.compile(
 )
 #: Signals an agent stops its workers with: a rank ended by one went down with the group.
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
-#: Where a candidate stands, first wins: a real failure, a vanished node, a lost peer, a stop.
-_REAL, _VANISHED, _LOST_PEER, _STOPPED = range(4)
+#: Where a candidate stands, first wins: a real failure, a vanished node, a node cut off from the
+#: store, a lost peer, a stop.
+_REAL, _VANISHED, _CUT_OFF, _LOST_PEER, _STOPPED = range(5)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _EMPTY_ERROR = {"<NONE>", "<N/A>", ""}
 
@@ -65,12 +74,13 @@ class RootCause:
     exit_code: int | None = None  # the process's exit code where its agent (or it) recorded one
     signal: str | None = None  # "SIGKILL": the signal that ended it, where known
     host: str | None = None
-    source: str = "worker"  # "worker" (its own), "error_file" (@record), "agent" or "vanished"
+    source: str = "worker"  # "worker", "error_file" (@record), "agent", "vanished" or "cut_off"
     record: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
     #: Every rank it names: ``(rank,)``, or all the ranks a lost node took with it.
     ranks: tuple[int, ...] = ()
     node: str | None = None  # a lost node: "host (pid N)", its agent
     seen_by: str | None = None  # a lost node: who recorded the loss first ("rank 0", a node)
+    cut_off_from: tuple[int, ...] = ()  # a partition: the ranks on the store's side of the cut
     agent: str | None = field(default=None, compare=False, repr=False)  # a lost node's agent run
 
     def __post_init__(self) -> None:
@@ -286,16 +296,54 @@ def _node_lost(
     )
 
 
+def _cut_off(
+    by_rank: Mapping[int, RankEnding],
+    agent_last: Mapping[str, float],
+    cut: Mapping[str, float],
+    causes: Mapping[int, RootCause],
+    nodes: Mapping[str, str],
+) -> RootCause | None:
+    """The ranks of every node whose agent lost the store while another agent still recorded,
+    as one cause: cut off from the other ranks, dated by the first failure among those."""
+    lost = {
+        run: t
+        for run, t in cut.items()
+        if any(last >= t for other, last in agent_last.items() if other not in cut)
+    }
+    ranks = [rank for rank, ending in sorted(by_rank.items()) if ending.agent in lost]
+    others = tuple(rank for rank in sorted(by_rank) if rank not in ranks)
+    if not ranks or not others:
+        return None
+    seen = [(c.time, f"rank {r}") for r, c in causes.items() if r in others]
+    when, seen_by = min(seen, default=(min(lost.values()), None))
+    first = by_rank[ranks[0]]
+    node = nodes.get(str(first.agent), first.host)
+    return RootCause(
+        rank=ranks[0],
+        time=when,
+        reason=f"node {first.host or node} cut off from the rendezvous store: "
+        f"{ranks_words(ranks)} from {ranks_words(others)}",
+        host=first.host,
+        source="cut_off",
+        ranks=tuple(ranks),
+        node=node,
+        seen_by=seen_by,
+        cut_off_from=others,
+    )
+
+
 def root_cause(
     by_rank: Mapping[int, RankEnding],
     agent_last: Mapping[str, float],
     alarms: Mapping[str, Sequence[float]] | None = None,
     nodes: Mapping[str, str] | None = None,
+    cut: Mapping[str, float] | None = None,
 ) -> RootCause | None:
     """The attempt's root cause: its earliest real failure (see the module docstring), or None
     where no rank failed. ``agent_last``: per agent run, the time of its newest record;
     ``alarms``: per agent run, when it recorded trouble (a failed record, its verdict), which
-    dates a lost node; ``nodes``: per agent run, its node as "host (pid N)"."""
+    dates a lost node; ``nodes``: per agent run, its node as "host (pid N)"; ``cut``: per agent
+    run, when it first failed to reach the rendezvous store (``analysis.jobs.is_store_lost``)."""
     causes = {rank: cause_of(rank, e) for rank, e in by_rank.items() if e.failed}
     if not causes:
         return None
@@ -310,4 +358,7 @@ def root_cause(
     for agent, ranks in _lost_nodes(by_rank, agent_last, first).items():
         lost = _node_lost(agent, ranks, by_rank, causes, alarms or {}, nodes or {})
         ranked.append((_VANISHED, lost.time, lost.rank, lost))
+    cut_off = _cut_off(by_rank, agent_last, cut or {}, causes, nodes or {})
+    if cut_off is not None:
+        ranked.append((_CUT_OFF, cut_off.time, cut_off.rank, cut_off))
     return min(ranked, key=lambda c: c[:3])[3]
