@@ -234,7 +234,9 @@ class TimelinePlugin(base_plugin.TBPlugin):
         timelines = self._timelines.store(eid, ctx, behind=True)
         attempts = timelines.snapshot().attempts
         found, jobs = timelines.analysis(), timelines.job_spans()
-        payload = ranks_payload(ranks.snapshot(), query, attempts, found.views, jobs, found.calls)
+        payload = ranks_payload(
+            ranks.snapshot(), query, attempts, found.views, jobs, found.calls, found.cut_off
+        )
         if not payload.get("unchanged"):
             payload["captures"] = captures_payload(payload.get("runs") or [], found.captures)
         return payload

@@ -307,14 +307,16 @@ class RankGrid:
         factor: float = STALL_FACTOR,
         floor_s: float | None = None,
         seen_silent: Mapping[str, float] | None = None,
+        cut_off: Mapping[tuple[str, int], float] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
         (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
-        floors where None (``stalled_ranks``). That view explains a stall
-        and makes none, but a run seen so that is no row (it recorded nothing: stopped before
-        its first heartbeat) is known from it alone: judged as without a step since it was seen
-        so, its stall's ``row`` -1."""
+        floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes cut off
+        from the rendezvous store (``store_contact.cut_off_ranks``), waited for when no rank is
+        behind the others. That view explains a stall and makes none, but a run seen so that is
+        no row (it recorded nothing: stopped before its first heartbeat) is known from it
+        alone: judged as without a step since it was seen so, its stall's ``row`` -1."""
         typical = self.typical_step_s()
         # In row order: equally stalled ranks come out in the grid's order, whoever reads.
         beats = {
@@ -334,6 +336,11 @@ class RankGrid:
             factor=factor,
             floor_s=floor_s,
             silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
+            cut_off=[
+                row
+                for row, run in enumerate(self.runs)
+                if (run.split("/", 1)[0], contract.rank_of(run)) in (cut_off or {})
+            ],
         )
         return [self._stall(stall, unheard) for stall in found]
 

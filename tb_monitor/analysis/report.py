@@ -35,6 +35,7 @@ not one; times are epoch seconds)::
           {"rank": 3, "since_step_s": 45.0, "entered": 5, "left": 5,
            "in_collective": false, "fr_seq": null, "waited_for": true,
            "silent": true,               # its heartbeats stopped while the others' went on
+           "cut_off": false,             # its node lost the rendezvous store, another kept it
            "agent": null | {             # what its agent saw (analysis.agent_views)
              "seen": "stopped" | "uninterruptible sleep" | "alive but silent" | null,
              "process_state": "T", "pid": 4242, "host": "node-a", "seen_at": 1.7e9,

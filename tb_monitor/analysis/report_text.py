@@ -163,6 +163,8 @@ def _render_stall(stall: Stall, label: str, view: AgentView | None = None) -> st
     if stall.silent:
         what = "silent: no heartbeat while the others' went on"
         what += ", the others wait for it" if stall.waited_for else ""
+    elif stall.cut_off:
+        what = "the others wait for it: its node is cut off from the rendezvous store's"
     elif stall.waited_for:
         what = "the others wait for it: it has not entered their collective"
     elif stall.in_collective:

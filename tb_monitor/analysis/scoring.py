@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,6 +120,7 @@ class Stall:
     fr_seq: int | None  # newest collective in torch's Flight Recorder, None where not read
     waited_for: bool  # the rank the others wait for
     silent: bool = False  # its heartbeats stopped while the others' went on
+    cut_off: bool = False  # its node lost the rendezvous store while another kept it
 
 
 def relative_scores(compute: np.ndarray) -> np.ndarray:
@@ -224,6 +225,7 @@ def stalled_ranks(
     factor: float = STALL_FACTOR,
     floor_s: float | None = None,
     silent_after_s: float = float("inf"),
+    cut_off: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
@@ -245,7 +247,9 @@ def stalled_ranks(
     finish a step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when
     its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
     rank has not stepped for half that long (it waits); silence makes no stall, but a silent
-    stalled rank is the one waited for while another waits.
+    stalled rank is the one waited for while another waits. Where no rank is waited for so
+    (every one inside the same collective), the stalled ranks of ``cut_off`` are, ``cut_off``
+    set: their node lost the rendezvous store while another kept it (``store_contact``).
 
     A silent rank's own count runs ahead of its last step: a beat is logged once a window and
     written at the writer's next flush, so the newest one read may predate the steps it took
@@ -276,6 +280,7 @@ def stalled_ranks(
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent))
+    _mark_cut_off(rows, cut_off)
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
 
@@ -330,6 +335,7 @@ def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool)
         # -1: steps resumed since it was read, no current value
         "fr_seq": None if fr_seq is None or fr_seq < 0 else int(fr_seq),
         "silent": silent,
+        "cut_off": False,
     }
 
 
@@ -348,6 +354,15 @@ def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
         row["waited_for"] = (
             (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
         )
+
+
+def _mark_cut_off(rows: list[dict[str, Any]], cut_off: Collection[int]) -> None:
+    """Where no stalled row is waited for, those of ``cut_off`` are, marked ``cut_off``."""
+    if any(row["waited_for"] for row in rows):
+        return
+    for row in rows:
+        if row["rank"] in cut_off:
+            row["waited_for"] = row["cut_off"] = True
 
 
 def _silence(

@@ -312,6 +312,7 @@ def test_a_stalled_rank_is_named_and_exits_1(tmp_path):
         "fr_seq": None,
         "waited_for": True,
         "silent": False,
+        "cut_off": False,
         "agent": None,
     }
 

@@ -189,7 +189,7 @@ class RanksView {
       return b;
     };
     const stalls = d.stalls.map((s) => {
-      const seen = s.agent && s.agent.seen ? ` · its agent sees it ${isolate(s.agent.seen)}` : s.silent ? " · silent" : "";
+      const seen = s.agent && s.agent.seen ? ` · its agent sees it ${isolate(s.agent.seen)}` : s.silent ? " · silent" : s.cut_off ? " · its node is cut off from the rendezvous store's" : "";
       const what = s.waited_for
         ? `rank ${s.rank} · the job waits for it${seen} · no step for ${formatDuration(s.since_step_s)}`
         : `rank ${s.rank} · stalled ${formatDuration(s.since_step_s)}${s.in_collective ? " in a collective" : ""}`;

@@ -1,0 +1,94 @@
+"""A node cut off from the rendezvous store: its agent's keep-alives stop while another agent's
+go on, and once every rank stalls inside the same collective, its ranks are the ones waited for."""
+
+from __future__ import annotations
+
+from tb_monitor import contract
+from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.store_contact import cut_off_ranks
+from tb_monitor.testing import DEFAULT_START
+
+T = DEFAULT_START + 1000.0
+KEEP_ALIVE = "dynamic_rendezvous.py:DynamicRendezvousHandler._keep_alive"
+
+
+def _row(agent: str, wall: float, **fields) -> dict:
+    row = dict.fromkeys(contract.FIELDS)
+    row.update(run=f"job/agent-{agent}", run_id="job", wall_time=wall, metadata={}, **fields)
+    return row
+
+
+def _keep_alive(agent: str, wall: float) -> dict:
+    return _row(
+        agent, wall, kind=contract.RENDEZVOUS, source="RENDEZVOUS", state="RUNNING", name=KEEP_ALIVE
+    )
+
+
+def _start(agent: str, rank: int) -> dict:
+    return _row(
+        agent,
+        T - 100.0,
+        kind=contract.WORKER,
+        source="WORKER",
+        state="START",
+        name="torchelastic.worker.status.START",
+        rank=rank,
+    )
+
+
+def _job(a_last: float, b_last: float) -> list[dict]:
+    """Agent a (ranks 0, 1) and agent b (ranks 2, 3), keep-alives every 5 s up to ``*_last``."""
+    rows = [_start("a-1", 0), _start("a-1", 1), _start("b-2", 2), _start("b-2", 3)]
+    for agent, last in (("a-1", a_last), ("b-2", b_last)):
+        rows += [_keep_alive(agent, last - 5.0 * i) for i in range(10)]
+    return rows
+
+
+def test_a_node_whose_keep_alives_stopped_while_anothers_went_on_is_cut_off():
+    """Agent b's last keep-alive 30 s before agent a's newest: ranks 2, 3 cut off since then."""
+    assert cut_off_ranks(_job(T, T - 30.0)) == {("job", 2): T - 30.0, ("job", 3): T - 30.0}
+
+
+def test_keep_alives_a_few_seconds_apart_are_no_cut():
+    """Agent b 10 s behind agent a (two intervals): within torchelastic's three, no cut."""
+    assert cut_off_ranks(_job(T, T - 10.0)) == {}
+
+
+def test_an_agent_that_recorded_its_verdict_is_not_cut_off():
+    """Agent b ended (its verdict): its keep-alives stopped because it did, not a partition."""
+    verdict = _row(
+        "b-2",
+        T - 29.0,
+        kind=contract.WORKER,
+        source="AGENT",
+        state="SUCCEEDED",
+        name="torchelastic.worker.status.SUCCEEDED",
+    )
+    assert cut_off_ranks([*_job(T, T - 30.0), verdict]) == {}
+
+
+def _beat(since: float, entered: int = 7) -> dict:
+    return {
+        "wall_time": T,
+        "steps": 100,
+        "entered": entered,
+        "left": entered - 1,
+        "in_collective_s": since,
+        "since_step_s": since,
+        "since_progress_s": since,
+        "in_save_s": 0.0,
+    }
+
+
+def test_ranks_of_a_cut_off_node_are_waited_for_when_all_wait_in_one_collective():
+    """Every rank 40 s inside collective 7: ranks 2, 3, cut off, are the ones waited for."""
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": _beat(40.0) for r in range(4)})
+    stalls = grid.stalls(now=T, cut_off={("job", 2): T - 45.0, ("job", 3): T - 45.0})
+    assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
+
+
+def test_a_rank_behind_the_others_is_waited_for_whatever_the_cut():
+    """Rank 1 never entered collective 7: it is the one waited for, not the cut-off node's."""
+    beats = {f"job/rank-{r}": _beat(40.0) for r in range(4)} | {"job/rank-1": _beat(40.0, 6)}
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, cut_off={("job", 2): T - 45.0})
+    assert [(s.rank, s.cut_off) for s in stalls if s.waited_for] == [(1, False)]
