@@ -155,6 +155,14 @@ class UserJob:
         pid = self.worker_pid(rank)
         return next(n for n, agent in enumerate(self.agents) if _parent(pid) == agent.pid)
 
+    def local_rank(self, rank: int) -> int:
+        """The local rank (on its host) of global rank ``rank``'s worker."""
+        return int(_environ(self.worker_pid(rank))["LOCAL_RANK"])
+
+    def node_dir(self, node: int) -> Path:
+        """The working directory of the agent ``node`` and its workers (as on a host of its own)."""
+        return self.workdir / f"node{node}"
+
     def wait_for_output(self, text: str, timeout: float = JOB_TIMEOUT) -> None:
         """Wait until some process printed ``text`` (training has reached that far)."""
         deadline = time.monotonic() + timeout
