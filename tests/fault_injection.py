@@ -273,7 +273,7 @@ NOISE = {
         Fault("long-eval", _healthy, _nothing, node_env={0: LONG_EVAL, 1: LONG_EVAL}, needs="eval"),
         Fault("gc-pauses", _healthy, _nothing, node_env={0: GC_PAUSES, 1: GC_PAUSES}),
         Fault(
-            "gc-pauses-one-rank",
+            "gc-one-rank",
             _healthy,
             _nothing,
             node_env={0: GC_PAUSES_ONE_RANK, 1: GC_PAUSES_ONE_RANK},

@@ -18,6 +18,7 @@ import mmap
 import os
 import random
 import signal
+import sys
 import threading
 import time
 
@@ -35,7 +36,7 @@ def start():
     rng = random.Random(f"{os.environ.get('TORCHELASTIC_RUN_ID')}-{rank}")
     if os.environ.get("TB_MONITOR_CAMPAIGN_GC_PAUSE_S") and _gc_here(rank):
         pause_s = float(os.environ["TB_MONITOR_CAMPAIGN_GC_PAUSE_S"])
-        signal.signal(GC_SIGNAL, lambda signum, frame: gc.collect())
+        signal.signal(GC_SIGNAL, _collect)
         main = threading.main_thread().ident
         threading.Thread(
             target=_pause_now_and_then, args=(pause_s, main, rng), name="campaign-gc", daemon=True
@@ -47,6 +48,18 @@ def start():
         when_imported(
             "torch.utils.data.dataloader", lambda module: _slow_batches(module, longest_s, rng)
         )
+
+
+def _collect(signum, frame):
+    start = time.monotonic()
+    gc.collect()
+    _say(f"collected garbage for {time.monotonic() - start:.2f} s")
+
+
+def _say(what):
+    """A line in the job's output, to check the noise happened (the scripts' own lines are
+    told apart by their form)."""
+    print(f"[campaign] rank {os.environ['RANK']} {what}", file=sys.stderr, flush=True)
 
 
 def _gc_here(rank):
@@ -88,7 +101,9 @@ def _slow_batches(module, longest_s, rng):
 
     def __next__(self):
         if rng.randrange(LOAD_ONE_IN) == 0:
+            start = time.monotonic()
             disk.read_for(rng.uniform(0.3, longest_s), rng)
+            _say(f"read from disk for {time.monotonic() - start:.2f} s")
         return fetch(self)
 
     iterator.__next__ = __next__
