@@ -51,7 +51,7 @@ LONG_EVAL = {"EVAL_EVERY": "10", "EVAL_SECONDS": "15"}
 SAVES_TO_HIT = {**SLOW_SAVE, "TB_MONITOR_CAMPAIGN_SLOW_SAVE_RANKS": "all"}
 #: Garbage collections of about a second, every few seconds, on every rank or on one
 #: (campaign_hooks/campaign_noise.py).
-GC_PAUSES = {"TB_MONITOR_CAMPAIGN_GC_PAUSE_S": "0.7"}
+GC_PAUSES = {"TB_MONITOR_CAMPAIGN_GC_PAUSE_S": "1.5"}
 GC_PAUSES_ONE_RANK = {**GC_PAUSES, "TB_MONITOR_CAMPAIGN_GC_RANKS": "one"}
 #: Now and then a batch that reads from disk (O_DIRECT, in state D) for up to 3 s first.
 SLOW_LOADS = {"TB_MONITOR_CAMPAIGN_SLOW_LOAD_S": "3"}

@@ -1,8 +1,9 @@
 """Noise that is no fault, made inside a worker by the campaign hook (``sitecustomize.py``).
 
-- ``TB_MONITOR_CAMPAIGN_GC_PAUSE_S``: garbage collections that take about that long (to twice
-  that). A thread builds a graph of small containers, doubling it until one full collection takes
-  the time asked, then every few seconds makes the main thread collect, between two of its Python
+- ``TB_MONITOR_CAMPAIGN_GC_PAUSE_S``: long garbage collections. A thread builds a graph of small
+  containers, doubling it until one full collection takes the time asked (or the cap is reached;
+  it grows while the worker starts, beside its imports, so the pauses in training come out
+  shorter), then every few seconds makes the main thread collect, between two of its Python
   lines, as an allocation there would: the rank stops wherever it was, its heartbeat thread too
   (the collection holds the GIL). ``TB_MONITOR_CAMPAIGN_GC_RANKS=one`` does it on one rank only,
   the same one on every worker (drawn from the run's id); else on every rank.
@@ -22,8 +23,8 @@ import threading
 import time
 
 GC_SIGNAL = signal.SIGRTMIN + 6
-GC_EVERY_S = (3.0, 6.0)  # the time between two pauses of one rank, drawn in this range
-GC_MOST_OBJECTS = 8_000_000  # the graph's cap (about 0.6 GB), whatever the collection takes
+GC_EVERY_S = (2.0, 5.0)  # the time between two pauses of one rank, drawn in this range
+GC_MOST_OBJECTS = 12_000_000  # the graph's cap (about 0.9 GB), whatever the collection takes
 LOAD_ONE_IN = 30  # about one batch in this many loads slowly
 LOAD_FILE_MIB = 64
 _BLOCK = 1 << 20
