@@ -194,6 +194,17 @@ def _failed_in_save(kind: str) -> Callable[[UserJob, int], Truth]:
     return truth
 
 
+def _inside_save(name: str, signum: int, kind: str) -> Fault:
+    """A fault that lands inside a save of the DDP script's (which saves on every host)."""
+    return Fault(
+        name,
+        _failed_in_save(kind),
+        _in_save(signum),
+        node_env={node: SAVES_TO_HIT for node in (0, 1)},
+        needs="save",
+    )
+
+
 def _nothing(job: UserJob, rank: int) -> None:
     return None
 
@@ -223,20 +234,8 @@ FAILURES = {
             _kill_node,
             nodes=2,
         ),
-        Fault(
-            "save-kill",
-            _failed_in_save("SIGKILL"),
-            _in_save(signal.SIGKILL),
-            node_env={node: SAVES_TO_HIT for node in (0, 1)},
-            needs="save",
-        ),
-        Fault(
-            "save-raise",
-            _failed_in_save("exception"),
-            _in_save(signal.SIGUSR2),
-            node_env={node: SAVES_TO_HIT for node in (0, 1)},
-            needs="save",
-        ),
+        _inside_save("save-kill", signal.SIGKILL, "SIGKILL"),
+        _inside_save("save-raise", signal.SIGUSR2, "exception"),  # the hook raises on SIGUSR2
         Fault("preempt", lambda job, rank: Truth("terminated"), _preempt),
         Fault(
             "preempt-hung-handler",
