@@ -301,6 +301,10 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
     healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
     if healthy and outcome.stalled:
         wrong.append(f"ranks {sorted(outcome.stalled)} called stalled in a healthy job")
+    if outcome.stalled & truth.collateral:
+        wrong.append(
+            f"ranks {sorted(outcome.stalled & truth.collateral)} that only waited called stalled"
+        )
     false_waits = outcome.waited_for - truth.waited_for - truth.cause_ranks
     if false_waits:
         wrong.append(f"ranks {sorted(false_waits)} called waited for, wrongly")

@@ -4,7 +4,9 @@ Each ``Fault`` hits a ``UserJob`` (``tests/users_jobs.py``) at one rank and says
 the ``Truth`` a report is scored against (``tests/fault_campaign.py``). The faults use only what a
 machine offers: signals by pid, control groups (a CPU quota, a memory limit, the freezer, which
 holds a process in uninterruptible sleep as a stuck disk or filesystem would), and one hook, a
-worker made to raise or to leak memory by a signal (``campaign_hooks/sitecustomize.py``): the scripts stay unmodified.
+worker made to raise or to leak memory by a signal (``campaign_hooks/sitecustomize.py``), a save
+made slow enough to be hit inside, and noise (``campaign_hooks/campaign_noise.py``): the scripts
+stay unmodified.
 
 A network partition (``partition``) needs a job whose two hosts talk over a link of their own
 (``tests/netns.py``, ``Fault.netns``): it cuts the link for good, as a dead switch would.
@@ -48,6 +50,16 @@ HANGING_HANDLER = {"TB_MONITOR_CAMPAIGN_TERM_HANG_S": "60"}
 SLOW_SAVE = {"TB_MONITOR_CAMPAIGN_SLOW_SAVE_S": "20"}
 #: Every rank evaluates for 15 s at epoch 10, fetching batches without an optimizer step.
 LONG_EVAL = {"EVAL_EVERY": "10", "EVAL_SECONDS": "15"}
+#: Every host's saving rank (local rank 0) writes its second snapshot 20 s long, marked while it
+#: writes, so that a fault lands inside the save (campaign_hooks/sitecustomize.py).
+SAVES_TO_HIT = {**SLOW_SAVE, "TB_MONITOR_CAMPAIGN_SLOW_SAVE_RANKS": "all"}
+#: Garbage collections of about a second, every few seconds, on every rank or on one
+#: (campaign_hooks/campaign_noise.py).
+GC_PAUSES = {"TB_MONITOR_CAMPAIGN_GC_PAUSE_S": "1.5"}
+GC_PAUSES_ONE_RANK = {**GC_PAUSES, "TB_MONITOR_CAMPAIGN_GC_RANKS": "one"}
+#: Now and then a batch that reads from disk (O_DIRECT, in state D) for up to 3 s first.
+SLOW_LOADS = {"TB_MONITOR_CAMPAIGN_SLOW_LOAD_S": "3"}
+SAVE_WAIT_S = 90.0  # how long a fault aimed inside a save waits for the save to begin
 #: A host whose wall clock runs 4 s ahead (campaign_hooks/sitecustomize.py), its agent and workers.
 SKEW = {"TB_MONITOR_CAMPAIGN_CLOCK_SKEW_S": "4"}
 
@@ -63,6 +75,7 @@ class Truth:
     waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
     agent_sees: str | None = None  # what the stalled rank's agent sees of its process
     ends_alone: bool = True  # False: the job may run on until the campaign ends it
+    collateral: frozenset[int] = frozenset()  # ranks that only wait: never to be called stalled
 
 
 @dataclass(frozen=True)
@@ -159,6 +172,54 @@ def _oom(job: UserJob, rank: int) -> Callable[[], None]:
     return group.remove
 
 
+def _saver(job: UserJob, rank: int) -> int:
+    """The rank that saves the snapshot on ``rank``'s host (local rank 0, as the DDP script)."""
+    node = job.node_of(rank)
+    return next(r for r in range(job.ranks) if job.node_of(r) == node and job.local_rank(r) == 0)
+
+
+def _in_save(signum: int) -> Callable[[UserJob, int], None]:
+    """``signum`` to the saving rank of ``rank``'s host a second into its slow save; raises if
+    the save had not begun, or had ended, by then (the hit must land inside it)."""
+
+    def hit(job: UserJob, rank: int) -> None:
+        saver = _saver(job, rank)
+        inside = job.node_dir(job.node_of(saver)) / f"campaign-saving-rank{saver}"
+        deadline = time.monotonic() + SAVE_WAIT_S
+        while not inside.exists():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"rank {saver} never began its slow save")
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if not inside.exists():
+            raise AssertionError(f"rank {saver}'s save ended before the fault")
+        job.signal_rank(saver, signum)
+
+    return hit
+
+
+def _failed_in_save(kind: str) -> Callable[[UserJob, int], Truth]:
+    """The saving rank failed with ``kind``; the ranks waiting for its save are collateral."""
+
+    def truth(job: UserJob, rank: int) -> Truth:
+        saver = _saver(job, rank)
+        others = frozenset(range(job.ranks)) - {saver}
+        return Truth("failed", frozenset({saver}), kind, collateral=others)
+
+    return truth
+
+
+def _inside_save(name: str, signum: int, kind: str) -> Fault:
+    """A fault that lands inside a save of the DDP script's (which saves on every host)."""
+    return Fault(
+        name,
+        _failed_in_save(kind),
+        _in_save(signum),
+        node_env={node: SAVES_TO_HIT for node in (0, 1)},
+        needs="save",
+    )
+
+
 def _nothing(job: UserJob, rank: int) -> None:
     return None
 
@@ -191,6 +252,8 @@ FAILURES = {
             _kill_node,
             nodes=2,
         ),
+        _inside_save("save-kill", signal.SIGKILL, "SIGKILL"),
+        _inside_save("save-raise", signal.SIGUSR2, "exception"),  # the hook raises on SIGUSR2
         Fault("preempt", lambda job, rank: Truth("terminated"), _preempt),
         Fault(
             "preempt-hung-handler",
@@ -215,7 +278,8 @@ STALLS = {
     )
 }
 #: No fault: what a healthy job meets (busy neighbours; one host's clock ahead of the other's; a
-#: slow checkpoint save on rank 0 while the others wait; a long evaluation without steps).
+#: slow checkpoint save on rank 0 while the others wait; a long evaluation without steps; long
+#: garbage collections; batches that take seconds to read from disk).
 NOISE = {
     fault.name: fault
     for fault in (
@@ -224,6 +288,14 @@ NOISE = {
         Fault("clock-skew", _healthy, _nothing, nodes=2, node_env={1: SKEW}),
         Fault("slow-checkpoint", _healthy, _nothing, node_env={0: SLOW_SAVE}, needs="save"),
         Fault("long-eval", _healthy, _nothing, node_env={0: LONG_EVAL, 1: LONG_EVAL}, needs="eval"),
+        Fault("gc-pauses", _healthy, _nothing, node_env={0: GC_PAUSES, 1: GC_PAUSES}),
+        Fault(
+            "gc-one-rank",
+            _healthy,
+            _nothing,
+            node_env={0: GC_PAUSES_ONE_RANK, 1: GC_PAUSES_ONE_RANK},
+        ),
+        Fault("slow-loading", _healthy, _nothing, node_env={0: SLOW_LOADS, 1: SLOW_LOADS}),
     )
 }
 

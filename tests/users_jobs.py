@@ -168,6 +168,14 @@ class UserJob:
                 return node
         raise LookupError(f"no agent of {self._agent_pids()} listens on {endpoint}")
 
+    def local_rank(self, rank: int) -> int:
+        """The local rank (on its host) of global rank ``rank``'s worker."""
+        return int(_environ(self.worker_pid(rank))["LOCAL_RANK"])
+
+    def node_dir(self, node: int) -> Path:
+        """The working directory of the agent ``node`` and its workers (as on a host of its own)."""
+        return self.workdir / f"node{node}"
+
     def wait_for_output(self, text: str, timeout: float = JOB_TIMEOUT) -> None:
         """Wait until some process printed ``text`` (training has reached that far)."""
         deadline = time.monotonic() + timeout

@@ -8,8 +8,12 @@ SIGRTMIN+5 starts a leak (8 MiB every 50 ms) that a memory limit then answers wi
 OOM killer; with ``TB_MONITOR_CAMPAIGN_TERM_HANG_S`` set, a SIGTERM handler hangs that long, as
 a handler stuck in a collective on its way out would; with ``TB_MONITOR_CAMPAIGN_SLOW_SAVE_S`` set,
 rank 0's second ``torch.save`` (the first is the DDP script's epoch 0) writes that long, as on a
-disk that slowed down: its writing is slowed, inside ``torch.save``, once torch is imported. The
-user's script is not changed.
+disk that slowed down: its writing is slowed, inside ``torch.save``, once torch is imported (every
+rank's second save with ``TB_MONITOR_CAMPAIGN_SLOW_SAVE_RANKS=all``; a file
+``campaign-saving-rank<R>`` in the working directory exists while it writes, so a fault can be aimed
+inside it). Noise (``campaign_noise.py``): ``TB_MONITOR_CAMPAIGN_GC_PAUSE_S`` makes garbage
+collections that long, ``TB_MONITOR_CAMPAIGN_SLOW_LOAD_S`` batches read from disk for up to that
+long. The user's script is not changed.
 """
 
 import os
@@ -51,7 +55,10 @@ if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
         def slow_write(*args, **kwargs):
             saves.append(None)
             if len(saves) == 2:
+                inside = f"campaign-saving-rank{os.environ['RANK']}"
+                open(inside, "w").close()  # left behind by a save that never ended
                 time.sleep(float(os.environ["TB_MONITOR_CAMPAIGN_SLOW_SAVE_S"]))
+                os.remove(inside)
             return write(*args, **kwargs)
 
         serialization._save = slow_write
@@ -60,7 +67,16 @@ if os.environ.get("TB_MONITOR_CAMPAIGN_HOOKS") == "1" and "RANK" in os.environ:
     signal.signal(LEAK_SIGNAL, _leak)
     if os.environ.get("TB_MONITOR_CAMPAIGN_TERM_HANG_S"):
         signal.signal(signal.SIGTERM, _hang)
-    if os.environ.get("TB_MONITOR_CAMPAIGN_SLOW_SAVE_S") and os.environ["RANK"] == "0":
+    _saver = (
+        os.environ["RANK"] == "0" or os.environ.get("TB_MONITOR_CAMPAIGN_SLOW_SAVE_RANKS") == "all"
+    )
+    if os.environ.get("TB_MONITOR_CAMPAIGN_SLOW_SAVE_S") and _saver:
         from tb_monitor.rank.progress_marks import when_imported
 
         when_imported("torch", _slow_saves)
+    if os.environ.get("TB_MONITOR_CAMPAIGN_GC_PAUSE_S") or os.environ.get(
+        "TB_MONITOR_CAMPAIGN_SLOW_LOAD_S"
+    ):
+        import campaign_noise
+
+        campaign_noise.start()
