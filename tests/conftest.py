@@ -88,6 +88,18 @@ def need_cpu_limit() -> None:
         pytest.skip(why)
 
 
+def need_netns() -> None:
+    """Skip where two hosts cannot be made of network namespaces (``netns.py``: root, ``ip``,
+    ``tc``); fail in CI."""
+    from netns import netns_usable
+
+    why = netns_usable()
+    if why is not None:
+        if IN_CI:
+            pytest.fail(f"network namespaces are required when CI=true: {why}")
+        pytest.skip(why)
+
+
 def need_program(program: str, package: str) -> str:
     """Path of a program a Debian ``package`` installs (.ci/setup); skip without it, fail in CI."""
     path = shutil.which(program)

@@ -87,6 +87,7 @@ def test_busy_writers_lose_no_keep_alive_and_the_timeline_shows_them_all(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.beside_timed  # as the local-disk one; its worker starts an S3 server of its own
 def test_busy_writers_on_s3_lose_no_keep_alive(s3_server, s3_bucket):
     """The same on a SeaweedFS bucket: every keep-alive is in the bucket after the exits."""
     logdir = f"{s3_bucket}/busy"

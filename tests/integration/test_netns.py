@@ -1,6 +1,6 @@
 """The fault campaign's two hosts (tests/netns.py): a connection across their link, a cut that
-drops it without a word, and nothing of them left afterwards. Needs root; skipped elsewhere (in CI
-too, where the runner may not be root: the campaign's partition is a benchmark's case)."""
+drops it without a word, and nothing of them left afterwards. Needs root, ``ip`` and ``tc``
+(skipped elsewhere, failed in CI)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import subprocess
 import sys
 
 import pytest
-from netns import netns_usable, two_hosts
+from conftest import need_netns
+from netns import two_hosts
 
-pytestmark = pytest.mark.skipif(netns_usable() is not None, reason=str(netns_usable()))
+
+@pytest.fixture(autouse=True)
+def _hosts_can_be_made() -> None:
+    need_netns()
+
 
 #: Host 1's side: connect to host 0, say its hostname, then wait for an answer that may not come.
 CLIENT = """
