@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -148,6 +149,35 @@ def _stop(job: UserJob, rank: int) -> Callable[[], None]:
     return lambda: os.kill(pid, signal.SIGCONT)
 
 
+#: A rank stopped from outside this long of every period: slow, but alive and stepping.
+STOPPED_S, STOP_PERIOD_S = 0.06, 0.1
+
+
+def _stop_start(job: UserJob, rank: int) -> Callable[[], None]:
+    """The rank stopped (SIGSTOP) for ``STOPPED_S`` of every ``STOP_PERIOD_S`` and continued
+    (SIGCONT), as a debugger or a noisy hypervisor would: it keeps stepping, slowly."""
+    pid, done = job.worker_pid(rank), threading.Event()
+
+    def alternate() -> None:
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            while not done.is_set():
+                os.kill(pid, signal.SIGSTOP)
+                done.wait(STOPPED_S)
+                os.kill(pid, signal.SIGCONT)
+                done.wait(STOP_PERIOD_S - STOPPED_S)
+
+    thread = threading.Thread(target=alternate, name="stop-start", daemon=True)
+    thread.start()
+
+    def undo() -> None:
+        done.set()
+        thread.join()
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+    return undo
+
+
 def _freeze(job: UserJob, rank: int) -> Callable[[], None]:
     """The rank held in uninterruptible sleep (the freezer shows it in state D)."""
     with in_cgroup("freezer", job.worker_pid(rank)) as group:
@@ -228,6 +258,11 @@ def _healthy(job: UserJob, rank: int) -> Truth:
     return Truth("succeeded")
 
 
+def _slowed(job: UserJob, rank: int) -> Truth:
+    """A rank slowed but stepping: the one straggler, never stalled; the job succeeds."""
+    return Truth("succeeded", stragglers=frozenset({rank}))
+
+
 def _stalled(seen: str) -> Callable[[UserJob, int], Truth]:
     return lambda job, rank: Truth("succeeded", waited_for=frozenset({rank}), agent_sees=seen)
 
@@ -269,12 +304,8 @@ STALLS = {
     for fault in (
         Fault("sigstop", _stalled("stopped"), _stop),
         Fault("d-state", _stalled("uninterruptible sleep"), _freeze, needs_cgroups=True),
-        Fault(
-            "cpu-throttle",
-            lambda job, rank: Truth("succeeded", stragglers=frozenset({rank})),
-            _throttle,
-            needs_cgroups=True,
-        ),
+        Fault("cpu-throttle", _slowed, _throttle, needs_cgroups=True),
+        Fault("stop-start", _slowed, _stop_start),
     )
 }
 #: No fault: what a healthy job meets (busy neighbours; one host's clock ahead of the other's; a

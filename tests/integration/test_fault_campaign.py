@@ -1,5 +1,7 @@
 """The fault campaign's CI sample: one fixed seed's cases, every fault kind once (14 faults), a
-network partition between two hosts (network namespaces, healed once named) and one noise
+network partition between two hosts (network namespaces, healed once named), a rank stopped
+from outside 60 ms of every 100 ms (slow but stepping: the one straggler, never stalled) and one
+noise
 (garbage collections of a second on one rank), each a real job of a users' script under
 ``tb-monitor run`` hit from outside; the report must be right about each. The other noise that is
 no fault (busy neighbours, a host's clock ahead, a slow checkpoint, a long evaluation, GC pauses on
@@ -31,13 +33,15 @@ SEED = 20261201
 #: are drawn on their own, so that the first kinds' cases stay as they were; noise on the one-host
 #: scripts (a noise case of a two-host job takes over a minute here).
 LATER_FAILURES = ["save-kill", "save-raise"]
+LATER_STALLS = ["stop-start"]
 LATER_NOISE = ["gc-one-rank"]
 LATER_PARTITIONS = ["partition"]
-KINDS = [kind for kind in (*FAILURES, *STALLS) if kind not in LATER_FAILURES]
+KINDS = [kind for kind in (*FAILURES, *STALLS) if kind not in LATER_FAILURES + LATER_STALLS]
 _SCRIPTS = ("ddp", "hf", "fsdp2", "accelerate")
 SAMPLE = [
     *plan(SEED, len(KINDS), scripts=_SCRIPTS, faults=KINDS),
     *plan(SEED, len(LATER_FAILURES), scripts=_SCRIPTS, faults=LATER_FAILURES),
+    *plan(SEED, len(LATER_STALLS), scripts=_SCRIPTS, faults=LATER_STALLS),
     *plan(SEED, len(LATER_NOISE), scripts=("hf", "accelerate"), faults=LATER_NOISE),
     *plan(SEED, len(LATER_PARTITIONS), scripts=("ddp",), faults=LATER_PARTITIONS),
 ]
