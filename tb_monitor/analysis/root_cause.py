@@ -39,6 +39,7 @@ __all__ = [
     "RankEnding",
     "RootCause",
     "cause_of",
+    "is_lost_peer",
     "ranks_words",
     "root_cause",
 ]
@@ -230,11 +231,16 @@ def cause_of(rank: int, ending: RankEnding) -> RootCause:
     )
 
 
+def is_lost_peer(cause: RootCause) -> bool:
+    """Whether ``cause`` reads as a rank that lost a peer (a connection error, a timeout): the
+    rank it lost may not have recorded its own end yet."""
+    return bool(_PEER_LOST.search(f"{cause.exception or ''}: {cause.message or ''}"))
+
+
 def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -> int:
     """How real a failure is: its own exception, or what its agent saw (``_REAL`` ...)."""
     if ending.own_failed is not None:
-        text = f"{cause.exception or ''}: {cause.message or ''}"
-        return _LOST_PEER if _PEER_LOST.search(text) else _REAL
+        return _LOST_PEER if is_lost_peer(cause) else _REAL
     if cause.signal in _STOP_SIGNALS:
         return _STOPPED
     # SIGKILL after another rank of the same agent failed on its own (not by a signal): the

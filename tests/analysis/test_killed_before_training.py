@@ -62,3 +62,20 @@ def test_the_verdict_says_the_job_must_be_ended():
     """The verdict names the waiting ranks and that nothing will end them but the user."""
     text = str(report_of("logs", _rank_2_killed()))
     assert text.rstrip().endswith("ranks 0, 1 still wait for the failed rank: end the job")
+
+
+def test_no_rank_waits_while_the_known_failure_is_only_a_lost_peer():
+    """Rank 0 killed in a save: rank 2's "Connection closed by peer" lands before rank 0's agent
+    records the kill, so rank 0, with no record yet, is a suspect, not a rank that waits."""
+    from elastic_records import own, rendezvous
+
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    lost = "RuntimeError: [gloo] Connection closed by peer [10.0.0.1]:4242"
+    rows += [own(KILLED_AT + 0.05, 2, "FAILED", message=lost, trace=lost)]
+    beat = "has sent a keep-alive heartbeat"
+    rows += [
+        rendezvous(KILLED_AT + 0.2, n, pid, "RUNNING", beat) for n, pid in (("a", 10), ("b", 20))
+    ]
+    assert _job(rows)["waiting_ranks"] == []
