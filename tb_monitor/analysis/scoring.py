@@ -229,34 +229,28 @@ def stalled_ranks(
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
-    ``beats[rank]`` holds ``wall_time`` (when its newest heartbeat was logged) and the heartbeat
-    Stats' values by name (``contract.RANK_BEATS``). Returns dicts with ``rank``,
-    ``since_step_s``, ``entered``, ``left``, ``in_collective``, ``fr_seq``, ``silent`` and
-    ``waited_for`` (the rank the others wait for: outside a collective while others are inside
-    one, or behind in the sequence of collectives entered from Python, or in the Flight
-    Recorder's, which DDP's collectives pass through too), the waited-for first, then longest
-    stalled first.
+    ``beats[rank]`` holds ``wall_time`` (its newest heartbeat's) and the heartbeat Stats' values
+    by name (``contract.RANK_BEATS``). Returns dicts with ``rank``, ``since_step_s``,
+    ``entered``, ``left``, ``in_collective``, ``fr_seq``, ``silent``, ``cut_off`` and
+    ``waited_for`` (outside a collective while others are inside one, or behind in the sequence
+    of collectives entered from Python or in the Flight Recorder's), the waited-for first.
 
     A rank is stalled when its time without a step passes ``factor`` typical steps and the
     floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
     save) passes the floor; each its newest beat's value plus the time since that beat, so a
-    rank whose heartbeats stopped (a process that cannot beat) still counts. No rank is stalled
-    while one whose beats go on is inside a checkpoint save (``in_save_s``) or made progress
-    within the floor: the others wait for it (in synchronous training a hang stops every rank). ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when
-    given; by default a rank whose beats carry no progress (an older logdir), or that has yet to
-    finish a step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when
-    its newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another
-    rank has not stepped for half that long (it waits); silence makes no stall, but a silent
-    stalled rank is the one waited for while another waits. Where no rank is waited for so
-    (every one inside the same collective), the stalled ranks of ``cut_off`` are, ``cut_off``
-    set: their node lost the rendezvous store while another kept it (``store_contact``).
+    rank whose heartbeats stopped still counts. No rank is stalled while one whose beats go on
+    is inside a checkpoint save (``in_save_s``) or made progress within the floor: the others
+    wait for it. ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when given; by
+    default a rank whose beats carry no progress (an older logdir), or that has yet to finish a
+    step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when its
+    newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank
+    has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
+    one waited for. Where no rank is waited for so (all inside one collective), the stalled
+    ranks of ``cut_off`` are: their node lost the rendezvous store (``store_contact``).
 
-    A silent rank's own count runs ahead of its last step: a beat is logged once a window and
-    written at the writer's next flush, so the newest one read may predate the steps it took
-    with the others until it stopped. The ranks that wait for it stopped stepping when it
-    stopped taking part, so it has gone no longer without a step than the longest of them, and
-    it took as many steps as they did: a rank stopped soon after the job's first steps, its
-    newest beat from before them, is judged by progress as they are, not as a slow first step.
+    A silent rank's newest beat may predate the steps it took with the others until it stopped
+    (a beat is logged once a window, written at the next flush): it has gone no longer without
+    a step than the longest of the ranks that wait for it, and took as many steps as they did.
     """
     if not beats:
         return []

@@ -54,7 +54,6 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
     os.environ[contract.STACKS_DIR_ENV] = directory
     interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
-    after = _env.seconds(RESTART_HUNG_ENV, 0.0)
     agents: list[Any] = []  # the agent, once it starts workers: the one to stop restarting
     watch = RankWatch(
         lambda event: events.record(event, destination),
@@ -64,7 +63,7 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
         silent_after_s=max(3 * interval, _env.seconds("TB_MONITOR_SILENT_AFTER_S", 5.0)),
         trigger=StallTrigger(stall_floor_s()),
         py_spy=stack_capture.py_spy_path(),
-        hung=HungPolicy(after) if after > 0 else None,
+        hung=HungPolicy(after) if (after := _env.seconds(RESTART_HUNG_ENV, 0.0)) > 0 else None,
         on_hung=lambda verdict: _hung(verdict, agents),
         on_stall=_put_stalled,
     ).start()
