@@ -17,7 +17,8 @@ from conftest import need
 from fault_campaign import JOB_ENV
 from users_jobs import SHARDED, UserJob, start_job
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+#: Held to no bound: in the timed tests' group only so that the two groups take about as long.
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.beside_timed]
 
 WATCH_S = 25.0  # the job that ends by itself does so within seconds here
 

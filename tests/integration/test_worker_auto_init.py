@@ -31,7 +31,8 @@ COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")
 STEPS = contract.stat_tag(contract.RANK_STEP, "count")
 STEP_TIME = contract.stat_tag(contract.RANK_STEP, "sum")
 
-pytestmark = [pytest.mark.slow, pytest.mark.torch]
+#: Held to no bound: in the timed tests' group only so that the two groups take about as long.
+pytestmark = [pytest.mark.slow, pytest.mark.torch, pytest.mark.beside_timed]
 
 SCRIPTS = Path(__file__).parent / "scripts"
 PLAIN = SCRIPTS / "train_plain.py"
