@@ -27,8 +27,9 @@ QUIET_KEEP_ALIVES = 3
 
 def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
-    ``agent_views`` keys them), the time of its agent's last keep-alive: no keep-alive for ``QUIET_KEEP_ALIVES`` intervals while another agent of
-    the job recorded one since, and no verdict of its own (an agent that ended is no cut)."""
+    ``agent_views`` keys them), the time of its agent's last keep-alive: none for
+    ``QUIET_KEEP_ALIVES`` intervals while another agent of the job recorded one since, and no
+    verdict of its own (an agent that ended is no cut)."""
     last: dict[str, dict[str, float]] = {}  # job -> agent run -> its newest keep-alive
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
     ended: set[str] = set()
