@@ -56,8 +56,9 @@ _PEER_LOST = re.compile(
 #: Signals an agent stops its workers with: a rank ended by one went down with the group.
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 #: Where a candidate stands, first wins: a real failure, a vanished node, a node cut off from the
-#: store, a lost peer, a stop.
-_REAL, _VANISHED, _CUT_OFF, _LOST_PEER, _STOPPED = range(5)
+#: store, a bare exit code (its agent's record alone, no signal, no message: a lost peer's exit
+#: reads the same until the rank's own record comes), a lost peer, a stop.
+_REAL, _VANISHED, _CUT_OFF, _UNTOLD, _LOST_PEER, _STOPPED = range(6)
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _EMPTY_ERROR = {"<NONE>", "<N/A>", ""}
 
@@ -243,6 +244,8 @@ def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -
         return _LOST_PEER if is_lost_peer(cause) else _REAL
     if cause.signal in _STOP_SIGNALS:
         return _STOPPED
+    if cause.signal is None and cause.source == "agent":
+        return _UNTOLD
     # SIGKILL after another rank of the same agent failed on its own (not by a signal): the
     # agent's escalation of the stop it began then.
     escalated = any(

@@ -119,3 +119,23 @@ def test_a_real_exception_on_a_survivor_still_beats_a_lost_node():
     (only,) = attempts(rows)
     assert (only.root_cause.rank, only.root_cause.exception) == (0, "ValueError")
     assert only.collateral_ranks == (1, 2, 3)
+
+
+def _survivors_agent_failed_first() -> list[dict]:
+    """Node b killed; a's agent records its ranks' exits (code 1, no error file) before the
+    ranks' own records of the lost peer are read: what a read in between sees."""
+    rows = [r for r in _node_b_killed() if not (r["state"] == "FAILED" and "agent" not in r["run"])]
+    return [r for r in rows if r["kind"] != contract.AGENT]
+
+
+def test_a_survivors_bare_exit_code_does_not_beat_a_lost_node():
+    """A survivor known only by its agent's exit code (no signal, no message) says no more
+    than a lost peer would: the vanished node is the root cause."""
+    (only,) = attempts(_survivors_agent_failed_first())
+    assert (only.root_cause.source, only.root_cause.ranks) == ("vanished", (2, 3))
+
+
+def test_the_lost_nodes_ranks_are_never_named_waiting():
+    """The ranks of a node that vanished are the cause, not ranks waiting for it."""
+    (job,) = report_of("logs", _survivors_agent_failed_first()).to_json()["jobs"]
+    assert job["waiting_ranks"] == []
