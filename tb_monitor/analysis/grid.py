@@ -88,6 +88,7 @@ class RankGrid:
         *,
         step_quantiles: tuple[np.ndarray, np.ndarray] | None = None,
         starved: np.ndarray | None = None,
+        cpu_run: np.ndarray | None = None,
     ) -> None:
         self.runs = list(runs)
         self.ranks = [contract.rank_of(run) for run in self.runs]
@@ -102,6 +103,9 @@ class RankGrid:
         #: Per window, the share of its threads' runnable time spent waiting for a CPU (NaN:
         #: not recorded): what names a rank starved of CPU (``scoring.starved_windows``).
         self.starved = np.full(steps.shape, np.nan) if starved is None else starved
+        #: Per window, its threads' seconds on a CPU (NaN: not recorded): a rank that ran more
+        #: than the others is busy, not starved.
+        self.cpu_run = np.full(steps.shape, np.nan) if cpu_run is None else cpu_run
         with np.errstate(invalid="ignore"):
             self.compute = np.clip(step_s - collective_s, 0.0, None)
         self.relative = _relative(self.compute, self._same_columns(previous))
@@ -147,15 +151,16 @@ class RankGrid:
         width = int(max(s.max() for s in filled)) - slot0 + 1 if filled else 0
         grids = (
             np.zeros((len(runs), width), np.float32),
-            *np.full((5, len(runs), width), np.nan, np.float32),
+            *np.full((6, len(runs), width), np.nan, np.float32),
         )
         for row, run in enumerate(runs):
             cells(windows[run], slots[run], slot0, [g[row] for g in grids])
-        steps, step_s, waits, p50, p95, starved = grids
+        steps, step_s, waits, p50, p95, starved, cpu_run = grids
         return cls(
             *(runs, window_s, slot0, steps, step_s, waits, beats, previous),
             step_quantiles=(p50, p95),
             starved=starved,
+            cpu_run=cpu_run,
         )
 
     @classmethod
@@ -269,7 +274,7 @@ class RankGrid:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
             medians = [np.nanmedian(a, axis=1) for a in (self.relative, individual, self.compute)]
-        share, starved, typical = starved_rows(self.starved, self.steps > 0)
+        share, starved, typical = starved_rows(self.starved, self.steps > 0, self.cpu_run)
         out = []
         for row, run in enumerate(self.runs):
             if not self.steps[row].any():

@@ -39,7 +39,8 @@ def cells(
     out: list[np.ndarray],
 ) -> None:
     """One rank's row: windows in one slot summed (their quantiles: the larger), then ``out``
-    = steps, mean step time, mean wait per step, step time median, p95, CPU starved share."""
+    = steps, mean step time, mean wait per step, step time median, p95, CPU starved share,
+    seconds on a CPU."""
     (_, count, total), (_, wait), (_, cpu_wait, cpu_run), *quantiles = windows
     at, wait_at, cpu_at, *quantiles_at = slots
     if not len(at):
@@ -64,6 +65,7 @@ def cells(
     )
     busy = has & (waited + ran > 0)
     out[5][busy] = waited[busy] / (waited[busy] + ran[busy])
+    out[6][busy] = ran[busy]
 
 
 def paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:

@@ -204,8 +204,13 @@ def job_grid(grid: RankGrid, span: JobSpan) -> RankGrid:
         if run in runs and since < beat.get("wall_time", until) <= until
     }
     cut = [a[rows][:, cols] for a in (grid.steps, grid.step_s, grid.collective_s)]
-    p50, p95, starved = (a[rows][:, cols] for a in (grid.step_p50, grid.step_p95, grid.starved))
+    p50, p95, starved, ran = (
+        a[rows][:, cols] for a in (grid.step_p50, grid.step_p95, grid.starved, grid.cpu_run)
+    )
     slot0 = grid.slot0 + (cols.start or 0)
     return RankGrid(
-        *(runs, grid.window_s, slot0, *cut, beats), step_quantiles=(p50, p95), starved=starved
+        *(runs, grid.window_s, slot0, *cut, beats),
+        step_quantiles=(p50, p95),
+        starved=starved,
+        cpu_run=ran,
     )

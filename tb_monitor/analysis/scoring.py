@@ -17,7 +17,8 @@ compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecu
 which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
 and ``STARVED_FACTOR`` times as long per second on a CPU as the window's median rank's (on a
 busy machine every rank waits; compared to zero, all would be) and as the others usually wait
-(they may wait less for a few windows).
+(they may wait less for a few windows), while it ran no longer on a CPU than the others did (a
+busier rank waits longer per second on a crowded machine: busy, not held back).
 :class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
 rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
@@ -44,6 +45,7 @@ __all__ = [
     "SILENT_SLACK_S",
     "SILENT_WINDOWS",
     "STARVED_FACTOR",
+    "STARVED_MOST_RUN",
     "STARVED_SHARE",
     "Score",
     "Stall",
@@ -80,6 +82,11 @@ SILENT_SLACK_S = 2.0
 #: the window's median rank's threads.
 STARVED_SHARE = 0.5
 STARVED_FACTOR = 2.0
+#: ... and it ran no more than STARVED_MOST_RUN times as long on a CPU as that median rank: a
+#: rank busier than the others (a long garbage collection, a thread of its own) waits longer per
+#: second on a crowded machine, because the scheduler favours the ranks that slept in a
+#: collective; it is busy, not held back.
+STARVED_MOST_RUN = 1.5
 
 # ---------------------------------------------------------------------------------------------
 # The scoring core, on plain numpy grids: rows are ranks, columns are windows (NaN: no window)
@@ -151,7 +158,10 @@ def individual_scores(compute: np.ndarray) -> np.ndarray:
 
 
 def starved_windows(
-    share: np.ndarray, factor: float = STARVED_FACTOR, floor: float = STARVED_SHARE
+    share: np.ndarray,
+    factor: float = STARVED_FACTOR,
+    floor: float = STARVED_SHARE,
+    run: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per cell, 1.0 where the rank was starved of CPU in that window, 0.0 where not, NaN
     where it recorded no CPU wait. ``share``: the share of its threads' runnable time spent
@@ -159,32 +169,44 @@ def starved_windows(
     second on a CPU (``share / (1 - share)``) as the window's median rank (where only two ranks
     recorded the window, as the other one: a median of two would count the rank itself), and
     as that reference's median over the windows: a rank waiting as the others usually do is
-    not starved while they wait less for a few windows (on a busy machine they will)."""
+    not starved while they wait less for a few windows (on a busy machine they will). Where
+    ``run`` (seconds on a CPU) is given, a rank that ran over ``STARVED_MOST_RUN`` times as long
+    as the same reference is not starved in that window."""
     share = np.asarray(share, dtype=np.float64)
     if share.size == 0:
         return share.copy()
     per_run = np.minimum(share, 0.999) / (1.0 - np.minimum(share, 0.999))
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # windows no rank recorded
-        median = np.nanmedian(per_run, axis=0)
-    recorded = np.sum(~np.isnan(per_run), axis=0)
-    other = np.nansum(per_run, axis=0)[np.newaxis, :] - per_run  # of two: the other rank's
-    typical = np.where(recorded[np.newaxis, :] == 2, other, median[np.newaxis, :])
+    typical = _the_others(per_run)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a rank that recorded no wait
         usual = np.nanmedian(typical, axis=1, keepdims=True)  # what the others usually wait
     with np.errstate(invalid="ignore"):
         starved = (share >= floor) & (per_run >= factor * np.fmax(typical, usual))
+        if run is not None:
+            run = np.asarray(run, dtype=np.float64)
+            starved &= ~(run > STARVED_MOST_RUN * _the_others(run))
     return np.where(np.isnan(share), np.nan, starved.astype(np.float64))
 
 
+def _the_others(values: np.ndarray) -> np.ndarray:
+    """Per cell, its window's median rank's value; where only two ranks recorded the window,
+    the other one's (a median of two would count the rank itself)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # windows no rank recorded
+        median = np.nanmedian(values, axis=0)
+    recorded = np.sum(~np.isnan(values), axis=0)
+    other = np.nansum(values, axis=0)[np.newaxis, :] - values
+    return np.where(recorded[np.newaxis, :] == 2, other, median[np.newaxis, :])
+
+
 def starved_rows(
-    share: np.ndarray, present: np.ndarray
+    share: np.ndarray, present: np.ndarray, run: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, float | None]:
     """Per rank (row): its median starved share over its windows and its longest run of
-    starved windows (``starved_windows``); and the median rank's share (over the windows)."""
+    starved windows (``starved_windows``, ``run``: seconds on a CPU); and the median rank's
+    share (over the windows)."""
     share = np.asarray(share, dtype=np.float64)
-    longest = longest_over(starved_windows(share), 0.5, present=present)
+    longest = longest_over(starved_windows(share, run=run), 0.5, present=present)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # no window with a CPU wait
         rows = np.nanmedian(share, axis=1) if share.shape[1] else np.full(len(share), np.nan)

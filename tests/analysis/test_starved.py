@@ -18,16 +18,23 @@ _CPU_WAIT = contract.stat_tag(contract.RANK_CPU_WAIT, "sum")
 _THROTTLED = contract.stat_tag(contract.RANK_CPU_THROTTLED, "sum")
 
 
-def _series(shares: dict[int, list[float]], compute: dict[int, float] | None = None) -> dict:
+def _series(
+    shares: dict[int, list[float]],
+    compute: dict[int, float] | None = None,
+    runnable: dict[int, float] | None = None,
+) -> dict:
     """Ranks with equal compute (0.1 s a step, 50 steps a window) unless ``compute`` says,
     whose threads spent ``shares[rank][window]`` of their runnable time waiting for a CPU
-    (each window 1 s of it: waiting plus running), as ``RankGrid.from_series`` takes them."""
+    (each window 1 s of it, waiting plus running, unless ``runnable`` says), as
+    ``RankGrid.from_series`` takes them."""
     walls = DEFAULT_START + 10.0 * np.arange(1, len(next(iter(shares.values()))) + 1) + 0.004
     series = {}
     for rank, per_window in shares.items():
         tags: dict[str, tuple[list[float], list[float]]] = {}
         for wall, share in zip(walls, per_window, strict=True):
-            one = rank_window_scalars((compute or {}).get(rank, 0.1), 0.01, 50, (share, 1 - share))
+            busy = (runnable or {}).get(rank, 1.0)
+            cpu = (share * busy, (1 - share) * busy)
+            one = rank_window_scalars((compute or {}).get(rank, 0.1), 0.01, 50, cpu)
             for tag, value in one.items():
                 tags.setdefault(tag, ([], []))
                 tags[tag][0].append(wall)
@@ -53,6 +60,15 @@ def test_a_starved_rank_is_flagged_though_its_compute_is_normal():
     (flagged,) = _grid(shares).stragglers()
     assert (flagged.rank, flagged.cause, flagged.starved_over) == (1, "cpu", WINDOWS)
     assert flagged.relative == pytest.approx(1.0, abs=0.01)
+
+
+def test_a_rank_busier_than_the_others_is_not_starved():
+    """Of two ranks on a crowded machine, rank 0 ran twice as long (a long garbage collection)
+    and so waited longer per second than rank 1, which slept in the collective: busy, not
+    starved; nothing is flagged."""
+    shares = {0: [0.75] * WINDOWS, 1: [0.5] * WINDOWS}
+    grid = RankGrid.from_series(_series(shares, runnable={0: 4.0, 1: 1.0}), window_s=10.0)
+    assert grid.stragglers() == []
 
 
 def test_of_two_ranks_the_starved_one_is_flagged():
