@@ -356,20 +356,25 @@ def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool)
 
 
 def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
-    """Set each stalled row's ``waited_for``: while a rank is silent (the others wait for it),
-    the silent ones; else a rank outside the collective the others are in, or behind them in
-    its collectives' sequence."""
+    """Set each stalled row's ``waited_for``: a rank outside the collective the others are in,
+    or behind them in its collectives' sequence; while a rank is silent (the others wait for
+    it), the silent ones, and of those the ones behind where any is (a rank whose beats merely
+    come late on a loaded machine lags about as long, but its newest is inside the collective)."""
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
+    behind = {
+        row["rank"]
+        for row in rows
+        if (not row["in_collective"] and inside_any)
+        or row["entered"] < most
+        or (row["fr_seq"] is not None and row["fr_seq"] < fr_most)
+    }
+    if silence:
+        silent = {row["rank"] for row in rows if row["silent"]}
+        behind = (silent & behind) or silent
     for row in rows:
-        if silence:
-            row["waited_for"] = row["silent"]
-            continue
-        behind_fr = row["fr_seq"] is not None and row["fr_seq"] < fr_most
-        row["waited_for"] = (
-            (not row["in_collective"] and inside_any) or row["entered"] < most or behind_fr
-        )
+        row["waited_for"] = row["rank"] in behind
 
 
 def _mark_cut_off(rows: list[dict[str, Any]], cut_off: Collection[int]) -> None:

@@ -306,3 +306,17 @@ def test_a_rank_stopped_before_its_beats_showed_a_step_is_named_past_the_progres
     beats[3] = _beat(T - 20.0, 0.5, steps=0, since_progress_s=0.5, in_save_s=0.0)
     stalls = _grid(beats).stalls(now=T)
     assert [(s.rank, s.silent) for s in stalls if s.waited_for] == [(3, True)]
+
+
+def test_a_late_rank_inside_the_collective_is_not_waited_for_beside_a_stopped_one():
+    """Rank 1 stopped 12 s ago, a few steps into training, before the collective the others are
+    in; rank 2's beats come 9.5 s late on a loaded machine, its newest inside that collective:
+    both lag alike, but only rank 1, behind in the collectives' sequence, is waited for (a
+    fresh-clone CI's case)."""
+    beats = {rank: {**_beat(T, 12.0, inside=11.9, steps=3), "entered": 5} for rank in (0, 3)}
+    beats[2] = {**_beat(T - 9.5, 2.5, inside=2.4, steps=3), "entered": 5}
+    beats[1] = {**_beat(T - 12.5, 0.3, steps=3), "entered": 4}
+    for beat in beats.values():
+        beat["since_progress_s"] = beat["in_collective_s"] or beat["since_step_s"]
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
+    assert [s.rank for s in grid.stalls(now=T) if s.waited_for] == [1]
