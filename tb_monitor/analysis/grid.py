@@ -346,6 +346,9 @@ class RankGrid:
                 for row, run in enumerate(self.runs)
                 if (run.split("/", 1)[0], contract.rank_of(run)) in (cut_off or {})
             ],
+            seen_silent=[
+                row for row, run in enumerate([*self.runs, *unheard]) if run in seen_silent
+            ],
         )
         return [self._stall(stall, unheard) for stall in found]
 

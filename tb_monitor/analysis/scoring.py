@@ -248,14 +248,13 @@ def stalled_ranks(
     floor_s: float | None = None,
     silent_after_s: float = float("inf"),
     cut_off: Collection[int] = (),
+    seen_silent: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
     ``beats[rank]`` holds ``wall_time`` (its newest heartbeat's) and the heartbeat Stats' values
-    by name (``contract.RANK_BEATS``). Returns dicts with ``rank``, ``since_step_s``,
-    ``entered``, ``left``, ``in_collective``, ``fr_seq``, ``silent``, ``cut_off`` and
-    ``waited_for`` (outside a collective while others are inside one, or behind in the sequence
-    of collectives entered from Python or in the Flight Recorder's), the waited-for first.
+    by name (``contract.RANK_BEATS``). Returns dicts (``_stall_row``; ``waited_for``: see
+    ``_mark_waited_for``), the waited-for first.
 
     A rank is stalled when its time without a step passes ``factor`` typical steps and the
     floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
@@ -267,13 +266,14 @@ def stalled_ranks(
     step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when its
     newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank
     has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
-    one waited for. Where no rank is waited for so (all inside one collective), the stalled
-    ranks of ``cut_off`` are: their node lost the rendezvous store (``store_contact``).
+    one waited for: of several, those its agent sees silent (``seen_silent``: stopped, in the
+    kernel, no pulse), else those behind in the collectives. Where no rank is waited for so
+    (all inside one collective), the stalled ranks of ``cut_off`` are: their node lost the
+    rendezvous store (``store_contact``).
 
     A silent rank's newest beat may predate the steps it took with the others until it stopped
     (a beat is logged once a window, written at the next flush): it has gone no longer without
-    a step than the longest of the ranks that wait for it, and took as many steps as they did.
-    """
+    a step than the longest of the ranks that wait for it, and took as many steps as they did."""
     if not beats:
         return []
     now = max(float(b["wall_time"]) for b in beats.values()) if now is None else now
@@ -295,7 +295,7 @@ def stalled_ranks(
         step_limit = factor * float(typical_step_s.get(rank) or 0.0)
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
-    _mark_waited_for(rows, bool(silent))
+    _mark_waited_for(rows, bool(silent), seen_silent)
     _mark_cut_off(rows, cut_off)
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
@@ -355,11 +355,14 @@ def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool)
     }
 
 
-def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
+def _mark_waited_for(
+    rows: list[dict[str, Any]], silence: bool, seen_silent: Collection[int] = ()
+) -> None:
     """Set each stalled row's ``waited_for``: a rank outside the collective the others are in,
     or behind them in its collectives' sequence; while a rank is silent (the others wait for
-    it), the silent ones, and of those the ones behind where any is (a rank whose beats merely
-    come late on a loaded machine lags about as long, but its newest is inside the collective)."""
+    it), the silent ones, and of those the ones their agents see silent where any is, else the
+    ones behind where any is (a rank whose beats merely come late on a loaded machine lags about
+    as long, but its agent hears its pulse, and its newest beat may be inside the collective)."""
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
@@ -372,7 +375,7 @@ def _mark_waited_for(rows: list[dict[str, Any]], silence: bool) -> None:
     }
     if silence:
         silent = {row["rank"] for row in rows if row["silent"]}
-        behind = (silent & behind) or silent
+        behind = (silent & set(seen_silent)) or (silent & behind) or silent
     for row in rows:
         row["waited_for"] = row["rank"] in behind
 

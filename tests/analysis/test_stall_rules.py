@@ -320,3 +320,16 @@ def test_a_late_rank_inside_the_collective_is_not_waited_for_beside_a_stopped_on
         beat["since_progress_s"] = beat["in_collective_s"] or beat["since_step_s"]
     grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
     assert [s.rank for s in grid.stalls(now=T) if s.waited_for] == [1]
+
+
+def test_of_two_silent_ranks_the_one_its_agent_sees_stopped_is_waited_for():
+    """DDP's gradient all-reduce runs from C++, so no beat shows who is inside it: of rank 1,
+    stopped, and rank 2, whose beats come as late, the one its agent sees stopped is waited for
+    (the other's agent hears its pulse)."""
+    beats = {rank: _beat(T, 12.0, steps=3) for rank in (0, 3)}
+    beats |= {2: _beat(T - 9.5, 2.5, steps=3), 1: _beat(T - 12.5, 0.3, steps=3)}
+    for beat in beats.values():
+        beat["since_progress_s"] = beat["since_step_s"]
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
+    stalls = grid.stalls(now=T, seen_silent={"job/rank-1": T - 11.0})
+    assert [s.rank for s in stalls if s.waited_for] == [1]

@@ -74,8 +74,10 @@ def restarted(tmp_path_factory) -> tuple[list, dict]:
 def test_the_restarted_job_finishes(restarted):
     """Both agents exit 0: the second attempt trained to the end."""
     codes, report = restarted
-    assert codes == [0, 0]
-    assert [a["outcome"] for a in report["jobs"][0]["attempts"]] == ["HUNG", "SUCCEEDED"]
+    attempts = report["jobs"][0]["attempts"]
+    outcomes = [a["outcome"] for a in attempts]
+    why = [(a["outcome"], (a["root_cause"] or {}).get("reason")) for a in attempts]
+    assert (codes, outcomes) == ([0, 0], ["HUNG", "SUCCEEDED"]), (report["status"], why)
 
 
 def test_the_hung_attempt_names_the_rank_that_hung(restarted):

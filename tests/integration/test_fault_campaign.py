@@ -47,13 +47,7 @@ SAMPLE = [
 ]
 #: Wrong answers the campaign found and that are not fixed yet: each still a case of its own,
 #: expected to fail (not run: it waits out the campaign's 150-s limit), until it is fixed.
-KNOWN_WRONG: dict[tuple[str, str], str] = {
-    ("sigstop", "ddp"): (
-        "found by a fresh-clone CI run (once in three): rank 1 stopped within a second of the "
-        "job's first steps on a loaded machine, and for a read rank 2, whose beats came late, was "
-        "counted silent too and named waited for; not yet fixed"
-    ),
-}
+KNOWN_WRONG: dict[tuple[str, str], str] = {}
 
 
 def _marked(case):

@@ -207,9 +207,10 @@ def hf_healthy(tmp_path_factory) -> dict[bool, Ended]:
 
 @pytest.fixture(scope="module")
 def ddp_slow_rank(tmp_path_factory) -> Ended:
-    """The DDP script with rank 1's forward twice as slow, under tb-monitor run."""
+    """The DDP script with rank 1's forward three times as slow, under tb-monitor run (twice
+    as slow, a fresh-clone CI's load once blurred one of the first three windows)."""
     need("torch")
-    env = {**DDP_ENV, "SLOW_RANK": "1", "SLOW_FACTOR": "2.0"}
+    env = {**DDP_ENV, "SLOW_RANK": "1", "SLOW_FACTOR": "3.0"}
     with user_job(tmp_path_factory.mktemp("slow"), DDP, *DDP_ARGS, env=env) as job:
         return finish(job)
 
@@ -364,7 +365,8 @@ def test_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
     longest = longest_over(
         grid.relative[:, :last], FLAG_THRESHOLD, present=grid.steps[:, :last] > 0
     )
-    assert [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)] == [1]
+    flagged = [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)]
+    assert flagged == [1], grid.relative[:, :last]
 
 
 def test_every_rank_records_its_wait_for_the_all_reduces(ddp_slow_rank):
