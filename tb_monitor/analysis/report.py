@@ -152,7 +152,7 @@ from tb_monitor.analysis.report_text import (
     verdict_line,
     visible,
 )
-from tb_monitor.analysis.root_cause import is_lost_peer
+from tb_monitor.analysis.root_cause import is_unexplained
 
 __all__ = ["SCHEMA_VERSION", "JobHealth", "JobReport", "html_text", "render"]
 
@@ -195,10 +195,11 @@ class JobHealth:
         """The ranks of a failed last attempt that no record ended, while the job runs: their
         agent went on (torchelastic's agent that holds the rendezvous store learns nothing of a
         host that failed before training), so they wait for the failed rank until ended. None
-        while the only failure known is a lost peer: the rank it lost has yet to be recorded
-        (its agent's record comes later), and is a suspect, not a rank that waits."""
+        while the only failure known may be the echo of another (a lost peer, a bare exit code):
+        the rank it lost has yet to be recorded (its agent's record comes later), and is a
+        suspect, not a rank that waits."""
         last = self.attempts[-1]
-        if self.finished or last.root_cause is None or is_lost_peer(last.root_cause):
+        if self.finished or last.root_cause is None or is_unexplained(last.root_cause):
             return ()
         ended = {row.get("rank") for row in last.collateral_records}
         return tuple(rank for rank in last.collateral_ranks if rank not in ended)

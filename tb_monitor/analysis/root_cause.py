@@ -40,6 +40,8 @@ __all__ = [
     "RootCause",
     "cause_of",
     "is_lost_peer",
+    "is_unexplained",
+    "is_untold",
     "ranks_words",
     "root_cause",
 ]
@@ -238,13 +240,25 @@ def is_lost_peer(cause: RootCause) -> bool:
     return bool(_PEER_LOST.search(f"{cause.exception or ''}: {cause.message or ''}"))
 
 
+def is_untold(cause: RootCause) -> bool:
+    """Whether ``cause`` is a bare exit code: its agent's record alone, with no signal and no
+    message; a lost peer's exit reads the same until the rank's own record comes."""
+    return cause.signal is None and cause.source == "agent"
+
+
+def is_unexplained(cause: RootCause) -> bool:
+    """Whether ``cause`` may be the echo of a failure not recorded yet (a lost peer, a bare
+    exit code): the ranks with no record then are suspects, not ranks that wait."""
+    return is_lost_peer(cause) or is_untold(cause)
+
+
 def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -> int:
     """How real a failure is: its own exception, or what its agent saw (``_REAL`` ...)."""
     if ending.own_failed is not None:
         return _LOST_PEER if is_lost_peer(cause) else _REAL
     if cause.signal in _STOP_SIGNALS:
         return _STOPPED
-    if cause.signal is None and cause.source == "agent":
+    if is_untold(cause):
         return _UNTOLD
     # SIGKILL after another rank of the same agent failed on its own (not by a signal): the
     # agent's escalation of the stop it began then.

@@ -6,7 +6,7 @@ and the ranks that still wait for it, while the job runs."""
 
 from __future__ import annotations
 
-from elastic_records import agent, joined, verdict
+from elastic_records import agent, joined, own, rendezvous, verdict
 
 from tb_monitor.analysis.health import report_of
 
@@ -27,6 +27,11 @@ def _rank_2_killed(survivors_end: bool = False) -> list[dict]:
         rows += [agent(9.0, "a", 10, "FAILED", r, 1) for r in (0, 1)]
         rows += [verdict(9.1, "a", 10, "FAILED")]
     return rows
+
+
+def _keep_alive(t: float, node: str, pid: int) -> dict:
+    """The agent's keep-alive: it lives on."""
+    return rendezvous(t, node, pid, "RUNNING", "has sent a keep-alive heartbeat")
 
 
 def _job(rows: list[dict]) -> dict:
@@ -67,15 +72,22 @@ def test_the_verdict_says_the_job_must_be_ended():
 def test_no_rank_waits_while_the_known_failure_is_only_a_lost_peer():
     """Rank 0 killed in a save: rank 2's "Connection closed by peer" lands before rank 0's agent
     records the kill, so rank 0, with no record yet, is a suspect, not a rank that waits."""
-    from elastic_records import own, rendezvous
-
     rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
     rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
     rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
     lost = "RuntimeError: [gloo] Connection closed by peer [10.0.0.1]:4242"
     rows += [own(KILLED_AT + 0.05, 2, "FAILED", message=lost, trace=lost)]
-    beat = "has sent a keep-alive heartbeat"
-    rows += [
-        rendezvous(KILLED_AT + 0.2, n, pid, "RUNNING", beat) for n, pid in (("a", 10), ("b", 20))
-    ]
+    rows += [_keep_alive(KILLED_AT + 0.2, node, pid) for node, pid in (("a", 10), ("b", 20))]
+    assert _job(rows)["waiting_ranks"] == []
+
+
+def test_no_rank_waits_while_the_known_failure_is_only_a_bare_exit_code():
+    """Rank 2 killed in a save: rank 0's agent records its exit (code 1, no message) before
+    rank 0's own record of the lost peer and before rank 2's agent records the kill: rank 2 is
+    a suspect, not a rank that waits (the campaign's save-kill, seed 61)."""
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [agent(KILLED_AT + 0.3, "a", 10, "FAILED", 0, 1)]
+    rows += [_keep_alive(KILLED_AT + 0.4, node, pid) for node, pid in (("a", 10), ("b", 20))]
     assert _job(rows)["waiting_ranks"] == []
