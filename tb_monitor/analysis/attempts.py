@@ -64,6 +64,9 @@ class Attempt:
     #: Per collateral rank, its records that ended the attempt (drawn as ``collateral_state``).
     collateral_records: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, repr=False)
     restarted: bool = False  # a later attempt of the job followed
+    #: Collateral ranks whose agent recorded nothing since the root cause: gone with it or not,
+    #: no rank known to wait (``JobHealth.waiting_ranks``).
+    unheard_ranks: tuple[int, ...] = field(default=(), compare=False)
 
     @property
     def duration_s(self) -> float:
@@ -244,6 +247,12 @@ def _attempt(
     start = logdir.starts[key]
     started = sorted({int(s.lane.key[0]) for s in group if isinstance(s.lane.key[0], int)})
     root, collateral, records = _fault(logdir, started, by_rank)
+    unheard = [
+        rank
+        for rank in collateral
+        if logdir.agent_last.get(str(by_rank.get(rank, RankEnding()).agent), -math.inf)
+        < (root.time if root is not None else math.inf)
+    ]
     next_start = _next_start(logdir, key)
     end = max(span.end or span.begin for span in group)
     since, old = previous
@@ -265,6 +274,7 @@ def _attempt(
         rendezvous_s=_rendezvous_s(logdir, job, since, start),
         collateral_records=tuple(records),
         restarted=next_start is not None,
+        unheard_ranks=tuple(unheard),
     )
 
 

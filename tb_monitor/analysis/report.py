@@ -201,7 +201,7 @@ class JobHealth:
         last = self.attempts[-1]
         if self.finished or last.root_cause is None or is_unexplained(last.root_cause):
             return ()
-        ended = {row.get("rank") for row in last.collateral_records}
+        ended = {row.get("rank") for row in last.collateral_records} | set(last.unheard_ranks)
         return tuple(rank for rank in last.collateral_ranks if rank not in ended)
 
     @property

@@ -16,13 +16,13 @@ KILLED_AT = 1.5
 def _rank_2_killed(survivors_end: bool = False) -> list[dict]:
     """Nodes a (ranks 0, 1; agent pid 10, the store's host) and b (ranks 2, 3; pid 20) start
     their workers; rank 2 is killed at ``KILLED_AT``, b's agent stops rank 3 and records its end
-    (torchelastic's SUCCEEDED: its ``run()`` returned); a's agent records nothing more unless
-    ``survivors_end``."""
+    (torchelastic's SUCCEEDED: its ``run()`` returned); a's agent records only its keep-alives
+    unless ``survivors_end``."""
     rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
     rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
     rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
     rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 2, -9), verdict(1.7, "b", 20, "SUCCEEDED")]
-    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 3, -15)]
+    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 3, -15), _keep_alive(KILLED_AT + 3, "a", 10)]
     if survivors_end:
         rows += [agent(9.0, "a", 10, "FAILED", r, 1) for r in (0, 1)]
         rows += [verdict(9.1, "a", 10, "FAILED")]
@@ -78,6 +78,13 @@ def test_no_rank_waits_while_the_known_failure_is_only_a_lost_peer():
     lost = "RuntimeError: [gloo] Connection closed by peer [10.0.0.1]:4242"
     rows += [own(KILLED_AT + 0.05, 2, "FAILED", message=lost, trace=lost)]
     rows += [_keep_alive(KILLED_AT + 0.2, node, pid) for node, pid in (("a", 10), ("b", 20))]
+    assert _job(rows)["waiting_ranks"] == []
+
+
+def test_no_rank_of_an_agent_unheard_since_the_failure_waits():
+    """Until a's agent records anything after rank 2's kill (a keep-alive), its ranks are not
+    known to wait: an agent killed with its node is as quiet (the campaign's node-kill9)."""
+    rows = [r for r in _rank_2_killed() if r["wall_time"] < KILLED_AT + 3]
     assert _job(rows)["waiting_ranks"] == []
 
 
