@@ -5,9 +5,8 @@ share a run id told apart) and gives one ``Attempt`` per job and rendezvous roun
 its outcome, the rank whose failure brought the group down (``tb_monitor.analysis.root_cause``:
 its earliest real failure), the ranks that went down with it (stopped by the restart, or when
 the job ended where none followed), the time lost until the next attempt and how the
-membership changed. No pandas: the Timeline
-plugin, ``tb-monitor report`` (through ``tb_monitor.analysis.health``) and the notebook all
-draw from it, so they always agree.
+membership changed. No pandas: the Timeline plugin, ``tb-monitor report`` (through
+``tb_monitor.analysis.health``) and the notebook all draw from it, so they always agree.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from tb_monitor import contract
@@ -64,8 +63,7 @@ class Attempt:
     #: Per collateral rank, its records that ended the attempt (drawn as ``collateral_state``).
     collateral_records: tuple[Mapping[str, Any], ...] = field(default=(), compare=False, repr=False)
     restarted: bool = False  # a later attempt of the job followed
-    #: Collateral ranks whose agent recorded nothing since the root cause: gone with it or not,
-    #: no rank known to wait (``JobHealth.waiting_ranks``).
+    #: Collateral ranks whose agent recorded nothing since the root cause: none known to wait.
     unheard_ranks: tuple[int, ...] = field(default=(), compare=False)
 
     @property
@@ -195,20 +193,22 @@ def _rendezvous_s(logdir: _Logdir, job: str, since: float, start: float) -> floa
 
 def _fault(
     logdir: _Logdir, started: list[int], by_rank: Mapping[int, RankEnding]
-) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]]]:
-    """The root cause, the collateral ranks and their records that ended the attempt."""
+) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]], list[int]]:
+    """The root cause, the collateral ranks, their records that ended the attempt, and those of
+    them whose agent recorded nothing since the root cause."""
     root = root_cause(by_rank, logdir.agent_last, logdir.alarms, logdir.agent_nodes, logdir.cut)
+    collateral, records, unheard = [], [], []
     if root is None:
-        return None, [], []
-    collateral: list[int] = []
-    records: list[Mapping[str, Any]] = []
+        return None, collateral, records, unheard
     for rank in started:
         ending = by_rank.get(rank, RankEnding())
         if rank in root.ranks or (ending.succeeded and not ending.failed):
             continue
         collateral.append(rank)
         records.extend(ending.ends)
-    return root, collateral, records
+        if logdir.agent_last.get(str(ending.agent), -math.inf) < root.time:
+            unheard.append(rank)
+    return root, collateral, records, unheard
 
 
 def _outcome(group: list[Span], root: RootCause | None) -> str:
@@ -246,13 +246,7 @@ def _attempt(
     job, number = key
     start = logdir.starts[key]
     started = sorted({int(s.lane.key[0]) for s in group if isinstance(s.lane.key[0], int)})
-    root, collateral, records = _fault(logdir, started, by_rank)
-    unheard = [
-        rank
-        for rank in collateral
-        if logdir.agent_last.get(str(by_rank.get(rank, RankEnding()).agent), -math.inf)
-        < (root.time if root is not None else math.inf)
-    ]
+    root, collateral, records, unheard = _fault(logdir, started, by_rank)
     next_start = _next_start(logdir, key)
     end = max(span.end or span.begin for span in group)
     since, old = previous
@@ -415,23 +409,11 @@ def finished_jobs(
 
 
 def _root_cause_dict(cause: RootCause, traceback: bool) -> dict[str, Any]:
-    root = {
-        "rank": cause.rank,
-        "host": cause.host,
-        "time": cause.time,
-        "reason": cause.reason,
-        "exception": cause.exception,
-        "message": cause.message,
-        "exit_code": cause.exit_code,
-        "signal": cause.signal,
-        "source": cause.source,
-        "ranks": list(cause.ranks),
-        "node": cause.node,
-        "seen_by": cause.seen_by,
-        "cut_off_from": list(cause.cut_off_from),
-    }
-    if traceback:
-        root["traceback"] = cause.traceback
+    """The cause's fields (not its record, nor its agent's run), the traceback where asked."""
+    root = {f.name: getattr(cause, f.name) for f in fields(cause) if f.compare}
+    root.update(ranks=list(cause.ranks), cut_off_from=list(cause.cut_off_from))
+    if not traceback:
+        del root["traceback"]
     return root
 
 
