@@ -277,13 +277,18 @@ def ranks_words(ranks: Sequence[int]) -> str:
 def _lost_nodes(
     by_rank: Mapping[int, RankEnding], agent_last: Mapping[str, float], first: float
 ) -> dict[str, list[int]]:
-    """Per agent silent since before the first failure: its ranks that recorded no end."""
+    """Per agent silent since before the first failure, none of whose ranks recorded an end: its
+    ranks. A node killed whole leaves nothing else; a rank of it that recorded its end lived on
+    (its agent was only between keep-alives)."""
     lost: dict[str, list[int]] = {}
+    heard: set[str] = set()
     for rank, ending in sorted(by_rank.items()):
         silent = ending.agent is not None and agent_last.get(ending.agent, -math.inf) < first
-        if silent and not (ending.failed or ending.succeeded or ending.ends):
+        if ending.failed or ending.succeeded or ending.ends:
+            heard.add(str(ending.agent))
+        elif silent:
             lost.setdefault(str(ending.agent), []).append(rank)
-    return lost
+    return {agent: ranks for agent, ranks in lost.items() if agent not in heard}
 
 
 def _node_lost(

@@ -98,3 +98,17 @@ def test_no_rank_waits_while_the_known_failure_is_only_a_bare_exit_code():
     rows += [agent(KILLED_AT + 0.3, "a", 10, "FAILED", 0, 1)]
     rows += [_keep_alive(KILLED_AT + 0.4, node, pid) for node, pid in (("a", 10), ("b", 20))]
     assert _job(rows)["waiting_ranks"] == []
+
+
+def test_a_node_whose_rank_recorded_its_end_is_not_lost():
+    """Rank 0 killed in a save; rank 3 records its lost peer while b's agent is between
+    keep-alives and rank 2 still waits: node b is not lost (rank 3 lived to record), the root
+    cause is no vanished node, and no rank is listed waiting (the campaign's save-kill)."""
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    lost = "RuntimeError: [gloo] Connection closed by peer [10.0.0.1]:4242"
+    rows += [own(KILLED_AT + 0.05, r, "FAILED", message=lost, trace=lost) for r in (1, 3)]
+    rows += [_keep_alive(KILLED_AT + 0.2, "a", 10)]
+    job = _job(rows)
+    assert (job["attempts"][-1]["root_cause"]["source"], job["waiting_ranks"]) == ("worker", [])
