@@ -26,6 +26,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any, Union
 
+from tb_monitor._guard import reraise_theirs
+
 __all__ = [
     "Event",
     "EventHandlerHandle",
@@ -156,7 +158,8 @@ def _dispatch(handlers: tuple[EventHandlerHandle, ...], event: Event) -> None:
     for handle in handlers:
         try:
             handle.handler(event)
-        except Exception:
+        except Exception as exc:
+            reraise_theirs(exc)
             handle.errors += 1
             if handle.errors == 1:
                 _log.exception(

@@ -30,6 +30,7 @@ from torch.distributed.elastic.metrics import api as torch_metrics
 
 from tb_monitor import _shutdown, contract
 from tb_monitor._event import Event
+from tb_monitor._guard import reraise_theirs
 
 __all__ = [
     "DEFAULT_DESTINATIONS",
@@ -167,7 +168,8 @@ def register_monitor_handler(handler: Callable[[Event], Any]) -> Undo:
             if _inherited.inherited(event.name, data):
                 return
             handler(Event(event.name, event.timestamp, data))
-        except Exception:
+        except Exception as exc:
+            reraise_theirs(exc)
             if not reported.is_set():
                 reported.set()
                 _log.exception("tb_monitor handler %r failed on a torch.monitor event", handler)

@@ -30,6 +30,8 @@ EXTENSIONS = {_module_name(path) for package in PACKAGES for path in (ROOT / pac
 #: plugin) imports only units of lower layers, inside functions and for type checking too, so
 #: the order a reader sees in the tree is the order the code runs in.
 LAYERS: tuple[tuple[str, ...], ...] = (
+    # what our guards on the user's thread let through
+    ("_guard",),
     # foundations: settings, exit hooks, events, tensors as values, progress lines
     ("_env", "_shutdown", "_event", "_tensors", "_accumulator", "_patience", "progress"),
     # the data contract, value checks, the Stat's accumulators and timer
@@ -237,6 +239,7 @@ def test_a_stat_and_an_event_load_only_the_monitor_surface():
         "tb_monitor._accumulators",
         "tb_monitor._env",
         "tb_monitor._event",
+        "tb_monitor._guard",
         "tb_monitor._shutdown",
         "tb_monitor._tensors",
         "tb_monitor._accumulator",

@@ -39,6 +39,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tb_monitor._guard import reraise_theirs
+
 __all__ = ["GradWait"]
 
 _log = logging.getLogger("tb_monitor")
@@ -177,6 +179,7 @@ class GradWait:
         return own_gradients_done
 
     def _fail(self, exc: BaseException) -> None:
+        reraise_theirs(exc)  # a user's signal handler raised inside our hook: theirs
         if not self._failed:
             self._failed = True
             _log.warning("tb_monitor: timing DDP's gradient wait failed, no longer timed: %r", exc)

@@ -60,6 +60,7 @@ from typing import Any
 
 from tb_monitor import _env, contract
 from tb_monitor._event import Event, log_event
+from tb_monitor._guard import reraise_theirs
 from tb_monitor._stat import Aggregation, Stat, StatSource
 from tb_monitor._stat_timer import now_ns
 from tb_monitor.rank._device_works import DeviceWorks
@@ -297,7 +298,8 @@ class RankHealth:
                 return True
             device = self._device_works
             return device is not None and device.add(work, seq, start)
-        except Exception:  # not a Work, or a backend without futures
+        except Exception as exc:  # not a Work, or a backend without futures
+            reraise_theirs(exc)
             return False
 
     def _async_done(self, seq: int, start: float, future: Any) -> None:

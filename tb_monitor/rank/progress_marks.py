@@ -22,6 +22,8 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
+from tb_monitor._guard import reraise_theirs
+
 __all__ = ["ProgressMarks", "when_imported"]
 
 _MARK = "__tb_monitor_progress__"  # on our wrappers: the function they wrap
@@ -187,4 +189,5 @@ def _call(callback: Callable[[ModuleType], None], module: ModuleType) -> None:
     try:
         callback(module)
     except Exception as exc:  # noqa: BLE001 (telemetry never breaks training)
+        reraise_theirs(exc)
         warnings.warn(f"tb_monitor: could not wrap {module.__name__}: {exc!r}", stacklevel=2)

@@ -29,6 +29,7 @@ from functools import wraps
 from typing import Any, TypeVar
 
 from tb_monitor import _checks
+from tb_monitor._guard import reraise_theirs
 
 __all__ = [
     "ConsoleMetricHandler",
@@ -120,7 +121,8 @@ class MetricStream:
             self.handler.emit(
                 _tuple_new(MetricData, (time.time(), self.group_name, metric_name, metric_value))
             )
-        except Exception:
+        except Exception as exc:
+            reraise_theirs(exc)
             _check_metric(self.group_name, metric_name, metric_value)
             _handler_failed(self.handler, self.group_name, metric_name)
 
