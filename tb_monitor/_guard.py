@@ -39,7 +39,12 @@ def _handler_codes() -> set[CodeType]:
             continue
         while isinstance(handler, functools.partial):
             handler = handler.func
-        code = getattr(getattr(handler, "__func__", handler), "__code__", None)
-        if isinstance(code, CodeType):
-            codes.add(code)
+        # a function, a bound method, or an object with __call__ (Lightning installs those)
+        call = next(
+            (vars(k)["__call__"] for k in type(handler).__mro__ if "__call__" in vars(k)), None
+        )
+        for function in (handler, call):
+            code = getattr(getattr(function, "__func__", function), "__code__", None)
+            if isinstance(code, CodeType):
+                codes.add(code)
     return codes

@@ -87,6 +87,7 @@ class _Logdir:
     alarms: dict[str, list[float]]  # per agent run, when it recorded trouble: dates a lost node
     agent_nodes: dict[str, str]  # per agent run, its node: "host (pid N)"
     cut: dict[str, float]  # per agent run, when it first failed to reach the rendezvous store
+    beating: set[str]  # the agent runs that record keep-alives (heard every few seconds)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,11 +159,14 @@ def _read_logdir(
     alarms: dict[str, list[float]] = defaultdict(list)
     nodes: dict[str, str] = {}
     cut: dict[str, float] = {}
+    beating: set[str] = set()
     for row in rows:
         run = row["run"]
         if not is_agent_run(run):
             continue
         agent_last[run] = max(agent_last.get(run, -math.inf), row["wall_time"])
+        if contract.is_heartbeat(row):
+            beating.add(run)
         if row.get("state") == "FAILED" or is_verdict(row):
             alarms[run].append(row["wall_time"])
         if is_store_lost(row):
@@ -177,6 +181,7 @@ def _read_logdir(
         dict(alarms),
         nodes,
         cut,
+        beating,
     )
 
 
@@ -195,7 +200,7 @@ def _fault(
     logdir: _Logdir, started: list[int], by_rank: Mapping[int, RankEnding]
 ) -> tuple[RootCause | None, list[int], list[Mapping[str, Any]], list[int]]:
     """The root cause, the collateral ranks, their records that ended the attempt, and those of
-    them whose agent recorded nothing since the root cause."""
+    them whose agent, one that keeps alive, recorded nothing since the root cause."""
     root = root_cause(by_rank, logdir.agent_last, logdir.alarms, logdir.agent_nodes, logdir.cut)
     collateral, records, unheard = [], [], []
     if root is None:
@@ -206,7 +211,8 @@ def _fault(
             continue
         collateral.append(rank)
         records.extend(ending.ends)
-        if logdir.agent_last.get(str(ending.agent), -math.inf) < root.time:
+        agent = str(ending.agent)
+        if agent in logdir.beating and logdir.agent_last.get(agent, -math.inf) < root.time:
             unheard.append(rank)
     return root, collateral, records, unheard
 

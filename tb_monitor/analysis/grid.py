@@ -103,7 +103,7 @@ class RankGrid:
         #: Per window, the share of its threads' runnable time spent waiting for a CPU (NaN:
         #: not recorded): what names a rank starved of CPU (``scoring.starved_windows``).
         self.starved = np.full(steps.shape, np.nan) if starved is None else starved
-        #: Per window, its threads' seconds on a CPU (NaN: not recorded): a rank that ran more
+        #: Per window, its threads' seconds on a CPU per step (NaN: not recorded): a rank that ran more
         #: than the others is busy, not starved.
         self.cpu_run = np.full(steps.shape, np.nan) if cpu_run is None else cpu_run
         with np.errstate(invalid="ignore"):

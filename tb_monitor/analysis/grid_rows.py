@@ -40,7 +40,7 @@ def cells(
 ) -> None:
     """One rank's row: windows in one slot summed (their quantiles: the larger), then ``out``
     = steps, mean step time, mean wait per step, step time median, p95, CPU starved share,
-    seconds on a CPU."""
+    seconds on a CPU per step."""
     (_, count, total), (_, wait), (_, cpu_wait, cpu_run), *quantiles = windows
     at, wait_at, cpu_at, *quantiles_at = slots
     if not len(at):
@@ -65,7 +65,7 @@ def cells(
     )
     busy = has & (waited + ran > 0)
     out[5][busy] = waited[busy] / (waited[busy] + ran[busy])
-    out[6][busy] = ran[busy]
+    out[6][busy] = ran[busy] / steps[busy]  # per step: two windows in one slot stay comparable
 
 
 def paired(tags: Mapping[str, tuple[np.ndarray, np.ndarray]]) -> list[tuple[np.ndarray, ...]]:

@@ -195,9 +195,10 @@ class JobHealth:
         """The ranks of a failed last attempt that no record ended, while the job runs: their
         agent went on (torchelastic's agent that holds the rendezvous store learns nothing of a
         host that failed before training), so they wait for the failed rank until ended. None
-        while the only failure known may be the echo of another (a lost peer, a bare exit code):
-        the rank it lost has yet to be recorded (its agent's record comes later), and is a
-        suspect, not a rank that waits."""
+        while the only failure known may be the echo of another (a lost peer, a bare exit code
+        just read): the rank it lost has yet to be recorded (its agent's record comes later), and
+        is a suspect, not a rank that waits; nor those whose agent was not heard since the root
+        cause (``Attempt.unheard_ranks``: gone with their node, or between keep-alives)."""
         last = self.attempts[-1]
         if self.finished or last.root_cause is None or is_unexplained(last.root_cause):
             return ()

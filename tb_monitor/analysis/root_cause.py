@@ -4,10 +4,14 @@ A rank that raised records its own FAILED (``tb_monitor.rank.worker``: exception
 message, traceback); its agent records FAILED too, with the exit code and, under ``@record``,
 torchelastic's error file. A rank killed by a signal records nothing itself. ``cause_of`` reads
 whichever is there; ``root_cause`` picks an attempt's: its earliest real failure. Not real, in
-this order of last resort: a node that vanished (its ranks record no end, its agent silent
-since), a failure that reads as a lost peer (a connection error, a timeout), and the agent's
-own shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
-that ignored it once another rank of its own had failed): those ranks are collateral.
+this order of last resort: a node that vanished (none of its ranks recorded anything since the
+first failure, its agent silent since before it), a node cut off from the rendezvous store, a
+bare exit code where either is known (its agent's record alone: no signal, no message), a
+failure that reads as a lost peer (a connection error, a timeout), and the agent's own
+shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
+that ignored it once another rank of its own had failed): those ranks are collateral. A bare
+exit code younger than ``UNTOLD_S`` is ``untold``: a lost peer's exit reads the same until
+the rank's own record comes, so no rank is known to wait for it yet.
 
 A vanished node (``kill -9`` of a machine) is one cause naming every rank it took with it, dated
 by the survivors: its own last flushed records can predate the loss by a flush interval, so
@@ -30,7 +34,7 @@ import math
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = [
@@ -59,8 +63,12 @@ _PEER_LOST = re.compile(
 _STOP_SIGNALS = frozenset({"SIGTERM", "SIGINT", "SIGHUP"})
 #: Where a candidate stands, first wins: a real failure, a vanished node, a node cut off from the
 #: store, a bare exit code (its agent's record alone, no signal, no message: a lost peer's exit
-#: reads the same until the rank's own record comes), a lost peer, a stop.
+#: reads the same until the rank's own record comes; below a lost node only where one is
+#: known), a lost peer, a stop.
 _REAL, _VANISHED, _CUT_OFF, _UNTOLD, _LOST_PEER, _STOPPED = range(6)
+#: A bare exit code is untold this long after it, as the newest agent record dates the read:
+#: the rank's own record comes within its writer's flush, its killer's within a monitor loop.
+UNTOLD_S = 10.0
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 _EMPTY_ERROR = {"<NONE>", "<N/A>", ""}
 
@@ -86,6 +94,8 @@ class RootCause:
     seen_by: str | None = None  # a lost node: who recorded the loss first ("rank 0", a node)
     cut_off_from: tuple[int, ...] = ()  # a partition: the ranks on the store's side of the cut
     agent: str | None = field(default=None, compare=False, repr=False)  # a lost node's agent run
+    #: A bare exit code younger than ``UNTOLD_S``: it may be the echo of a failure not recorded.
+    untold: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.ranks:
@@ -243,13 +253,13 @@ def is_lost_peer(cause: RootCause) -> bool:
 def is_untold(cause: RootCause) -> bool:
     """Whether ``cause`` is a bare exit code: its agent's record alone, with no signal and no
     message; a lost peer's exit reads the same until the rank's own record comes."""
-    return cause.signal is None and cause.source == "agent"
+    return cause.signal is None and cause.source == "agent" and cause.ranks == (cause.rank,)
 
 
 def is_unexplained(cause: RootCause) -> bool:
     """Whether ``cause`` may be the echo of a failure not recorded yet (a lost peer, a bare
-    exit code): the ranks with no record then are suspects, not ranks that wait."""
-    return is_lost_peer(cause) or is_untold(cause)
+    exit code just read): the ranks with no record then are suspects, not ranks that wait."""
+    return is_lost_peer(cause) or cause.untold
 
 
 def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -> int:
@@ -258,8 +268,6 @@ def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -
         return _LOST_PEER if is_lost_peer(cause) else _REAL
     if cause.signal in _STOP_SIGNALS:
         return _STOPPED
-    if is_untold(cause):
-        return _UNTOLD
     # SIGKILL after another rank of the same agent failed on its own (not by a signal): the
     # agent's escalation of the stop it began then.
     escalated = any(
@@ -277,16 +285,16 @@ def ranks_words(ranks: Sequence[int]) -> str:
 def _lost_nodes(
     by_rank: Mapping[int, RankEnding], agent_last: Mapping[str, float], first: float
 ) -> dict[str, list[int]]:
-    """Per agent silent since before the first failure, none of whose ranks recorded an end: its
-    ranks. A node killed whole leaves nothing else; a rank of it that recorded its end lived on
-    (its agent was only between keep-alives)."""
+    """Per agent silent since before the first failure, none of whose ranks recorded anything
+    since: its ranks that recorded no end. A node killed whole leaves nothing else; a rank of it
+    that recorded its lost peer lived on (its agent was only between keep-alives)."""
     lost: dict[str, list[int]] = {}
     heard: set[str] = set()
     for rank, ending in sorted(by_rank.items()):
         silent = ending.agent is not None and agent_last.get(ending.agent, -math.inf) < first
-        if ending.failed or ending.succeeded or ending.ends:
+        if ending.last_seen >= first:
             heard.add(str(ending.agent))
-        elif silent:
+        elif silent and not (ending.failed or ending.succeeded or ending.ends):
             lost.setdefault(str(ending.agent), []).append(rank)
     return {agent: ranks for agent, ranks in lost.items() if agent not in heard}
 
@@ -389,4 +397,10 @@ def root_cause(
     cut_off = _cut_off(by_rank, agent_last, cut or {}, causes, nodes or {})
     if cut_off is not None:
         ranked.append((_CUT_OFF, cut_off.time, cut_off.rank, cut_off))
-    return min(ranked, key=lambda c: c[:3])[3]
+    if any(c[0] in (_VANISHED, _CUT_OFF) for c in ranked):  # it explains a bare exit code
+        ranked = [(_UNTOLD if is_untold(c[3]) else c[0], *c[1:]) for c in ranked]
+    found = min(ranked, key=lambda c: c[:3])[3]
+    now = max(agent_last.values(), default=first)
+    return (
+        replace(found, untold=True) if is_untold(found) and now - found.time < UNTOLD_S else found
+    )

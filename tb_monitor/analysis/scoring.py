@@ -17,8 +17,9 @@ compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecu
 which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
 and ``STARVED_FACTOR`` times as long per second on a CPU as the window's median rank's (on a
 busy machine every rank waits; compared to zero, all would be) and as the others usually wait
-(they may wait less for a few windows), while it ran no longer on a CPU than the others did (a
-busier rank waits longer per second on a crowded machine: busy, not held back).
+(they may wait less for a few windows), while it ran no more than ``STARVED_MOST_RUN`` times as
+long on a CPU per step as the others did (a busier rank waits longer per second on a crowded
+machine: busy, not held back).
 :class:`tb_monitor.analysis.grid.RankGrid` applies them and answers with a :class:`Score` per
 rank and a :class:`Stall` per stalled rank; every reader goes through it.
 """
@@ -82,7 +83,8 @@ SILENT_SLACK_S = 2.0
 #: the window's median rank's threads.
 STARVED_SHARE = 0.5
 STARVED_FACTOR = 2.0
-#: ... and it ran no more than STARVED_MOST_RUN times as long on a CPU as that median rank: a
+#: ... and it ran no more than STARVED_MOST_RUN times as long on a CPU per step as that median
+#: rank: a
 #: rank busier than the others (a long garbage collection, a thread of its own) waits longer per
 #: second on a crowded machine, because the scheduler favours the ranks that slept in a
 #: collective; it is busy, not held back.
@@ -170,7 +172,7 @@ def starved_windows(
     recorded the window, as the other one: a median of two would count the rank itself), and
     as that reference's median over the windows: a rank waiting as the others usually do is
     not starved while they wait less for a few windows (on a busy machine they will). Where
-    ``run`` (seconds on a CPU) is given, a rank that ran over ``STARVED_MOST_RUN`` times as long
+    ``run`` (seconds on a CPU per step) is given, a rank that ran over ``STARVED_MOST_RUN`` times as long
     as the same reference is not starved in that window."""
     share = np.asarray(share, dtype=np.float64)
     if share.size == 0:

@@ -97,7 +97,7 @@ class GradWait:
 
     def attach(self, ddp: Any) -> bool:
         """Time the backward passes of ``ddp`` (a DDP module built before ``install``, say);
-        False when it has no parameter to hook. Never raises."""
+        False when it has no parameter to hook. Raises only what a user's signal handler raised."""
         try:
             ignored = getattr(ddp, "parameters_to_ignore", ())
             names = [

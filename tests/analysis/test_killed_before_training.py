@@ -22,7 +22,8 @@ def _rank_2_killed(survivors_end: bool = False) -> list[dict]:
     rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
     rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
     rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 2, -9), verdict(1.7, "b", 20, "SUCCEEDED")]
-    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 3, -15), _keep_alive(KILLED_AT + 3, "a", 10)]
+    rows += [agent(KILLED_AT + 0.1, "b", 20, "FAILED", 3, -15), _keep_alive(1.2, "a", 10)]
+    rows += [_keep_alive(KILLED_AT + 3, "a", 10)]
     if survivors_end:
         rows += [agent(9.0, "a", 10, "FAILED", r, 1) for r in (0, 1)]
         rows += [verdict(9.1, "a", 10, "FAILED")]
@@ -31,7 +32,10 @@ def _rank_2_killed(survivors_end: bool = False) -> list[dict]:
 
 def _keep_alive(t: float, node: str, pid: int) -> dict:
     """The agent's keep-alive: it lives on."""
-    return rendezvous(t, node, pid, "RUNNING", "has sent a keep-alive heartbeat")
+    return {
+        **rendezvous(t, node, pid, "RUNNING", "", method="h._keep_alive"),
+        "source": "RENDEZVOUS",
+    }
 
 
 def _job(rows: list[dict]) -> dict:
@@ -112,3 +116,33 @@ def test_a_node_whose_rank_recorded_its_end_is_not_lost():
     rows += [_keep_alive(KILLED_AT + 0.2, "a", 10)]
     job = _job(rows)
     assert (job["attempts"][-1]["root_cause"]["source"], job["waiting_ranks"]) == ("worker", [])
+
+
+def _rank_2_exited(then: float) -> list[dict]:
+    """Rank 2 exits with code 1 (no signal, no message: ``os._exit``) at ``KILLED_AT``; b's
+    agent stops rank 3 and ends; a's agent keeps alive until ``then``."""
+    rows = [joined(0.5, "a", 10), joined(0.6, "b", 20), _keep_alive(1.2, "a", 10)]
+    rows += [agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [agent(1.0, "b", 20, "START", r) for r in (2, 3)]
+    rows += [agent(KILLED_AT, "b", 20, "FAILED", 2, 1), agent(KILLED_AT, "b", 20, "FAILED", 3, -15)]
+    return [*rows, verdict(KILLED_AT + 0.2, "b", 20, "SUCCEEDED"), _keep_alive(then, "a", 10)]
+
+
+def test_a_bare_exit_code_long_unexplained_is_the_failure_ranks_wait_for():
+    """Ten seconds on, nothing else explains rank 2's bare exit: it is the failure, and the
+    ranks of a's agent, which keeps alive, are named waiting."""
+    job = _job(_rank_2_exited(then=KILLED_AT + 12))
+    assert (job["attempts"][-1]["root_cause"]["rank"], job["waiting_ranks"]) == (2, [0, 1])
+
+
+def test_a_bare_exit_code_just_read_names_no_rank_waiting():
+    """Read a second after it, the bare exit may be a lost peer's: no rank is named waiting."""
+    assert _job(_rank_2_exited(then=KILLED_AT + 1))["waiting_ranks"] == []
+
+
+def test_an_earlier_bare_exit_code_still_beats_a_later_exception():
+    """Without a lost node to explain it, a bare exit code is a real failure: earlier than
+    another rank's exception, it is the root cause."""
+    preempted = "Preempted: SIGTERM"
+    rows = [*_rank_2_exited(then=KILLED_AT + 1), own(KILLED_AT + 0.1, 0, "FAILED", preempted)]
+    assert _job(rows)["attempts"][-1]["root_cause"]["rank"] == 2

@@ -80,3 +80,24 @@ def test_an_exception_from_a_partial_handler_is_theirs():
                 reraise_theirs(exc)
     finally:
         signal.signal(signal.SIGUSR2, before)
+
+
+class _Compose:
+    """A handler object, as Lightning installs one (``_HandlersCompose``)."""
+
+    def __call__(self, signum, frame):
+        raise Preempted(f"signal {signum}")
+
+
+def test_an_exception_from_a_handler_object_is_theirs():
+    """A handler installed as an object with ``__call__`` is recognised too."""
+    before = signal.signal(signal.SIGUSR2, _Compose())
+    try:
+        with pytest.raises(Preempted):
+            try:
+                os.kill(os.getpid(), signal.SIGUSR2)
+                sum(range(1000))
+            except Preempted as exc:
+                reraise_theirs(exc)
+    finally:
+        signal.signal(signal.SIGUSR2, before)
