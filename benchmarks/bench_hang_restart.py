@@ -27,20 +27,17 @@ HANG = Path(__file__).resolve().parent.parent / "tests/integration/scripts/ddp_h
 
 def one_round(after: str, stall_floor: str | None) -> float:
     """Seconds from the hang to the restarted attempt's first step."""
-    env = {**SHORT_WINDOWS, "HANG_RANK": "1", "HANG_AT": "30"}
+    with tempfile.TemporaryDirectory() as workdir:
+        return _round_in(Path(workdir), after, stall_floor)
+
+
+def _round_in(workdir: Path, after: str, stall_floor: str | None) -> float:
+    env = {**SHORT_WINDOWS, "HANG_RANK": "1", "HANG_AT": "30", "HANG_S": "600", "STEPS": "100"}
+    env["HANG_ONCE"] = str(workdir / "hung-once")  # the rank hangs in the first attempt only
     if stall_floor is not None:
         env["TB_MONITOR_STALL_FLOOR_S"] = stall_floor
-    env.update(HANG_S="600", HANG_ONCE="1", STEPS="100")
-    with (
-        tempfile.TemporaryDirectory() as workdir,
-        user_job(
-            Path(workdir),
-            HANG,
-            env=env,
-            max_restarts=1,
-            run_options=("--restart-hung-after", after),
-        ) as job,
-    ):
+    options = ("--restart-hung-after", after)
+    with user_job(workdir, HANG, env=env, max_restarts=1, run_options=options) as job:
         job.wait_for_output("hangs at step")
         hung = time.monotonic()
         job.wait_for_output("step 0 restart 1")

@@ -67,8 +67,14 @@ def restarted(tmp_path_factory) -> tuple[list, dict]:
     """The agents' exit codes and the report of a job whose rank 1 hangs in its first attempt,
     run with --restart-hung-after 10s and --max-restarts 1."""
     need("torch")
-    env = {"HANG_AT": "30", "HANG_S": "600", "HANG_ONCE": "1", "STEPS": "200"}
-    return run_hung_job(tmp_path_factory.mktemp("hung"), env, max_restarts=1)
+    workdir = tmp_path_factory.mktemp("hung")
+    env = {
+        "HANG_AT": "30",
+        "HANG_S": "600",
+        "HANG_ONCE": str(workdir / "hung-once"),
+        "STEPS": "200",
+    }
+    return run_hung_job(workdir, env, max_restarts=1)
 
 
 def test_the_restarted_job_finishes(restarted):

@@ -3,8 +3,9 @@
 Launched by torchrun; knows nothing of tb_monitor. With ``HANG_RANK`` set, that rank sleeps
 ``HANG_S`` seconds (120) at step ``HANG_AT`` (30) before its backward, whose all-reduce the
 others then wait in: the roll-call's odd one out is in ``wait_before_collective``. With
-``HANG_ONCE`` set it hangs in the first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0), so a
-restarted attempt trains to ``STEPS`` and ends. ``HANG_AT=start``: that rank sleeps before
+``HANG_ONCE`` a file's path it hangs once only: the rank that hangs leaves that file, so a
+restarted attempt trains to ``STEPS`` and ends (not ``TORCHELASTIC_RESTART_COUNT``: an agent
+restarted by the other's rejoining counts no restart, and the rank may move to it). ``HANG_AT=start``: that rank sleeps before
 DDP's constructor, whose shape check and broadcast the others then wait in (no step is taken).
 """
 
@@ -17,14 +18,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def wait_before_collective():
+    if os.environ.get("HANG_ONCE"):
+        open(os.environ["HANG_ONCE"], "w").close()
     time.sleep(float(os.environ.get("HANG_S", "120")))
 
 
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    first = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
-    hangs = os.environ.get("HANG_RANK") == str(rank) and (first or not os.environ.get("HANG_ONCE"))
+    once = os.environ.get("HANG_ONCE")
+    hangs = os.environ.get("HANG_RANK") == str(rank) and not (once and os.path.exists(once))
     at_start = os.environ.get("HANG_AT") == "start"
     if hangs and at_start:
         print(f"[RANK{rank}] hangs before DDP", flush=True)
