@@ -318,8 +318,8 @@ class RankGrid:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
         (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
         floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes cut off
-        from the rendezvous store (``store_contact.cut_off_ranks``), waited for when no rank is
-        behind the others. That view explains a stall and makes none, but a run seen so that is
+        from the rendezvous store (``store_contact.cut_off_ranks``), waited for unless a rank is
+        silent. That view explains a stall and makes none, but a run seen so that is
         no row (it recorded nothing: stopped before its first heartbeat) is known from it
         alone: judged as without a step since it was seen so, its stall's ``row`` -1."""
         typical = self.typical_step_s()

@@ -269,8 +269,8 @@ def stalled_ranks(
     newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank
     has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
     one waited for: of several, those its agent sees silent (``seen_silent``: stopped, in the
-    kernel, no pulse), else those behind in the collectives. Where no rank is waited for so
-    (all inside one collective), the stalled ranks of ``cut_off`` are: their node lost the
+    kernel, no pulse), else those behind in the collectives. Where no rank is silent, the
+    stalled ranks of ``cut_off`` are, before any collective rule: their node lost the
     rendezvous store (``store_contact``).
 
     A silent rank's newest beat may predate the steps it took with the others until it stopped
@@ -298,7 +298,7 @@ def stalled_ranks(
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent), seen_silent)
-    _mark_cut_off(rows, cut_off)
+    _mark_cut_off(rows, cut_off, bool(silent))
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
 
@@ -382,13 +382,14 @@ def _mark_waited_for(
         row["waited_for"] = row["rank"] in behind
 
 
-def _mark_cut_off(rows: list[dict[str, Any]], cut_off: Collection[int]) -> None:
-    """Where no stalled row is waited for, those of ``cut_off`` are, marked ``cut_off``."""
-    if any(row["waited_for"] for row in rows):
+def _mark_cut_off(rows: list[dict[str, Any]], cut_off: Collection[int], silence: bool) -> None:
+    """Unless a rank is silent, the stalled rows of ``cut_off`` are the ones waited for, marked
+    ``cut_off``: a partition holds every rank, and which one reads outside or behind in the
+    collectives then is chance (FSDP2's go around our wrapper)."""
+    if silence or not any(row["rank"] in cut_off for row in rows):
         return
     for row in rows:
-        if row["rank"] in cut_off:
-            row["waited_for"] = row["cut_off"] = True
+        row["waited_for"] = row["cut_off"] = row["rank"] in cut_off
 
 
 def _silence(

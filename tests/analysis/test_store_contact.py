@@ -87,8 +87,11 @@ def test_ranks_of_a_cut_off_node_are_waited_for_when_all_wait_in_one_collective(
     assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
 
 
-def test_a_rank_behind_the_others_is_waited_for_whatever_the_cut():
-    """Rank 1 never entered collective 7: it is the one waited for, not the cut-off node's."""
-    beats = {f"job/rank-{r}": _beat(40.0) for r in range(4)} | {"job/rank-1": _beat(40.0, 6)}
-    stalls = RankGrid.from_series({}, beats).stalls(now=T, cut_off={("job", 2): T - 45.0})
-    assert [(s.rank, s.cut_off) for s in stalls if s.waited_for] == [(1, False)]
+def test_a_cut_off_nodes_ranks_are_waited_for_whoever_reads_outside_the_collective():
+    """Rank 0 reads outside collective 7 (FSDP2's collectives go around our wrapper): still
+    ranks 2, 3, cut off, are the ones waited for (the campaign's partition on FSDP2, seed 61)."""
+    beats = {f"job/rank-{r}": _beat(40.0) for r in range(4)}
+    beats["job/rank-0"] = {**_beat(40.0, 6), "in_collective_s": 0.0}
+    cut = {("job", 2): T - 45.0, ("job", 3): T - 45.0}
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, cut_off=cut)
+    assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
