@@ -235,7 +235,14 @@ class TimelinePlugin(base_plugin.TBPlugin):
         attempts = timelines.snapshot().attempts
         found, jobs = timelines.analysis(), timelines.job_spans()
         payload = ranks_payload(
-            ranks.snapshot(), query, attempts, found.views, jobs, found.calls, found.cut_off
+            ranks.snapshot(),
+            query,
+            attempts,
+            found.views,
+            jobs,
+            found.calls,
+            found.cut_off,
+            found.late,
         )
         if not payload.get("unchanged"):
             payload["captures"] = captures_payload(payload.get("runs") or [], found.captures)

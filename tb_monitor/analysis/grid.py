@@ -313,13 +313,14 @@ class RankGrid:
         floor_s: float | None = None,
         seen_silent: Mapping[str, float] | None = None,
         cut_off: Mapping[tuple[str, int], float] | None = None,
+        late: Mapping[tuple[str, int], float] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
         (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
         floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes cut off
         from the rendezvous store (``store_contact.cut_off_ranks``), waited for unless a rank is
-        silent. That view explains a stall and makes none, but a run seen so that is
+        silent; ``late``: those of nodes that may be (``late_ranks``): none waited for yet. That view explains a stall and makes none, but a run seen so that is
         no row (it recorded nothing: stopped before its first heartbeat) is known from it
         alone: judged as without a step since it was seen so, its stall's ``row`` -1."""
         typical = self.typical_step_s()
@@ -341,16 +342,21 @@ class RankGrid:
             factor=factor,
             floor_s=floor_s,
             silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
-            cut_off=[
-                row
-                for row, run in enumerate(self.runs)
-                if (run.split("/", 1)[0], contract.rank_of(run)) in (cut_off or {})
-            ],
+            cut_off=self._rows_of(cut_off or {}),
+            late=self._rows_of(late or {}),
             seen_silent=[
                 row for row, run in enumerate([*self.runs, *unheard]) if run in seen_silent
             ],
         )
         return [self._stall(stall, unheard) for stall in found]
+
+    def _rows_of(self, ranks: Mapping[tuple[str, int], float]) -> list[int]:
+        """The rows of ``(job, rank)`` keys."""
+        return [
+            row
+            for row, run in enumerate(self.runs)
+            if (run.split("/", 1)[0], contract.rank_of(run)) in ranks
+        ]
 
     def _stall(self, stall: dict[str, Any], unheard: list[str]) -> Stall:
         """A ``stalled_ranks`` row as a Stall of this grid (row -1: a run that is no row)."""

@@ -251,6 +251,7 @@ def stalled_ranks(
     silent_after_s: float = float("inf"),
     cut_off: Collection[int] = (),
     seen_silent: Collection[int] = (),
+    late: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
 
@@ -262,16 +263,15 @@ def stalled_ranks(
     floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
     save) passes the floor; each its newest beat's value plus the time since that beat, so a
     rank whose heartbeats stopped still counts. No rank is stalled while one whose beats go on
-    is inside a checkpoint save (``in_save_s``) or made progress within the floor: the others
-    wait for it. ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when given; by
+    saves a checkpoint (``in_save_s``) or made progress within the floor. ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when given; by
     default a rank whose beats carry no progress (an older logdir), or that has yet to finish a
     step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when its
     newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank
     has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
     one waited for: of several, those its agent sees silent (``seen_silent``: stopped, in the
-    kernel, no pulse), else those behind in the collectives. Where no rank is silent, the
-    stalled ranks of ``cut_off`` are, before any collective rule: their node lost the
-    rendezvous store (``store_contact``).
+    kernel, no pulse), else those behind in the collectives. Else the stalled ranks of
+    ``cut_off`` are, before the collective rule (their node lost the rendezvous store:
+    ``store_contact``); none while one is only ``late`` (its node's keep-alives late).
 
     A silent rank's newest beat may predate the steps it took with the others until it stopped
     (a beat is logged once a window, written at the next flush): it has gone no longer without
@@ -298,7 +298,7 @@ def stalled_ranks(
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent), seen_silent)
-    _mark_cut_off(rows, cut_off, bool(silent))
+    _mark_cut_off(rows, cut_off, bool(silent), late)
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
 
@@ -382,11 +382,14 @@ def _mark_waited_for(
         row["waited_for"] = row["rank"] in behind
 
 
-def _mark_cut_off(rows: list[dict[str, Any]], cut_off: Collection[int], silence: bool) -> None:
+def _mark_cut_off(
+    rows: list[dict[str, Any]], cut_off: Collection[int], silence: bool, late: Collection[int]
+) -> None:
     """Unless a rank is silent, the stalled rows of ``cut_off`` are the ones waited for, marked
     ``cut_off``: a partition holds every rank, and which one reads outside or behind in the
-    collectives then is chance (FSDP2's go around our wrapper)."""
-    if silence or not any(row["rank"] in cut_off for row in rows):
+    collectives then is chance (FSDP2's go around our wrapper); while a stalled row is only
+    ``late``, none is yet."""
+    if silence or not any(row["rank"] in (*cut_off, *late) for row in rows):
         return
     for row in rows:
         row["waited_for"] = row["cut_off"] = row["rank"] in cut_off

@@ -18,17 +18,28 @@ from typing import Any
 from tb_monitor import contract
 from tb_monitor.analysis.jobs import is_agent_run, is_verdict
 
-__all__ = ["KEEP_ALIVE_S", "QUIET_KEEP_ALIVES", "cut_off_ranks"]
+__all__ = ["KEEP_ALIVE_S", "LATE_KEEP_ALIVES", "QUIET_KEEP_ALIVES", "cut_off_ranks", "late_ranks"]
 
 #: torchelastic's default ``keep_alive_interval`` and ``keep_alive_max_attempt``.
 KEEP_ALIVE_S = 5.0
 QUIET_KEEP_ALIVES = 3
+#: A node is late after this many intervals without a keep-alive: not yet cut off, but until
+#: it is known either way no rank is named waited for by the collective rule (before the cut
+#: is known, a rank on the store's side can read outside the collective: FSDP2).
+LATE_KEEP_ALIVES = 1.5
 
 
-def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+def late_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+    """``cut_off_ranks`` after ``LATE_KEEP_ALIVES`` intervals: the nodes that may be cut off."""
+    return cut_off_ranks(rows, LATE_KEEP_ALIVES)
+
+
+def cut_off_ranks(
+    rows: Iterable[Mapping[str, Any]], intervals: float = QUIET_KEEP_ALIVES
+) -> dict[tuple[str, int], float]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
     ``agent_views`` keys them), the time of its agent's last keep-alive: none for
-    ``QUIET_KEEP_ALIVES`` intervals while another agent of the job recorded one since, and no
+    ``intervals`` keep-alive intervals while another agent of the job recorded one since, and no
     verdict of its own (an agent that ended is no cut)."""
     last: dict[str, dict[str, float]] = {}  # job -> agent run -> its newest keep-alive
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
@@ -46,7 +57,7 @@ def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], fl
                 ranks.setdefault(run, set()).add(int(row["rank"]))
         elif is_verdict(row):
             ended.add(run)
-    quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
+    quiet_s = intervals * KEEP_ALIVE_S
     cut: dict[tuple[str, int], float] = {}
     for job, agents in last.items():
         newest = max(agents.values())

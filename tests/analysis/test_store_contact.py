@@ -95,3 +95,21 @@ def test_a_cut_off_nodes_ranks_are_waited_for_whoever_reads_outside_the_collecti
     cut = {("job", 2): T - 45.0, ("job", 3): T - 45.0}
     stalls = RankGrid.from_series({}, beats).stalls(now=T, cut_off=cut)
     assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
+
+
+def test_a_node_late_with_its_keep_alives_is_not_yet_cut_off_but_late():
+    """Agent b 10 s behind agent a: not cut off (three intervals), but late (one and a half)."""
+    from tb_monitor.analysis.store_contact import late_ranks
+
+    rows = _job(T, T - 10.0)
+    assert (cut_off_ranks(rows), set(late_ranks(rows))) == ({}, {("job", 2), ("job", 3)})
+
+
+def test_no_rank_is_waited_for_while_a_node_is_only_late():
+    """Before the cut is known, rank 0 reading outside the collective is not named: ranks 2, 3
+    may be cut off (the campaign's partition on FSDP2, seed 63, named rank 1 so)."""
+    beats = {f"job/rank-{r}": _beat(12.0) for r in range(4)}
+    beats["job/rank-0"] = {**_beat(12.0, 6), "in_collective_s": 0.0}
+    late = {("job", 2): T - 8.0, ("job", 3): T - 8.0}
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=10.0, late=late)
+    assert stalls and not any(s.waited_for for s in stalls)
