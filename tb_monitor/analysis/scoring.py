@@ -368,16 +368,16 @@ def _mark_waited_for(
     inside_any = any(row["in_collective"] for row in rows)
     most = max((row["entered"] for row in rows), default=0)
     fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
-    behind = {
+    in_sequence = {
         row["rank"]
         for row in rows
-        if (not row["in_collective"] and inside_any)
-        or row["entered"] < most
-        or (row["fr_seq"] is not None and row["fr_seq"] < fr_most)
+        if row["entered"] < most or (row["fr_seq"] is not None and row["fr_seq"] < fr_most)
     }
-    if silence:
+    outside = {row["rank"] for row in rows if not row["in_collective"] and inside_any}
+    behind = in_sequence | outside
+    if silence:  # a rank behind in the sequence whose beats go on outranks silent ranks ahead
         silent = {row["rank"] for row in rows if row["silent"]}
-        behind = (silent & set(seen_silent)) or (silent & behind) or silent
+        behind = (silent & set(seen_silent)) or (silent & behind) or in_sequence or silent
     for row in rows:
         row["waited_for"] = row["rank"] in behind
 

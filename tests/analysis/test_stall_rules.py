@@ -333,3 +333,15 @@ def test_of_two_silent_ranks_the_one_its_agent_sees_stopped_is_waited_for():
     grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
     stalls = grid.stalls(now=T, seen_silent={"job/rank-1": T - 11.0})
     assert [s.rank for s in stalls if s.waited_for] == [1]
+
+
+def test_a_rank_behind_in_the_flight_recorder_outranks_ranks_whose_beats_lag():
+    """DDP: rank 3 sleeps before its forward, its beats going on; ranks 0-2, ahead in the Flight
+    Recorder inside the gradient all-reduce, have beats 5 s late on a loaded machine: rank 3 is
+    waited for, not them (a fresh-clone CI's test_rank_health)."""
+    beats = {rank: {**_beat(T - 5.0, 7.0, steps=5), "fr_seq": 10} for rank in range(3)}
+    beats[3] = {**_beat(T, 12.0, steps=5), "fr_seq": 9}
+    for beat in beats.values():
+        beat["since_progress_s"] = beat["since_step_s"]
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
+    assert [s.rank for s in grid.stalls(now=T) if s.waited_for] == [3]
