@@ -20,13 +20,16 @@ ENV = {**SHORT_WINDOWS, **SHORT_STALL_FLOOR, "STEP_SLEEP_S": "0.05"}
 ROLL_CALL_WITHIN_S = 60.0
 
 
-def _roll_call(job: UserJob) -> dict:
-    """The report's roll-call once it holds all 4 ranks (or what it holds after the wait)."""
+def _roll_call(job: UserJob, since: float = 0.0) -> dict:
+    """The report's roll-call taken after ``since`` (wall time) once it holds all 4 ranks (or
+    what it holds after the wait): on a loaded machine a pause before the fault may have had
+    one of its own."""
     deadline, call = time.monotonic() + ROLL_CALL_WITHIN_S, None
     while time.monotonic() < deadline:
         ranks = job.report(SHORT_STALL_FLOOR)["ranks"] or {}
         call = ranks.get("roll_call")
-        if call and sum(len(g["ranks"]) for g in call["groups"]) == 4:
+        taken = call and (call.get("at") or 0.0) >= since
+        if taken and sum(len(g["ranks"]) for g in call["groups"]) == 4:
             return call
         time.sleep(2.0)
     raise AssertionError(f"no roll-call of 4 ranks in {ROLL_CALL_WITHIN_S} s: {json.dumps(call)}")
@@ -38,9 +41,10 @@ def stopped_call(tmp_path_factory) -> dict:
     need("torch")
     with user_job(tmp_path_factory.mktemp("rc-stop"), DDP, "100000", "100000", env=ENV) as job:
         job.wait_for_output("Epoch 3 ")
+        stopped_at = time.time()
         job.signal_rank(1, signal.SIGSTOP)
         try:
-            return _roll_call(job)
+            return _roll_call(job, since=stopped_at)
         finally:
             job.signal_rank(1, signal.SIGCONT)
 
@@ -52,7 +56,7 @@ def sleeping_call(tmp_path_factory) -> dict:
     env = {**ENV, "HANG_RANK": "1", "HANG_AT": "30", "HANG_S": "120"}
     with user_job(tmp_path_factory.mktemp("rc-sleep"), HANG, env=env) as job:
         job.wait_for_output("hangs at step")
-        return _roll_call(job)
+        return _roll_call(job, since=time.time() - 1.0)
 
 
 def test_stopped_rank_is_the_odd_one_out(stopped_call):
