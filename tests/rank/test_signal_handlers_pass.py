@@ -66,20 +66,25 @@ def test_the_gradient_hook_passes_a_handlers_exception_on(users_handler):
     assert wait._failed is False
 
 
+def _reraised_from(handler) -> None:
+    """``handler`` installed for SIGUSR2, signalled inside a guard that asks ``reraise_theirs``."""
+    before = signal.signal(signal.SIGUSR2, handler)
+    try:
+        try:
+            os.kill(os.getpid(), signal.SIGUSR2)
+            sum(range(1000))
+        except Preempted as exc:
+            reraise_theirs(exc)
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
 def test_an_exception_from_a_partial_handler_is_theirs():
     """A handler installed as a functools.partial is recognised too."""
     import functools
 
-    before = signal.signal(signal.SIGUSR2, functools.partial(_raise))
-    try:
-        with pytest.raises(Preempted):
-            try:
-                os.kill(os.getpid(), signal.SIGUSR2)
-                sum(range(1000))
-            except Preempted as exc:
-                reraise_theirs(exc)
-    finally:
-        signal.signal(signal.SIGUSR2, before)
+    with pytest.raises(Preempted):
+        _reraised_from(functools.partial(_raise))
 
 
 class _Compose:
@@ -91,13 +96,5 @@ class _Compose:
 
 def test_an_exception_from_a_handler_object_is_theirs():
     """A handler installed as an object with ``__call__`` is recognised too."""
-    before = signal.signal(signal.SIGUSR2, _Compose())
-    try:
-        with pytest.raises(Preempted):
-            try:
-                os.kill(os.getpid(), signal.SIGUSR2)
-                sum(range(1000))
-            except Preempted as exc:
-                reraise_theirs(exc)
-    finally:
-        signal.signal(signal.SIGUSR2, before)
+    with pytest.raises(Preempted):
+        _reraised_from(_Compose())
