@@ -156,7 +156,7 @@ VARIABLES: tuple[Variable, ...] = (
         "10",
         f"{_READER}, {_AGENT}",
         "The least time without progress (a step, a DataLoader batch, a collective, a checkpoint "
-        "save) that makes a rank stalled, besides 10 typical steps without a step; by steps alone "
+        "save) that makes a rank stalled, besides 5 typical steps without a step; by steps alone "
         "(older logdirs, before a first step) 30 s. Set it where TensorBoard, `tb-monitor "
         "report` or the agent runs: it sets both floors.",
     ),

@@ -22,7 +22,7 @@ from tb_monitor.analysis.captures import Capture, captures
 from tb_monitor.analysis.jobs import JobSpan, job_spans, separate_jobs
 from tb_monitor.analysis.restart_marks import mark_restarts
 from tb_monitor.analysis.roll_call import RollCall, roll_calls
-from tb_monitor.analysis.store_contact import cut_off_ranks, late_ranks
+from tb_monitor.analysis.store_contact import cut_off_ranks
 from tb_plugin.event_table import EventTable
 from tb_plugin.job_lanes import SharedRunIds, intern_job_lanes, shared_run_ids
 from tb_plugin.lanes import Lanes
@@ -50,9 +50,9 @@ class JobAnalysis:
         self.attempts: list[dict[str, Any]] = []
         self.views: dict[tuple[str, int], AgentView] = {}  # what each rank's agent saw of it
         self.calls: dict[str, RollCall] = {}  # each job's newest roll-call of its ranks' stacks
-        #: (job, rank) of the nodes cut off from the rendezvous store (``store_contact``)
+        #: (job, rank) of the nodes whose keep-alives to the rendezvous store stopped while
+        #: another node's went on (``store_contact.cut_off_ranks``): a stalled job waits for them
         self.cut_off: dict[tuple[str, int], float] = {}
-        self.late: dict[tuple[str, int], float] = {}  # of nodes that may be cut off
         self.captures: dict[str, list[Capture]] = {}  # each job's captures (tb-monitor capture)
         self.spans: list[JobSpan] = []  # the jobs, as the last analysis told them apart
         self.shared: SharedRunIds = {}  # run ids several jobs share (``job_lanes``)
@@ -74,7 +74,6 @@ class JobAnalysis:
         self.views = agent_views(table.span_rows)
         self.calls = roll_calls(table.span_rows)
         self.cut_off = cut_off_ranks(table.span_rows)
-        self.late = late_ranks(table.span_rows)
         self.captures = captures(table.span_rows)
         restarts = mark_restarts(marks, found)
         self._analysed = (found, _intervals(restarts, last_time, table, lanes))

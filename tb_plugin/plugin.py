@@ -242,7 +242,6 @@ class TimelinePlugin(base_plugin.TBPlugin):
             jobs,
             found.calls,
             found.cut_off,
-            found.late,
         )
         if not payload.get("unchanged"):
             payload["captures"] = captures_payload(payload.get("runs") or [], found.captures)

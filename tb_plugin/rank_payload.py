@@ -39,14 +39,14 @@ def _stalls_seen(
     snap: RankSnapshot,
     views: Mapping[tuple[str, int], AgentView],
     cut_off: Mapping[tuple[str, int], float],
-    late: Mapping[tuple[str, int], float],
 ) -> list[dict[str, Any]]:
-    """The stalls, a rank its agent sees silent counted silent, a rank of a node cut off from
-    the rendezvous store waited for (``store_contact``), each with its agent's view."""
-    if not views and not cut_off and not late:
+    """The stalls, a rank its agent sees silent counted silent, a rank of a node whose
+    keep-alives to the rendezvous store stopped waited for (``store_contact``), each with its
+    agent's view."""
+    if not views and not cut_off:
         return snap.stalls
     silent = silent_runs(snap.runs, views)
-    stalls = snap.grid.stalls(seen_silent=silent, cut_off=cut_off, late=late)
+    stalls = snap.grid.stalls(seen_silent=silent, cut_off=cut_off)
     out = []
     for stall in stalls:
         view = views.get((stall.run.split("/", 1)[0], stall.rank))
@@ -122,7 +122,6 @@ def ranks_payload(
     jobs: Sequence[JobSpan] = (),
     calls: Mapping[str, RollCall] | None = None,
     cut_off: Mapping[tuple[str, int], float] | None = None,
-    late: Mapping[tuple[str, int], float] | None = None,
 ) -> dict[str, Any]:
     """The heatmap for the window ``q`` asks for, bucketed to about its pixel width.
 
@@ -136,8 +135,8 @@ def ranks_payload(
     it holds several, the payload is one job's (``tb_plugin.rank_jobs``: ``jobs``, ``job``).
     ``calls``: the jobs' roll-calls (``tb_monitor.analysis.roll_call``): the shown job's
     newest is ``roll_call`` while a rank is stalled, as ``report --json`` has it. ``cut_off``:
-    the ranks of nodes cut off from the rendezvous store (``store_contact.cut_off_ranks``);
-    ``late``: of nodes that may be (``late_ranks``).
+    the ranks of nodes whose keep-alives to the rendezvous store stopped
+    (``store_contact.cut_off_ranks``).
     """
     if q.generation == snap.generation and snap.loading is None:
         return {"generation": snap.generation, "unchanged": True}
@@ -154,7 +153,7 @@ def ranks_payload(
         "threshold": FLAG_THRESHOLD,
         "scores": snap.scores,
         "stragglers": [s for s in snap.scores if s["flagged"]],
-        "stalls": _stalls_seen(snap, views or {}, cut_off or {}, late or {}),
+        "stalls": _stalls_seen(snap, views or {}, cut_off or {}),
         "markers": _markers(attempts),
         **shown,
     }

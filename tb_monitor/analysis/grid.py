@@ -313,14 +313,13 @@ class RankGrid:
         floor_s: float | None = None,
         seen_silent: Mapping[str, float] | None = None,
         cut_off: Mapping[tuple[str, int], float] | None = None,
-        late: Mapping[tuple[str, int], float] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
         (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
-        floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes cut off
-        from the rendezvous store (``store_contact.cut_off_ranks``), waited for unless a rank is
-        silent; ``late``: those of nodes that may be (``late_ranks``): none waited for yet. That view explains a stall and makes none, but a run seen so that is
+        floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes whose
+        keep-alives to the rendezvous store stopped (``store_contact.cut_off_ranks``), waited for
+        unless a rank is silent. That view explains a stall and makes none, but a run seen so that is
         no row (it recorded nothing: stopped before its first heartbeat) is known from it
         alone: judged as without a step since it was seen so, its stall's ``row`` -1."""
         typical = self.typical_step_s()
@@ -343,7 +342,6 @@ class RankGrid:
             floor_s=floor_s,
             silent_after_s=SILENT_WINDOWS * self.window_s + SILENT_SLACK_S,
             cut_off=self._rows_of(cut_off or {}),
-            late=self._rows_of(late or {}),
             seen_silent=[
                 row for row, run in enumerate([*self.runs, *unheard]) if run in seen_silent
             ],

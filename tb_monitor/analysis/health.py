@@ -41,7 +41,7 @@ from tb_monitor.analysis.rank_report import RankHealth, rank_health
 from tb_monitor.analysis.report import SCHEMA_VERSION, JobHealth, JobReport
 from tb_monitor.analysis.roll_call import roll_calls
 from tb_monitor.analysis.sources import timeline_rows
-from tb_monitor.analysis.store_contact import cut_off_ranks, late_ranks
+from tb_monitor.analysis.store_contact import cut_off_ranks
 from tb_monitor.timeline import Span
 
 __all__ = ["SCHEMA_VERSION", "JobHealth", "JobReport", "job_report", "report_of"]
@@ -80,17 +80,16 @@ def _judged(
     now: float | None,
     views: Any,
     calls: Any,
-    contact: tuple[Mapping[tuple[str, int], float], Mapping[tuple[str, int], float]],
+    cut_off: Mapping[tuple[str, int], float],
 ) -> RankHealth | None:
     """The ranks' health. A job that ended has no live stall: every agent recorded its verdict,
     or its last attempt is over (a rank failed or was stopped), or an agent began stopping its
     workers, and its ranks wait for that end, not for a rank. In a running attempt only the
     heartbeats logged since it started count: a rank whose beats stopped with an earlier
-    attempt (it failed, its node left) has ended. ``contact``: the ranks of nodes cut off from
-    the rendezvous store, and of those late (``store_contact``)."""
-    cut_off, late = contact
+    attempt (it failed, its node left) has ended. ``cut_off``: the ranks of nodes whose
+    keep-alives to the rendezvous store stopped (``store_contact.cut_off_ranks``)."""
     if job is None:
-        return rank_health(grid, now=now, views=views, calls=calls, cut_off=cut_off, late=late)
+        return rank_health(grid, now=now, views=views, calls=calls, cut_off=cut_off)
     last = job.attempts[-1]
     stopping = job.stop_began is not None and job.stop_began >= last.start
     if job.finished or last.outcome != "RUNNING" or stopping:
@@ -98,7 +97,7 @@ def _judged(
         return None if ranks is None else replace(ranks, stalls=())
     ours = {run: b for run, b in grid.beats.items() if b.get("wall_time", -math.inf) >= last.start}
     ours = grid.with_beats(ours)
-    return rank_health(ours, now=now, views=views, calls=calls, cut_off=cut_off, late=late)
+    return rank_health(ours, now=now, views=views, calls=calls, cut_off=cut_off)
 
 
 def _with_ranks(
@@ -109,7 +108,7 @@ def _with_ranks(
 ) -> tuple[tuple[JobHealth, ...], RankHealth | None]:
     """Each job with its own ranks' health (its part of the grid, where the logdir holds several
     jobs), and the report's: the one job's, or the whole grid's without job records."""
-    views, calls, cut = agent_views(rows), roll_calls(rows), (cut_off_ranks(rows), late_ranks(rows))
+    views, calls, cut = agent_views(rows), roll_calls(rows), cut_off_ranks(rows)
     if len(jobs) <= 1:
         ranks = _judged(grid, jobs[0] if jobs else None, now, views, calls, cut)
         return tuple(replace(job, ranks=ranks) for job in jobs), ranks

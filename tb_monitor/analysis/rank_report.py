@@ -131,20 +131,19 @@ def rank_health(
     views: Mapping[tuple[str, int], AgentView] | None = None,
     calls: Mapping[str, RollCall] | None = None,
     cut_off: Mapping[tuple[str, int], float] | None = None,
-    late: Mapping[tuple[str, int], float] | None = None,
 ) -> RankHealth | None:
     """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
     are judged (default: the grid's newest heartbeat); ``views``: what the ranks' agents saw
     (``agent_views``), attached to each stall as its explanation (a rank that recorded nothing
     is known from them alone); ``calls``: the jobs' roll-calls (``roll_calls``), the newest of
-    the grid's jobs attached while a stall is named; ``cut_off``: the ranks of nodes cut off from
-    the rendezvous store (``store_contact``), the ones waited for; ``late``: those of nodes
-    that may be (``store_contact.late_ranks``)."""
+    the grid's jobs attached while a stall is named; ``cut_off``: the ranks of nodes whose
+    keep-alives to the rendezvous store stopped (``store_contact.cut_off_ranks``), the ones waited
+    for."""
     if not grid.runs:
         return None
     views = views or {}
     silent = silent_runs(grid.runs, views)
-    stalls = tuple(grid.stalls(now=now, seen_silent=silent, cut_off=cut_off, late=late))
+    stalls = tuple(grid.stalls(now=now, seen_silent=silent, cut_off=cut_off))
     jobs = {run.split("/", 1)[0] for run in grid.runs}
     ours = [call for job, call in (calls or {}).items() if job in jobs]
     return RankHealth(

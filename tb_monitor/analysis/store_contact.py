@@ -5,9 +5,12 @@ collective with the ranks across the cut (every rank inside it, none behind), th
 go on, and its agent's keep-alives to the store stop: each one blocks in a send no one answers.
 The agents on the store's side keep recording theirs every interval. torchelastic itself calls
 a node dead after ``keep_alive_max_attempt`` (3) intervals (``keep_alive_interval``, 5 s)
-without one; so does this module: a node whose agent recorded no keep-alive for that long while
-another agent of its job recorded one since is cut off, and its ranks are the ones the others
-wait for once they all stall (``analysis.scoring.stalled_ranks``).
+without one. This module needs half that: a node whose agent recorded no keep-alive for one and
+a half intervals while another agent of its job recorded one since is cut off, and its ranks
+are the ones the others wait for once they all stall (``analysis.scoring.stalled_ranks``). The
+stall is the other half of the evidence: no rank is named before every rank has gone the stall
+rule's floor (10 s) without progress, and a partition is then named with the other hangs, not
+after torchelastic's 15 s (the fault campaign's partitions were named after 13-18 s so).
 """
 
 from __future__ import annotations
@@ -18,20 +21,14 @@ from typing import Any
 from tb_monitor import contract
 from tb_monitor.analysis.jobs import is_agent_run, is_verdict
 
-__all__ = ["KEEP_ALIVE_S", "LATE_KEEP_ALIVES", "QUIET_KEEP_ALIVES", "cut_off_ranks", "late_ranks"]
+__all__ = ["KEEP_ALIVE_S", "QUIET_KEEP_ALIVES", "cut_off_ranks"]
 
-#: torchelastic's default ``keep_alive_interval`` and ``keep_alive_max_attempt``.
+#: torchelastic's default ``keep_alive_interval``.
 KEEP_ALIVE_S = 5.0
-QUIET_KEEP_ALIVES = 3
-#: A node is late after this many intervals without a keep-alive: not yet cut off, but until
-#: it is known either way no rank is named waited for by the collective rule (before the cut
-#: is known, a rank on the store's side can read outside the collective: FSDP2).
-LATE_KEEP_ALIVES = 1.5
-
-
-def late_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
-    """``cut_off_ranks`` after ``LATE_KEEP_ALIVES`` intervals: the nodes that may be cut off."""
-    return cut_off_ranks(rows, LATE_KEEP_ALIVES)
+#: A node is cut off after this many intervals without a keep-alive: a live agent's come every
+#: interval, and half of one more allows for its records reaching the logdir a flush or two
+#: later than another agent's.
+QUIET_KEEP_ALIVES = 1.5
 
 
 def cut_off_ranks(

@@ -49,9 +49,15 @@ def test_a_node_whose_keep_alives_stopped_while_anothers_went_on_is_cut_off():
     assert cut_off_ranks(_job(T, T - 30.0)) == {("job", 2): T - 30.0, ("job", 3): T - 30.0}
 
 
-def test_keep_alives_a_few_seconds_apart_are_no_cut():
-    """Agent b 10 s behind agent a (two intervals): within torchelastic's three, no cut."""
-    assert cut_off_ranks(_job(T, T - 10.0)) == {}
+def test_keep_alives_one_interval_apart_are_no_cut():
+    """Agent b 5 s behind agent a (one interval, as a live node between two keep-alives): no
+    cut."""
+    assert cut_off_ranks(_job(T, T - 5.0)) == {}
+
+
+def test_keep_alives_two_intervals_apart_are_a_cut():
+    """Agent b 10 s behind agent a (two intervals, before torchelastic's three): cut off."""
+    assert set(cut_off_ranks(_job(T, T - 10.0))) == {("job", 2), ("job", 3)}
 
 
 def test_an_agent_that_recorded_its_verdict_is_not_cut_off():
@@ -97,19 +103,35 @@ def test_a_cut_off_nodes_ranks_are_waited_for_whoever_reads_outside_the_collecti
     assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
 
 
-def test_a_node_late_with_its_keep_alives_is_not_yet_cut_off_but_late():
-    """Agent b 10 s behind agent a: not cut off (three intervals), but late (one and a half)."""
-    from tb_monitor.analysis.store_contact import late_ranks
-
-    rows = _job(T, T - 10.0)
-    assert (cut_off_ranks(rows), set(late_ranks(rows))) == ({}, {("job", 2), ("job", 3)})
-
-
-def test_no_rank_is_waited_for_while_a_node_is_only_late():
-    """Before the cut is known, rank 0 reading outside the collective is not named: ranks 2, 3
-    may be cut off (the campaign's partition on FSDP2, seed 63, named rank 1 so)."""
+def test_a_cut_off_nodes_ranks_are_waited_for_as_soon_as_the_job_stalls():
+    """Twelve seconds into the stall, agent b 8 s behind: ranks 2, 3 are named, not rank 0,
+    which reads outside the collective (the campaign's partition on FSDP2, seed 63, named rank
+    1 so before the cut was known)."""
     beats = {f"job/rank-{r}": _beat(12.0) for r in range(4)}
     beats["job/rank-0"] = {**_beat(12.0, 6), "in_collective_s": 0.0}
-    late = {("job", 2): T - 8.0, ("job", 3): T - 8.0}
-    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=10.0, late=late)
-    assert stalls and not any(s.waited_for for s in stalls)
+    cut = cut_off_ranks(_job(T, T - 8.0))
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=10.0, cut_off=cut)
+    assert sorted(s.rank for s in stalls if s.waited_for) == [2, 3]
+
+
+def test_a_cut_off_nodes_ranks_are_waited_for_over_ranks_whose_beats_come_late():
+    """Ranks 0, 1 (the store's side) beat 5 s late, their agent hears their pulse: ranks 2, 3,
+    cut off, are the ones waited for (a read of the campaign's partition on DDP named 0, 1)."""
+    beats = {f"job/rank-{r}": _beat(14.0) for r in range(4)}
+    for r in (0, 1):
+        beats[f"job/rank-{r}"] = {**_beat(9.0), "wall_time": T - 5.0}
+    cut = cut_off_ranks(_job(T, T - 10.0))
+    stalls = RankGrid.from_series({}, beats, window_s=1.0).stalls(now=T, floor_s=10.0, cut_off=cut)
+    assert [s.rank for s in stalls if s.silent] == [0, 1]
+    assert sorted(s.rank for s in stalls if s.waited_for) == [2, 3]
+
+
+def test_a_rank_its_agent_sees_stopped_outranks_a_cut_off_node():
+    """Rank 0 stopped (its agent sees it so) while agent b's keep-alives are late: rank 0 is
+    the one waited for."""
+    beats = {f"job/rank-{r}": _beat(14.0) for r in range(4)}
+    beats["job/rank-0"] = {**_beat(9.0), "wall_time": T - 5.0}
+    cut = cut_off_ranks(_job(T, T - 10.0))
+    grid = RankGrid.from_series({}, beats, window_s=1.0)
+    stalls = grid.stalls(now=T, floor_s=10.0, cut_off=cut, seen_silent={"job/rank-0": T - 4.0})
+    assert [s.rank for s in stalls if s.waited_for] == [0]
