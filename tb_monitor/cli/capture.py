@@ -14,7 +14,7 @@ import sys
 from collections.abc import Iterable
 
 from tb_monitor.cli.parsing import EXIT_2_SAYS_WHY, EXIT_OK, Parser, UsageError, fail
-from tb_monitor.launcher.capture import POLL_S, request
+from tb_monitor.launcher.capture import ALIGN_S, POLL_S, request
 from tb_monitor.logdir import fs
 
 __all__ = ["main"]
@@ -57,8 +57,9 @@ def main(argv: Iterable[str] | None = None) -> int:
         return fail(_PROG, exc)
     print(capture_id)
     print(
-        f"asked every agent writing to {logdir} (they look every {POLL_S:.0f} s); each rank's "
-        f"files land in <run id>/captures/{capture_id}/ after {args.seconds:g} s; "
+        f"asked every agent writing to {logdir} (they look every {POLL_S:.0f} s and begin "
+        f"together {ALIGN_S:.0f} s from now); each rank's files land in "
+        f"<run id>/captures/{capture_id}/ {args.seconds:g} s later; "
         f"`tb-monitor report {args.logdir}` lists them",
         file=sys.stderr,
     )

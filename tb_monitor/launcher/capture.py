@@ -12,7 +12,12 @@ and within ``REQUEST_TTL_S`` (a request left from an earlier job fires nothing).
 An agent asks each of its workers at the same moment (a thread each) through torch's worker
 server on its unix socket (``launcher.worker_server``): ``torch_profile`` for ``seconds``,
 ``dump_traceback``, ``fr_trace_json``, ``wait_counter_values``; py-spy reads every thread's
-stacks too, native frames included, where it is there (``launcher.stack_capture``). The files
+stacks too, native frames included, where it is there (``launcher.stack_capture``). Every agent
+begins ``ALIGN_S`` after the request was made, when all have seen it, so that the ranks'
+profiles cover the same seconds, and py-spy reads after them: its native read pauses a worker,
+and one paused worker stalls every rank of the job, so a pause inside another node's profile
+left that node's profile empty (a fresh-clone CI run: the agents' profiles 3.4 s apart, one
+node's py-spy inside the other's). The files
 land in ``<run id>/captures/<id>/rank-<N>/`` (``profile.json``, a chrome trace that Perfetto
 loads; ``stacks.txt``; ``flight_recorder.json``; ``wait_counters.json``), and each rank's
 capture is one timeline record (``contract.RANK_CAPTURE``) naming them, which ``tb-monitor
@@ -34,6 +39,7 @@ from tb_monitor.launcher import stack_capture, worker_server
 from tb_monitor.logdir import fs
 
 __all__ = [
+    "ALIGN_S",
     "FILES",
     "POLL_S",
     "REQUESTS_DIR",
@@ -47,6 +53,9 @@ __all__ = [
 REQUESTS_DIR = ".tb-monitor/capture-requests"
 #: How often an agent looks for a request.
 POLL_S = 3.0
+#: Every agent begins a capture this long after the request was made (by the requester's clock,
+#: waiting no longer than this on its own): by then each has looked for it.
+ALIGN_S = POLL_S + 1.0
 #: A request older than this is not taken (no job saw it in time).
 REQUEST_TTL_S = 120.0
 #: The longest a worker may take to answer beyond its profile's seconds.
@@ -120,7 +129,8 @@ class CapturePoller:
         taken = []
         for wanted in self._new_requests():
             self._taken.add(wanted["id"])
-            self.capture(wanted["id"], float(wanted.get("seconds") or 5.0), wanted.get("reason"))
+            seconds = float(wanted.get("seconds") or 5.0)
+            self.capture(wanted["id"], seconds, wanted.get("reason"), float(wanted["at"]))
             taken.append(wanted["id"])
         return taken
 
@@ -140,31 +150,47 @@ class CapturePoller:
                 found.append(wanted)
         return found
 
-    def capture(self, capture_id: str, seconds: float, reason: str | None = None) -> None:
-        """Every worker's capture, all at once; each rank's files and record written."""
+    def capture(
+        self, capture_id: str, seconds: float, reason: str | None = None, at: float | None = None
+    ) -> None:
+        """Every worker's capture, all at once (``ALIGN_S`` after ``at``, the request's time,
+        where given); py-spy reads every worker after the profiles; each rank's files and record
+        written."""
+        self._stop.wait(begin_in(at, self._clock()))
         workers = self._workers()
-        spied = stack_capture.capture(((pid, state) for pid, _, state in workers), self._py_spy)
+        asked: dict[int, tuple[dict[str, bytes], dict[str, str]]] = {}
+
+        def ask(pid: int) -> None:
+            asked[pid] = _ask_all(worker_server.socket_path(self.directory, pid), seconds)
+
         threads = [
-            threading.Thread(
-                target=self._one,
-                args=(pid, rank, capture_id, seconds, reason, spied.get(pid)),
-                name="tb_monitor-capture-rank",
-                daemon=True,
-            )
-            for pid, rank, _ in workers
+            threading.Thread(target=ask, args=(pid,), name="tb_monitor-capture-rank", daemon=True)
+            for pid, _, _ in workers
         ]
         for thread in threads:
             thread.start()
+        self._stop.wait(seconds)  # the profiles' seconds: no worker paused inside them
+        spied = stack_capture.capture(((pid, state) for pid, _, state in workers), self._py_spy)
         for thread in threads:
             thread.join(seconds + ANSWER_SLACK_S + 5.0)
+        for pid, rank, _ in workers:
+            answers, errors = asked.get(pid) or ({}, dict.fromkeys(FILES, "no answer in time"))
+            if (dump := spied.get(pid)) is not None:  # every thread, native frames too, first
+                answers["stacks"] = dump.text.encode() + b"\n" + answers.get("stacks", b"")
+            self._write(pid, rank, capture_id, seconds, reason, answers, errors)
 
-    def _one(
-        self, pid: int, rank: int, capture_id: str, seconds: float, reason: Any, spied: Any
+    def _write(
+        self,
+        pid: int,
+        rank: int,
+        capture_id: str,
+        seconds: float,
+        reason: Any,
+        answers: dict[str, bytes],
+        errors: dict[str, str],
     ) -> None:
+        """One rank's files and its capture record."""
         relative = capture_dir(self._run_id(), capture_id, rank)
-        answers, errors = _ask_all(worker_server.socket_path(self.directory, pid), seconds)
-        if spied is not None:  # py-spy's every thread, native frames too, before faulthandler's
-            answers["stacks"] = spied.text.encode() + b"\n" + answers.get("stacks", b"")
         files = {}
         for kind, data in answers.items():
             path = f"{relative}/{FILES[kind][0]}"
@@ -183,6 +209,15 @@ class CapturePoller:
             errors=json.dumps(errors),
             message=f"captured {', '.join(files) or 'nothing'} ({reason or 'on request'})",
         )
+
+
+def begin_in(at: float | None, now: float) -> float:
+    """Seconds until a capture requested at ``at`` begins: ``ALIGN_S`` after it, never more
+    than ``ALIGN_S`` from ``now`` (a clock behind the requester's), at once where that passed
+    or ``at`` is unknown."""
+    if at is None:
+        return 0.0
+    return min(max(at + ALIGN_S - now, 0.0), ALIGN_S)
 
 
 def _ask_all(path: str, seconds: float) -> tuple[dict[str, bytes], dict[str, str]]:
