@@ -319,9 +319,10 @@ class RankGrid:
         (``agent_views.silent_runs``: with when they were seen so); ``floor_s``: the rule's default
         floors where None (``stalled_ranks``); ``cut_off``: (job, rank) of the nodes whose
         keep-alives to the rendezvous store stopped (``store_contact.cut_off_ranks``), waited for
-        unless a rank is silent. That view explains a stall and makes none, but a run seen so that is
-        no row (it recorded nothing: stopped before its first heartbeat) is known from it
-        alone: judged as without a step since it was seen so, its stall's ``row`` -1."""
+        unless an agent sees a rank silent. That view explains a stall and makes none, but a run
+        seen so that is no row (it recorded nothing: stopped before its first heartbeat) is
+        known from it alone: judged as without a step since it was seen so, its stall's ``row``
+        -1."""
         typical = self.typical_step_s()
         # In row order: equally stalled ranks come out in the grid's order, whoever reads.
         beats = {

@@ -8,10 +8,10 @@ window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_
 consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
 typical steps without a step and ``STALL_FLOOR_S`` without progress of any kind (a step, a batch
 fetched, a collective left, a checkpoint save), and only then; never while a rank whose beats go
-on saves a checkpoint or made progress within the floor (the others wait for it). Where heartbeats carry no progress (older logdirs)
-or a rank has yet to finish a step, steps alone count, past ``STEP_STALL_FLOOR_S``. Silence (its
-heartbeats stopped while the others wait) and what its agent sees of its process explain a
-stall, they never make one (a rank stopped from outside for part of each step still steps).
+on saves a checkpoint or made progress within the floor (the others wait for it). Where
+heartbeats carry no progress (older logdirs) or a rank has yet to finish a step, steps alone
+count, past ``STEP_STALL_FLOOR_S``. Silence (its heartbeats stopped while the others wait)
+and what its agent sees of its process explain a stall, they never make one (a rank stopped from outside for part of each step still steps).
 A rank starved of CPU (a cgroup's quota, a crowded core) is slow in its collectives too, so its
 compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecutive windows in
 which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
@@ -265,15 +265,16 @@ def stalled_ranks(
     floor, and its time without progress (``since_progress_s``: a batch, a collective left, a
     save) passes the floor; each its newest beat's value plus the time since that beat, so a
     rank whose heartbeats stopped still counts. No rank is stalled while one whose beats go on
-    saves a checkpoint (``in_save_s``) or made progress within the floor. ``floor_s`` (default ``STALL_FLOOR_S``) holds for every rank when given; by
-    default a rank whose beats carry no progress (an older logdir), or that has yet to finish a
+    saves a checkpoint (``in_save_s``) or made progress within the floor. ``floor_s``
+    (default ``STALL_FLOOR_S``) holds for every rank when given; by default a rank whose beats carry no progress (an older logdir), or that has yet to finish a
     step, is judged by steps alone past ``STEP_STALL_FLOOR_S``. It is ``silent`` when its
     newest heartbeat lags the newest rank's by more than ``silent_after_s`` while another rank
     has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
     one waited for: of several, those its agent sees silent (``seen_silent``: stopped, in the
     kernel, no pulse), else those behind in the collectives. Unless an agent sees a rank
-    silent, the stalled ranks of ``cut_off`` are, before the silence and collective rules (their node's keep-alives to the rendezvous
-    store stopped while another node's went on: ``store_contact.cut_off_ranks``).
+    silent, the stalled ranks of ``cut_off`` are, before the silence and collective rules
+    (their node's keep-alives to the rendezvous store stopped while another node's went on:
+    ``store_contact.cut_off_ranks``).
 
     A silent rank's newest beat may predate the steps it took with the others until it stopped
     (a beat is logged once a window, written at the next flush): it has gone no longer without
