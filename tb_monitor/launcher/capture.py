@@ -10,7 +10,7 @@ know where the agents run. An agent takes a request once, and only one made afte
 and within ``REQUEST_TTL_S`` (a request left from an earlier job fires nothing).
 
 An agent asks each of its workers at the same moment (a thread each) through torch's worker
-server on its unix socket (``launcher.worker_server``): ``torch_profile`` for ``seconds``,
+server on its unix socket (``launcher.worker_server``): the profile for ``seconds``,
 ``dump_traceback``, ``fr_trace_json``, ``wait_counter_values``; py-spy reads every thread's
 stacks too, native frames included, where it is there (``launcher.stack_capture``). Every agent
 begins ``ALIGN_S`` after the request was made, when all have seen it, so that the ranks'
@@ -62,7 +62,7 @@ REQUEST_TTL_S = 120.0
 ANSWER_SLACK_S = 30.0
 #: What each rank's capture holds: file name, and the worker server's handler behind it.
 FILES = {
-    "profile": ("profile.json", "torch_profile"),
+    "profile": ("profile.json", worker_server.PROFILE_HANDLER),
     "stacks": ("stacks.txt", "dump_traceback"),
     "flight_recorder": ("flight_recorder.json", "fr_trace_json"),
     "wait_counters": ("wait_counters.json", "wait_counter_values"),
@@ -229,7 +229,7 @@ def _ask_all(path: str, seconds: float) -> tuple[dict[str, bytes], dict[str, str
     def profile() -> None:
         try:
             answers["profile"] = worker_server.ask(
-                path, "torch_profile", seconds + ANSWER_SLACK_S, duration=seconds
+                path, worker_server.PROFILE_HANDLER, seconds + ANSWER_SLACK_S, duration=seconds
             )
         except OSError as exc:
             errors["profile"] = str(exc)

@@ -1,13 +1,17 @@
 """torch's per-worker debug server on a unix socket: started in each worker, asked by its agent.
 
-PyTorch serves a worker's stacks (``dump_traceback``), its Flight Recorder (``fr_trace_json``),
-its wait counters (``wait_counter_values``) and an N-second ``torch.profiler`` trace
-(``torch_profile``, registered by importing ``torch.distributed.debug._handlers``) from
-``torch._C._distributed_c10d._WorkerServer``, the server ``torch.distributed.elastic.
+PyTorch serves a worker's stacks (``dump_traceback``), its Flight Recorder (``fr_trace_json``)
+and its wait counters (``wait_counter_values``) from ``torch._C._distributed_c10d._WorkerServer``, the server ``torch.distributed.elastic.
 control_plane.worker_main`` starts on ``$TORCH_WORKER_SERVER_SOCKET``. Under ``tb-monitor run``
 the bootstrap starts it in every worker on ``worker-<pid>.sock`` in the agent's stacks directory
 (no TCP port: only the agent on the same host reaches it), and the agent asks each of its
 workers with ``ask``: HTTP over the unix socket, ``POST /handler/<name>?<params>``.
+
+The N-second ``torch.profiler`` trace is ours (``PROFILE_HANDLER``), torch's ``torch_profile``
+but for its wait, which ends when the worker exits: the server's ``shutdown`` at exit waits for
+the handlers in flight while holding the GIL, and torch's sleeps its seconds out in Python, so a
+worker that finished its script during a capture never exited (the fault campaign's heavy data
+loading, twice: the job still "running" 150 s after its last step).
 
 The server's threads are torch's own C++ threads: the training thread does nothing for it. A
 worker whose script starts the server itself (``$TORCH_WORKER_SERVER_SOCKET`` set) keeps its
@@ -21,16 +25,26 @@ import contextlib
 import http.client
 import logging
 import os
+import pathlib
 import socket
+import tempfile
+import threading
+import time
 import urllib.parse
 from typing import Any
 
-__all__ = ["ask", "socket_path", "start"]
+__all__ = ["PROFILE_HANDLER", "ask", "socket_path", "start"]
 
 _log = logging.getLogger("tb_monitor")
 #: torch's variable for the socket ``worker_main`` serves on (``control_plane``).
 TORCH_SOCKET_ENV = "TORCH_WORKER_SERVER_SOCKET"
 _server: Any = None  # the running server of this worker: kept alive until exit
+#: The handler of a capture's profile (``_profile``), asked with ``duration`` in seconds.
+PROFILE_HANDLER = "tb_monitor_profile"
+#: The longest a worker's exit waits for a profile in flight to be written, once ended.
+EXIT_WAIT_S = 10.0
+_exiting = threading.Event()  # set at exit: a profile in flight ends at once
+_in_flight = [0]  # profiles being taken (a list: changed from the server's threads)
 
 
 def socket_path(directory: str, pid: int) -> str:
@@ -45,9 +59,9 @@ def start(directory: str | None) -> bool:
     if not directory or _server is not None or os.environ.get(TORCH_SOCKET_ENV):
         return _server is not None
     try:
-        import torch.distributed.debug._handlers  # noqa: F401  (registers torch_profile)
-        from torch._C._distributed_c10d import _WorkerServer
+        from torch._C._distributed_c10d import _register_handler, _WorkerServer
 
+        _register_handler(PROFILE_HANDLER, _profile)
         path = socket_path(directory, os.getpid())
         _server = _WorkerServer(path)
     except Exception as exc:  # torch without it, or the socket cannot be bound
@@ -57,9 +71,34 @@ def start(directory: str | None) -> bool:
     return True
 
 
+def _profile(request: Any, response: Any) -> None:
+    """``duration`` seconds of ``torch.profiler`` on every thread, as a chrome trace; cut short
+    when the worker exits."""
+    from torch.profiler import _ExperimentalConfig, profile
+
+    _in_flight[0] += 1
+    try:
+        every_thread = _ExperimentalConfig(profile_all_threads=True)
+        with profile(record_shapes=True, experimental_config=every_thread) as taken:
+            _exiting.wait(float(request.get_param("duration")))
+        with tempfile.TemporaryDirectory(prefix="tb_monitor-profile") as directory:
+            trace = pathlib.Path(directory, "trace.json")
+            taken.export_chrome_trace(str(trace))
+            response.set_content(trace.read_bytes(), "application/json")
+        response.set_status(200)
+    finally:
+        _in_flight[0] -= 1
+
+
 def _shutdown(path: str) -> None:
+    """End a profile in flight, let it be written (``EXIT_WAIT_S`` at most: this thread
+    sleeps, the handler needs the GIL), then stop the server."""
     global _server
     server, _server = _server, None
+    _exiting.set()
+    deadline = time.monotonic() + EXIT_WAIT_S
+    while _in_flight[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         if server is not None:
             server.shutdown()

@@ -1,7 +1,9 @@
 """A known wrong answer, kept as a test until it is fixed: the fault campaign's heavy data loading
 (seed 71, case 18) flagged rank 1 of a two-rank Hugging Face job with 1-s windows. Its slow
 disk reads (8 to rank 0's 3, drawn at random) made it the slower rank in three windows with
-steps, between windows where neither rank stepped; over the job it is the median rank."""
+steps, between windows where neither rank stepped; over the job it is the median rank. Three of
+that run's four slow-loading jobs of two ranks (Hugging Face, Accelerate) were flagged so: with
+two ranks the median is their mean, so one slow batch puts a rank near x2 in its window."""
 
 from __future__ import annotations
 
