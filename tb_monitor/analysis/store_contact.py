@@ -31,12 +31,10 @@ KEEP_ALIVE_S = 5.0
 QUIET_KEEP_ALIVES = 1.5
 
 
-def cut_off_ranks(
-    rows: Iterable[Mapping[str, Any]], intervals: float = QUIET_KEEP_ALIVES
-) -> dict[tuple[str, int], float]:
+def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
     ``agent_views`` keys them), the time of its agent's last keep-alive: none for
-    ``intervals`` keep-alive intervals while another agent of the job recorded one since, and no
+    ``QUIET_KEEP_ALIVES`` keep-alive intervals while another agent of the job recorded one since, and no
     verdict of its own (an agent that ended is no cut)."""
     last: dict[str, dict[str, float]] = {}  # job -> agent run -> its newest keep-alive
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
@@ -54,7 +52,7 @@ def cut_off_ranks(
                 ranks.setdefault(run, set()).add(int(row["rank"]))
         elif is_verdict(row):
             ended.add(run)
-    quiet_s = intervals * KEEP_ALIVE_S
+    quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     cut: dict[tuple[str, int], float] = {}
     for job, agents in last.items():
         newest = max(agents.values())

@@ -1,9 +1,9 @@
 """torch's per-worker debug server on a unix socket: started in each worker, asked by its agent.
 
 PyTorch serves a worker's stacks (``dump_traceback``), its Flight Recorder (``fr_trace_json``)
-and its wait counters (``wait_counter_values``) from ``torch._C._distributed_c10d._WorkerServer``, the server ``torch.distributed.elastic.
-control_plane.worker_main`` starts on ``$TORCH_WORKER_SERVER_SOCKET``. Under ``tb-monitor run``
-the bootstrap starts it in every worker on ``worker-<pid>.sock`` in the agent's stacks directory
+and its wait counters (``wait_counter_values``) from ``torch._C._distributed_c10d._WorkerServer``,
+the server ``torch.distributed.elastic.control_plane.worker_main`` starts on
+``$TORCH_WORKER_SERVER_SOCKET``. Under ``tb-monitor run`` the bootstrap starts it in every worker on ``worker-<pid>.sock`` in the agent's stacks directory
 (no TCP port: only the agent on the same host reaches it), and the agent asks each of its
 workers with ``ask``: HTTP over the unix socket, ``POST /handler/<name>?<params>``.
 
@@ -44,7 +44,7 @@ PROFILE_HANDLER = "tb_monitor_profile"
 #: The longest a worker's exit waits for a profile in flight to be written, once ended.
 EXIT_WAIT_S = 10.0
 _exiting = threading.Event()  # set at exit: a profile in flight ends at once
-_in_flight = [0]  # profiles being taken (a list: changed from the server's threads)
+_in_flight: set[int] = set()  # the server threads taking a profile (set.add is atomic)
 
 
 def socket_path(directory: str, pid: int) -> str:
@@ -76,7 +76,7 @@ def _profile(request: Any, response: Any) -> None:
     when the worker exits."""
     from torch.profiler import _ExperimentalConfig, profile
 
-    _in_flight[0] += 1
+    _in_flight.add(threading.get_ident())
     try:
         every_thread = _ExperimentalConfig(profile_all_threads=True)
         with profile(record_shapes=True, experimental_config=every_thread) as taken:
@@ -87,7 +87,7 @@ def _profile(request: Any, response: Any) -> None:
             response.set_content(trace.read_bytes(), "application/json")
         response.set_status(200)
     finally:
-        _in_flight[0] -= 1
+        _in_flight.discard(threading.get_ident())
 
 
 def _shutdown(path: str) -> None:
@@ -97,7 +97,7 @@ def _shutdown(path: str) -> None:
     server, _server = _server, None
     _exiting.set()
     deadline = time.monotonic() + EXIT_WAIT_S
-    while _in_flight[0] and time.monotonic() < deadline:
+    while _in_flight and time.monotonic() < deadline:
         time.sleep(0.01)
     try:
         if server is not None:
