@@ -47,6 +47,7 @@ from tb_monitor.analysis.scoring import (
     STALL_FACTOR,
     Score,
     Stall,
+    counted_windows,
     individual_scores,
     longest_over,
     relative_scores,
@@ -265,16 +266,25 @@ class RankGrid:
                 else np.full(self.shape[0], np.nan)
             )
 
+    def counted_windows(self) -> np.ndarray:
+        """Rows x windows: those a rank's runs of slow windows are counted over
+        (:func:`~tb_monitor.analysis.scoring.counted_windows`, with the job's typical step)."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # no row with a step
+            typical = float(np.nanmedian(self.typical_step_s())) if self.shape[0] else math.nan
+        return counted_windows(self.steps, typical, self.window_s)
+
     def scores(self, threshold: float = FLAG_THRESHOLD, windows: int = FLAG_WINDOWS) -> list[Score]:
         """Per rank that recorded a window, its score; slowest (highest relative) first."""
         if not self.shape[1]:
             return []
         individual = individual_scores(self.compute)
-        longest = longest_over(self.relative, threshold, present=self.steps > 0)
+        counted = self.counted_windows()
+        longest = longest_over(self.relative, threshold, present=counted)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # ranks without a window
             medians = [np.nanmedian(a, axis=1) for a in (self.relative, individual, self.compute)]
-        share, starved, typical = starved_rows(self.starved, self.steps > 0, self.cpu_run)
+        share, starved, typical = starved_rows(self.starved, counted, self.cpu_run)
         out = []
         for row, run in enumerate(self.runs):
             if not self.steps[row].any():

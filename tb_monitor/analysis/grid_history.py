@@ -79,7 +79,7 @@ class History:
         sums, p95 = _window_sums(grid, stop)
         slots = grid.slot0 + np.arange(stop)
         index, sums, p95 = _grouped(sums, p95, (slots - 1) // factor)
-        over = _runs_over(grid.relative[:, :stop], grid.steps[:, :stop] > 0, threshold)
+        over = _runs_over(grid.relative[:, :stop], grid.counted_windows()[:, :stop], threshold)
         best = _nanmin(grid.compute[:, :stop])
         if previous is not None:
             old = previous.rows(grid.runs)
@@ -291,7 +291,7 @@ class FoldedGrid(RankGrid):
     def scores(self, threshold: float = FLAG_THRESHOLD, windows: int = FLAG_WINDOWS) -> list[Score]:
         """Per rank that recorded a window, its score over whole and folded windows."""
         h = self.history.sums
-        fine_over = _runs_over(self.relative, self.steps > 0, threshold)
+        fine_over = _runs_over(self.relative, self.counted_windows(), threshold)
         if threshold == self.history.threshold:
             longest = _joined(self.history.over, fine_over)[:, 2]
         else:  # the folded runs were counted for another threshold: the whole windows' only

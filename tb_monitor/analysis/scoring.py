@@ -5,7 +5,9 @@ step period is equal (fast ranks wait in the collective), so the signal is *comp
 minus time waiting for the others (inside collectives, and in DDP's gradient all-reduces, which
 run from C++): ``relative`` is a window's compute over the median rank's in that
 window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
-consecutive recorded windows above ``FLAG_THRESHOLD``. A rank is stalled past ``STALL_FACTOR``
+consecutive recorded windows above ``FLAG_THRESHOLD``; in a job that steps at least twice a window,
+a window in which no rank ended a step (the whole job paused: slow batches everywhere, an
+evaluation) ends such a run, so slow batches on either side of pauses are no straggler. A rank is stalled past ``STALL_FACTOR``
 typical steps without a step and ``STALL_FLOOR_S`` without progress of any kind (a step, a batch
 fetched, a collective left, a checkpoint save), and only then; never while a rank whose beats go
 on saves a checkpoint or made progress within the floor (the others wait for it). Where
@@ -40,6 +42,7 @@ __all__ = [
     "DEFAULT_STALL_FLOOR_S",
     "FLAG_THRESHOLD",
     "FLAG_WINDOWS",
+    "PAUSE_STEP_SHARE",
     "STALL_FACTOR",
     "STALL_FLOOR_S",
     "STEP_STALL_FLOOR_S",
@@ -51,6 +54,7 @@ __all__ = [
     "Score",
     "Stall",
     "individual_scores",
+    "counted_windows",
     "longest_over",
     "past_stall_rule",
     "relative_scores",
@@ -63,6 +67,9 @@ __all__ = [
 #: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
 FLAG_THRESHOLD = 1.2
 FLAG_WINDOWS = 3
+#: A window in which no rank ended a step breaks a run of slow windows where the job's typical
+#: step is at most this share of a window: then it is a pause of the whole job.
+PAUSE_STEP_SHARE = 0.5
 #: A rank is stalled past STALL_FACTOR typical steps without a step boundary and STALL_FLOOR_S
 #: without progress; where its heartbeats carry no progress (older logdirs), or before its first
 #: step (a slow first step looks like a hang), past STEP_STALL_FLOOR_S without a step. Both are
@@ -223,6 +230,20 @@ def starved_reason(share: float, median_share: float | None) -> str:
     """A starved rank's reason, as the report and the Ranks view show it."""
     median = "" if median_share is None else f" (the median rank {median_share:.0%})"
     return f"starved of CPU: {share:.0%} of its time waiting for a CPU{median}"
+
+
+def counted_windows(steps: np.ndarray, typical_step_s: float, window_s: float) -> np.ndarray:
+    """The windows each rank's runs of slow (or starved) windows are counted over, as
+    ``longest_over``'s ``present``: those it recorded, and where the job's typical step is at
+    most ``PAUSE_STEP_SHARE`` of a window, those in which no rank ended a step. Such a window
+    is a pause of the whole job (a slow batch on every rank, an evaluation) that ends a spell
+    of slowness: with two ranks, one slow batch makes a rank near x2 in its window, and three
+    of them between pauses read as three windows in a row. In a job of longer steps an empty
+    window only lies between two steps, and neither counts nor breaks a run."""
+    recorded = np.asarray(steps) > 0
+    if not typical_step_s <= PAUSE_STEP_SHARE * window_s:  # NaN: no typical step, no pause
+        return recorded
+    return recorded | ~recorded.any(axis=0)[np.newaxis, :]
 
 
 def longest_over(

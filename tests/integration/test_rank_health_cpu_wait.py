@@ -28,24 +28,27 @@ def _linux() -> None:
 
 
 def _two_busy_threads_on_one_cpu(answer) -> None:
-    """In a child process: two threads hashing on one CPU for BUSY_S (each waits while the
-    other runs: hashing a large block releases the GIL); the reader's reading after it,
-    through ``answer``."""
+    """In a child process: two threads hashing on one CPU (each waits while the other runs:
+    hashing a large block releases the GIL), read after BUSY_S while they still spin (a
+    thread that has ended is no longer listed); the reading through ``answer``."""
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     reader = CpuWait()
-    stop = time.monotonic() + BUSY_S
+    done = threading.Event()
     block = bytes(1 << 20)
 
     def spin() -> None:
-        while time.monotonic() < stop:
+        while not done.is_set():
             hashlib.sha256(block).digest()
 
     threads = [threading.Thread(target=spin) for _ in range(2)]
     for thread in threads:
         thread.start()
+    time.sleep(BUSY_S)
+    reading = reader.read()
+    done.set()
     for thread in threads:
         thread.join()
-    answer.send(reader.read())
+    answer.send(reading)
 
 
 def test_threads_made_to_wait_for_a_cpu_read_as_waiting():

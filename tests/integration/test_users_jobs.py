@@ -363,7 +363,7 @@ def test_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
     columns = np.flatnonzero(timed.all(axis=0))[:FLAG_WINDOWS]
     last = columns[-1] + 1
     longest = longest_over(
-        grid.relative[:, :last], FLAG_THRESHOLD, present=grid.steps[:, :last] > 0
+        grid.relative[:, :last], FLAG_THRESHOLD, present=grid.counted_windows()[:, :last]
     )
     flagged = [grid.ranks[row] for row in np.flatnonzero(longest >= FLAG_WINDOWS)]
     assert flagged == [1], grid.relative[:, :last]
