@@ -173,24 +173,24 @@ class CapturePoller:
         spied = stack_capture.capture(((pid, state) for pid, _, state in workers), self._py_spy)
         for thread in threads:
             thread.join(seconds + ANSWER_SLACK_S + 5.0)
+        what = {"capture": capture_id, "reason": reason or "on request", "seconds": seconds}
         for pid, rank, _ in workers:
             answers, errors = asked.get(pid) or ({}, dict.fromkeys(FILES, "no answer in time"))
             if (dump := spied.get(pid)) is not None:  # every thread, native frames too, first
                 answers["stacks"] = dump.text.encode() + b"\n" + answers.get("stacks", b"")
-            self._write(pid, rank, capture_id, seconds, reason, answers, errors)
+            self._write(pid, rank, what, answers, errors)
 
     def _write(
         self,
         pid: int,
         rank: int,
-        capture_id: str,
-        seconds: float,
-        reason: Any,
+        what: dict[str, Any],
         answers: dict[str, bytes],
         errors: dict[str, str],
     ) -> None:
-        """One rank's files and its capture record."""
-        relative = capture_dir(self._run_id(), capture_id, rank)
+        """One rank's files and its capture record (``what``: the capture's id, reason and
+        seconds, as the record holds them)."""
+        relative = capture_dir(self._run_id(), what["capture"], rank)
         files = {}
         for kind, data in answers.items():
             path = f"{relative}/{FILES[kind][0]}"
@@ -202,12 +202,10 @@ class CapturePoller:
                 errors[kind] = f"not written: {exc}"
         self._record(
             pid,
-            capture=capture_id,
-            reason=reason or "on request",
-            seconds=seconds,
+            **what,
             files=json.dumps(files),
             errors=json.dumps(errors),
-            message=f"captured {', '.join(files) or 'nothing'} ({reason or 'on request'})",
+            message=f"captured {', '.join(files) or 'nothing'} ({what['reason']})",
         )
 
 
@@ -229,7 +227,7 @@ def _ask_all(path: str, seconds: float) -> tuple[dict[str, bytes], dict[str, str
     def profile() -> None:
         try:
             answers["profile"] = worker_server.ask(
-                path, worker_server.PROFILE_HANDLER, seconds + ANSWER_SLACK_S, duration=seconds
+                path, FILES["profile"][1], seconds + ANSWER_SLACK_S, duration=seconds
             )
         except OSError as exc:
             errors["profile"] = str(exc)
