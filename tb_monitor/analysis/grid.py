@@ -268,11 +268,8 @@ class RankGrid:
 
     def counted_windows(self) -> np.ndarray:
         """Rows x windows: those a rank's runs of slow windows are counted over
-        (:func:`~tb_monitor.analysis.scoring.counted_windows`, with the job's typical step)."""
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # no row with a step
-            typical = float(np.nanmedian(self.typical_step_s())) if self.shape[0] else math.nan
-        return counted_windows(self.steps, typical, self.window_s)
+        (:func:`~tb_monitor.analysis.scoring.counted_windows`, with its typical step)."""
+        return counted_windows(self.steps, self.typical_step_s(), self.window_s)
 
     def scores(self, threshold: float = FLAG_THRESHOLD, windows: int = FLAG_WINDOWS) -> list[Score]:
         """Per rank that recorded a window, its score; slowest (highest relative) first."""

@@ -3,17 +3,18 @@
 Why these rules (docs/DESIGN.md, "Rank health"): in synchronous data parallelism every rank's
 step period is equal (fast ranks wait in the collective), so the signal is *compute*, step time
 minus time waiting for the others (inside collectives, and in DDP's gradient all-reduces, which
-run from C++): ``relative`` is a window's compute over the median rank's in that
-window, ``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS``
-consecutive recorded windows above ``FLAG_THRESHOLD``; in a job that steps at least twice a window,
-a window in which no rank ended a step (the whole job paused: slow batches everywhere, an
-evaluation) ends such a run, so slow batches on either side of pauses are no straggler. A rank is stalled past ``STALL_FACTOR``
-typical steps without a step and ``STALL_FLOOR_S`` without progress of any kind (a step, a batch
-fetched, a collective left, a checkpoint save), and only then; never while a rank whose beats go
-on saves a checkpoint or made progress within the floor (the others wait for it). Where
-heartbeats carry no progress (older logdirs) or a rank has yet to finish a step, steps alone
-count, past ``STEP_STALL_FLOOR_S``. Silence (its heartbeats stopped while the others wait)
-and what its agent sees of its process explain a stall, they never make one (a rank stopped from outside for part of each step still steps).
+run from C++): ``relative`` is a window's compute over the median rank's in that window,
+``individual`` over the rank's own best; a rank is flagged after ``FLAG_WINDOWS`` consecutive
+recorded windows above ``FLAG_THRESHOLD``; for a rank that steps at least twice a window, a
+window in which it ended no step (a pause: a long garbage collection, a slow batch, an
+evaluation) ends such a run, so slow steps on either side of pauses are no straggler. A rank is
+stalled past ``STALL_FACTOR`` typical steps without a step and ``STALL_FLOOR_S`` without
+progress of any kind (a step, a batch fetched, a collective left, a checkpoint save), and only
+then; never while a rank whose beats go on saves a checkpoint or made progress within the floor
+(the others wait for it). Where heartbeats carry no progress (older logdirs) or a rank has yet
+to finish a step, steps alone count, past ``STEP_STALL_FLOOR_S``. Silence (its heartbeats
+stopped while the others wait) and what its agent sees of its process explain a stall, they
+never make one (a rank stopped from outside for part of each step still steps).
 A rank starved of CPU (a cgroup's quota, a crowded core) is slow in its collectives too, so its
 compute need not stand out: it is flagged as well after ``FLAG_WINDOWS`` consecutive windows in
 which its threads waited for a CPU at least ``STARVED_SHARE`` of the time they were ready to run,
@@ -67,8 +68,8 @@ __all__ = [
 #: A rank is flagged when its relative score stays above this for FLAG_WINDOWS windows.
 FLAG_THRESHOLD = 1.2
 FLAG_WINDOWS = 3
-#: A window in which no rank ended a step breaks a run of slow windows where the job's typical
-#: step is at most this share of a window: then it is a pause of the whole job.
+#: A window in which a rank ended no step breaks its run of slow windows where its typical step
+#: is at most this share of a window: then the window is a pause (``counted_windows``).
 PAUSE_STEP_SHARE = 0.5
 #: A rank is stalled past STALL_FACTOR typical steps without a step boundary and STALL_FLOOR_S
 #: without progress; where its heartbeats carry no progress (older logdirs), or before its first
@@ -232,18 +233,19 @@ def starved_reason(share: float, median_share: float | None) -> str:
     return f"starved of CPU: {share:.0%} of its time waiting for a CPU{median}"
 
 
-def counted_windows(steps: np.ndarray, typical_step_s: float, window_s: float) -> np.ndarray:
-    """The windows each rank's runs of slow (or starved) windows are counted over, as
-    ``longest_over``'s ``present``: those it recorded, and where the job's typical step is at
-    most ``PAUSE_STEP_SHARE`` of a window, those in which no rank ended a step. Such a window
-    is a pause of the whole job (a slow batch on every rank, an evaluation) that ends a spell
-    of slowness: with two ranks, one slow batch makes a rank near x2 in its window, and three
-    of them between pauses read as three windows in a row. In a job of longer steps an empty
-    window only lies between two steps, and neither counts nor breaks a run."""
+def counted_windows(steps: np.ndarray, typical_step_s: np.ndarray, window_s: float) -> np.ndarray:
+    """Rows x windows: those each rank's runs of slow (or starved) windows are counted over,
+    as ``longest_over``'s ``present``. The windows it recorded, and where its typical step
+    (``typical_step_s``, per row) is at most ``PAUSE_STEP_SHARE`` of a window, those in which
+    it ended no step: a pause of the rank (a long garbage collection, a slow batch) or of the
+    whole job (an evaluation), which ends a spell of slowness. Found by the fault campaign:
+    the steps around such pauses are slow, and three of them, pauses between, read as three
+    slow windows in a row (with two ranks one slow batch puts a rank near x2 in its window).
+    Where a rank's steps are longer, a window without one only lies between two steps, and
+    neither counts nor breaks a run."""
     recorded = np.asarray(steps) > 0
-    if not typical_step_s <= PAUSE_STEP_SHARE * window_s:  # NaN: no typical step, no pause
-        return recorded
-    return recorded | ~recorded.any(axis=0)[np.newaxis, :]
+    brisk = np.asarray(typical_step_s, dtype=np.float64) <= PAUSE_STEP_SHARE * window_s
+    return recorded | brisk[:, np.newaxis]  # NaN (no typical step): never brisk
 
 
 def longest_over(
