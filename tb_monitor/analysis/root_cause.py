@@ -9,9 +9,10 @@ first failure, its agent silent since before it), a node cut off from the rendez
 bare exit code where either is known (its agent's record alone: no signal, no message), a
 failure that reads as a lost peer (a connection error, a timeout), and the agent's own
 shutdown of the group (the signal agents stop workers with, and the SIGKILL it sends a rank
-that ignored it once another rank of its own had failed): those ranks are collateral. A bare
-exit code younger than ``UNTOLD_S`` is ``untold``: a lost peer's exit reads the same until
-the rank's own record comes, so no rank is known to wait for it yet.
+that ignored it once another rank of its own had failed, not as a lost peer just before: that
+is the kill's echo): those ranks are collateral. A bare exit code younger than ``UNTOLD_S`` is
+``untold``: a lost peer's exit reads the same until the rank's own record comes, so no rank is
+known to wait for it yet.
 
 A vanished node (``kill -9`` of a machine) is one cause naming every rank it took with it, dated
 by the survivors: its own last flushed records can predate the loss by a flush interval, so
@@ -269,9 +270,14 @@ def _standing(cause: RootCause, ending: RankEnding, by_agent: list[RootCause]) -
     if cause.signal in _STOP_SIGNALS:
         return _STOPPED
     # SIGKILL after another rank of the same agent failed on its own (not by a signal): the
-    # agent's escalation of the stop it began then.
+    # agent's escalation of the stop it began then. Not after a lost peer recorded less than
+    # UNTOLD_S before it: that is the echo of this kill (the agent records it at its next look),
+    # and an escalation comes only after the stop's grace (30 s in torchelastic).
     escalated = any(
-        other.rank != cause.rank and other.signal is None and other.time <= cause.time
+        other.rank != cause.rank
+        and other.signal is None
+        and other.time <= cause.time
+        and not (is_lost_peer(other) and cause.time - other.time < UNTOLD_S)
         for other in by_agent
     )
     return _STOPPED if cause.signal == "SIGKILL" and escalated else _REAL

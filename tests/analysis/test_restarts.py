@@ -235,6 +235,18 @@ def test_an_exception_that_reads_like_a_timeout_beats_the_agents_later_sigkill()
     assert only.collateral_ranks == (0,)
 
 
+def test_a_sigkill_its_sibling_lost_as_a_peer_just_before_is_the_root_cause():
+    """Rank 1 SIGKILLed from outside; its sibling records "Connection closed by peer" 50 ms
+    before the agent's next look records the SIGKILL (the fault campaign, seed 73, Lightning):
+    that lost peer is the echo of the kill, no stop the SIGKILL escalated."""
+    rows = [_joined(0.5, "a", 10, 0)] + [_agent(1.0, "a", 10, "START", r) for r in (0, 1)]
+    rows += [_own(5.05, 0, "FAILED", GLOO, GLOO)]
+    rows += [_agent(5.1, "a", 10, "FAILED", 1, -9), _agent(5.2, "a", 10, "FAILED", 0, 1)]
+    (only,) = attempts(rows)
+    assert (only.root_cause.rank, only.root_cause.signal) == (1, "SIGKILL")
+    assert only.collateral_ranks == (0,)
+
+
 def test_sigkills_no_other_failure_preceded_are_real():
     """Two ranks SIGKILLed at once with nothing failing before (the OOM killer) are real: the
     first rank is the root cause, killed by SIGKILL."""
