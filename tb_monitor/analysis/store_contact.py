@@ -34,8 +34,8 @@ QUIET_KEEP_ALIVES = 1.5
 def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
     ``agent_views`` keys them), the time of its agent's last keep-alive: none for
-    ``QUIET_KEEP_ALIVES`` keep-alive intervals while another agent of the job recorded one since, and no
-    verdict of its own (an agent that ended is no cut)."""
+    ``QUIET_KEEP_ALIVES`` keep-alive intervals while another agent of the job recorded one
+    since, and no verdict of its own (an agent that ended is no cut)."""
     last: dict[str, dict[str, float]] = {}  # job -> agent run -> its newest keep-alive
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
     ended: set[str] = set()
