@@ -69,10 +69,9 @@ class TimelineRecord(NamedTuple):
     @classmethod
     def from_log_record(cls, record: logging.LogRecord) -> TimelineRecord | None:
         """The torchelastic event a destination's log record carries, or None when it carries
-        none. Takes it from ``record.tb_event`` (``tb_monitor.elastic.events.record``) or parses
-        the message (torch's own ``record``)."""
-        event = getattr(record, "tb_event", None)
-        payload = event.serialize() if event is not None else record.getMessage()
+        none. The message is the event's JSON, whichever ``record`` logged it (torch's, or
+        ``tb_monitor.elastic.events.record``, which also attaches the event as ``tb_event``)."""
+        payload = record.getMessage()
         try:
             data = json.loads(payload)
         except ValueError:

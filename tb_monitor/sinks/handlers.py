@@ -253,8 +253,8 @@ class TensorboardLoggingHandler(_Sink, TimelineHandler):
 
         >>> events.register_destination("tensorboard", TensorboardLoggingHandler(writer))
 
-    Takes the event from ``record.tb_event`` (set by ``tb_monitor.elastic.events.record``) or
-    parses it from the message (torch's own ``record``). Writes a timeline record of kind
+    Reads the event from the message, the event's JSON as either ``record`` (torch's or
+    ``tb_monitor.elastic.events.record``) logs it. Writes a timeline record of kind
     ``rendezvous``/``agent``/``worker`` holding ``event.serialize()`` exactly, at the event's own
     time (the log record's time when the event has none), and a one-line text summary under
     ``events/<kind>`` (not for rendezvous keep-alives, which are on the timeline as runs). Messages that are not events are ignored, with one warning.
