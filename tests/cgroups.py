@@ -6,9 +6,8 @@ hierarchy where ``/sys/fs/cgroup`` is one, else under v1's ``/sys/fs/cgroup/<con
 ``set`` writes a setting under its v1 or its v2 name, ``remove`` moves every process back to the
 parent group and removes the group. ``in_cgroup(controller, pid)`` moves ``pid`` (every thread
 of it) in, and removes the group only when something fails (the fault campaign's faults outlive
-it); ``cpu_limited(pid)`` holds ``pid`` to a CPU quota (default 10% of one CPU) and always
-removes the group. All need root: ``cgroups_usable()`` and ``cpu_limit_unavailable()`` say why
-not (a test skips with it, or fails in CI: ``conftest.need_cpu_limit``).
+it); ``limit_cpu(group)`` holds a ``cpu`` group to a CPU quota. All need root:
+``cgroups_usable()`` says why not (a campaign case skips with it, or fails in CI).
 """
 
 from __future__ import annotations
@@ -25,8 +24,6 @@ __all__ = [
     "V2",
     "Cgroup",
     "cgroups_usable",
-    "cpu_limit_unavailable",
-    "cpu_limited",
     "in_cgroup",
     "limit_cpu",
 ]
@@ -42,19 +39,6 @@ def cgroups_usable() -> str | None:
         return "control groups need root"
     if not V2 and not (ROOT / "cpu").is_dir():
         return f"no cgroup hierarchy under {ROOT}"
-    return None
-
-
-def cpu_limit_unavailable() -> str | None:
-    """Why no process can be held to a CPU quota here, or None when ``cpu_limited`` works:
-    v2 needs the cpu controller enabled in the root's ``cgroup.subtree_control``."""
-    why = cgroups_usable()
-    if why is not None:
-        return why
-    if V2 and "cpu" not in (ROOT / "cgroup.subtree_control").read_text().split():
-        return f"{ROOT} is cgroup2 but its cgroup.subtree_control enables no cpu controller"
-    if not V2 and not (ROOT / "cpu" / "cpu.cfs_quota_us").exists():
-        return f"{ROOT} is not cgroup2, and {ROOT / 'cpu'} has no CPU quota (cpu.cfs_quota_us)"
     return None
 
 
@@ -118,19 +102,3 @@ def limit_cpu(group: Cgroup, quota_us: int = 10_000, period_us: int = 100_000) -
     group.set("cpu.cfs_period_us", str(period_us), "cpu.max", both)
     if not V2:
         group.set("cpu.cfs_quota_us", str(quota_us), "cpu.max", both)
-
-
-@contextlib.contextmanager
-def cpu_limited(pid: int, quota_us: int = 10_000, period_us: int = 100_000) -> Iterator[Cgroup]:
-    """``pid`` held to ``quota_us`` of CPU time per ``period_us`` (default: 10% of one CPU) in
-    a fresh group, yielded; afterwards, whatever happened, moved back and the group removed."""
-    why = cpu_limit_unavailable()
-    if why is not None:
-        raise RuntimeError(why)
-    group = Cgroup("cpu")
-    try:
-        limit_cpu(group, quota_us, period_us)
-        group.add(pid)
-        yield group
-    finally:
-        group.remove()

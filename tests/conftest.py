@@ -76,18 +76,6 @@ def browser():
             launched.close()
 
 
-def need_cpu_limit() -> None:
-    """Skip where no process can be held to a CPU quota (``cgroups.py``: root and a cgroup
-    cpu controller); fail in CI."""
-    from cgroups import cpu_limit_unavailable
-
-    why = cpu_limit_unavailable()
-    if why is not None:
-        if IN_CI:
-            pytest.fail(f"a CPU-limited cgroup is required when CI=true: {why}")
-        pytest.skip(why)
-
-
 def need_netns() -> None:
     """Skip where two hosts cannot be made of network namespaces (``netns.py``: root, ``ip``,
     ``tc``); fail in CI."""

@@ -10,9 +10,11 @@ from the fault until the report named it.
 
 Read while it runs, a report must never call a job stalled that no fault stopped (no rank
 listed stalled in a healthy job, no rank wrongly called waited for); read at the end,
-it must give the truth's status, exit code, root cause (rank and kind), and stragglers, and list
-no stall. A job its truth lets run on (a worker killed before training) is ended by the campaign
-once named; its ranks still running then must have been named waiting for the failed rank. Used by tests/integration/test_fault_campaign.py (a fixed sample in CI) and
+it must give the truth's status, exit code, root cause (rank and kind, dated after the fault),
+and stragglers (and why, where the truth knows: a CPU quota starves), and list no stall. A job
+its truth lets run on (a worker killed before training) is ended by the campaign once named;
+its ranks still running then must have been named waiting for the failed rank. Used by
+tests/integration/test_fault_campaign.py (a fixed sample in CI) and
 benchmarks/bench_fault_campaign.py (any seed and count, with the table of results).
 """
 
@@ -36,6 +38,7 @@ from users_jobs import (
     LIGHTNING,
     SHARDED,
     SHORT_WINDOWS,
+    ReportFeed,
     UserJob,
     user_job,
 )
@@ -114,6 +117,7 @@ class Outcome:
     left_running: frozenset[int] = frozenset()  # ranks whose workers ran when the campaign ended it
     waiting: frozenset[int] = frozenset()  # every rank named still waiting for a failed one
     named_s: float | None = None  # fault -> the first report that named it
+    hit_wall: float = 0.0  # when the fault was injected (epoch seconds)
     flagged: frozenset[int] = frozenset()  # stragglers in the end
     waited_for: frozenset[int] = frozenset()  # every rank named waited for while it ran
     stalled: frozenset[int] = frozenset()  # every rank listed stalled while it ran
@@ -188,10 +192,11 @@ def run_case(case: Case, workdir: Path, reading: dict[str, str] | None = None) -
         _wait_to_hit(job, script, fault, case.after_s)
         truth = fault.truth(job, case.rank)
         outcome = Outcome(case, truth, dict(READING if reading is None else reading))
-        hit_at = time.monotonic()
+        hit_at, outcome.hit_wall = time.monotonic(), time.time()
         release = _Release(fault.hit(job, case.rank))
         try:
-            _follow(job, outcome, hit_at, release)
+            with job.followed(outcome.reading, READ_EVERY_S) as reports:
+                _follow(job, outcome, hit_at, release, reports)
         finally:
             release()
     _score_end(outcome, job)
@@ -218,16 +223,22 @@ class _Release:
                 undo()
 
 
-def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) -> None:
-    """Read the report while the job runs: when it first names the fault, what it says is
-    stalled, and (for a fault that holds a rank) let the rank go once named."""
+def _follow(
+    job: UserJob, outcome: Outcome, hit_at: float, release: _Release, reports: ReportFeed
+) -> None:
+    """Read the report while the job runs (each refresh of ``report --follow``): when it first
+    names the fault, what it says is stalled, and (for a fault that holds a rank) let the rank
+    go once named."""
     truth = outcome.truth
     while job.running():
         if time.monotonic() - hit_at > JOB_TIMEOUT_S:
             outcome.missed = True
             outcome.wrong.append(f"the job still ran {JOB_TIMEOUT_S:.0f} s after the fault")
             return
-        report = _report(job, outcome)
+        # Once the report finds the job finished (a failed one may still have ranks waiting),
+        # a report of its own per read.
+        ended = reports.ended
+        report = _report(job, outcome) if ended else reports.next()
         waited = _waited_for(report)
         outcome.waited_for |= waited
         outcome.stalled |= frozenset(_stalled_ranks(report))
@@ -243,7 +254,8 @@ def _follow(job: UserJob, outcome: Outcome, hit_at: float, release: _Release) ->
             outcome.ended_by_campaign = True
             outcome.left_running = frozenset(_running_ranks(job))
             return  # run_case's user_job ends it
-        time.sleep(READ_EVERY_S)
+        if ended:
+            time.sleep(READ_EVERY_S)
 
 
 def _done_holding(outcome: Outcome, since_hit_s: float) -> bool:
@@ -316,6 +328,10 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
     outcome.flagged = _stragglers(report)
     if outcome.flagged != truth.stragglers:
         wrong.append(f"stragglers {sorted(outcome.flagged)}, not {sorted(truth.stragglers)}")
+    causes = _straggler_causes(report)
+    if truth.straggler_cause and causes != {truth.straggler_cause}:
+        wrong.append(f"stragglers' cause {sorted(causes)}, not {truth.straggler_cause!r}")
+    _score_dated(outcome, report)
     _score_waiting(outcome)
     _score_cause(outcome, report)
 
@@ -341,6 +357,15 @@ def _score_cause(outcome: Outcome, report: dict) -> None:
             f"root cause rank {sorted(named)} ({cause_kind(cause)}: {cause['reason']}), "
             f"not {sorted(truth.cause_ranks)} ({truth.cause_kind})"
         )
+
+
+def _score_dated(outcome: Outcome, report: dict) -> None:
+    """The root cause is dated by what was seen after the fault, never before it (a lost node:
+    not at its ranks' last flushed records)."""
+    cause = _root_cause(report)
+    if outcome.truth.cause_ranks and cause is not None and cause["time"] < outcome.hit_wall:
+        early = outcome.hit_wall - cause["time"]
+        outcome.wrong.append(f"root cause dated {early:.1f} s before the fault: {cause['reason']}")
 
 
 def cause_kind(cause: dict) -> str:
@@ -399,3 +424,8 @@ def _stalled_ranks(report: dict) -> list[int]:
 def _stragglers(report: dict) -> frozenset[int]:
     ranks = report.get("ranks") or {}
     return frozenset(s["rank"] for s in ranks.get("stragglers") or [] if s.get("flagged"))
+
+
+def _straggler_causes(report: dict) -> set[str]:
+    ranks = report.get("ranks") or {}
+    return {s["cause"] for s in ranks.get("stragglers") or [] if s.get("flagged")}

@@ -73,6 +73,7 @@ class Truth:
     cause_ranks: frozenset[int] = frozenset()  # the root cause is one of these (all, for a node)
     cause_kind: str | None = None  # "exception", "SIGKILL", "SIGSEGV", "node lost", "cut off"
     stragglers: frozenset[int] = frozenset()
+    straggler_cause: str | None = None  # why they straggle, as the report says ("cpu")
     waited_for: frozenset[int] = frozenset()  # a stall: the rank the others wait for
     agent_sees: str | None = None  # what the stalled rank's agent sees of its process
     ends_alone: bool = True  # False: the job may run on until the campaign ends it
@@ -263,6 +264,11 @@ def _slowed(job: UserJob, rank: int) -> Truth:
     return Truth("succeeded", stragglers=frozenset({rank}))
 
 
+def _starved(job: UserJob, rank: int) -> Truth:
+    """A rank held to a CPU quota: the one straggler, starved of CPU (not slow in its compute)."""
+    return Truth("succeeded", stragglers=frozenset({rank}), straggler_cause="cpu")
+
+
 def _stalled(seen: str) -> Callable[[UserJob, int], Truth]:
     return lambda job, rank: Truth("succeeded", waited_for=frozenset({rank}), agent_sees=seen)
 
@@ -304,7 +310,7 @@ STALLS = {
     for fault in (
         Fault("sigstop", _stalled("stopped"), _stop),
         Fault("d-state", _stalled("uninterruptible sleep"), _freeze, needs_cgroups=True),
-        Fault("cpu-throttle", _slowed, _throttle, needs_cgroups=True),
+        Fault("cpu-throttle", _starved, _throttle, needs_cgroups=True),
         Fault("stop-start", _slowed, _stop_start),
     )
 }

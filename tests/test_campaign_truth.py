@@ -16,8 +16,17 @@ class _EndedJob:
         return self._report
 
 
-def _failed_report(cause_rank: int) -> dict:
-    cause = {"rank": cause_rank, "signal": "SIGKILL", "reason": "SIGKILL", "exception": None}
+HIT_AT = 1_700_000_000.0  # when the cases' faults were injected (epoch seconds)
+
+
+def _failed_report(cause_rank: int, dated: float = HIT_AT + 0.2) -> dict:
+    cause = {
+        "rank": cause_rank,
+        "time": dated,
+        "signal": "SIGKILL",
+        "reason": "SIGKILL",
+        "exception": None,
+    }
     return {
         "status": "failed",
         "exit_code": 1,
@@ -26,10 +35,25 @@ def _failed_report(cause_rank: int) -> dict:
     }
 
 
-def _outcome_of_save_kill(stalled: frozenset[int]) -> Outcome:
+def _outcome_of_save_kill(stalled: frozenset[int], dated: float = HIT_AT + 0.2) -> Outcome:
     truth = Truth("failed", frozenset({0}), "SIGKILL", collateral=frozenset({1, 2, 3}))
-    outcome = Outcome(Case(0, "ddp", "save-kill", 0, 1.0), truth, {}, stalled=stalled)
-    _score_end(outcome, _EndedJob(_failed_report(0)))
+    case = Case(0, "ddp", "save-kill", 0, 1.0)
+    outcome = Outcome(case, truth, {}, stalled=stalled, hit_wall=HIT_AT)
+    _score_end(outcome, _EndedJob(_failed_report(0, dated)))
+    return outcome
+
+
+def _outcome_of_throttle(cause: str) -> Outcome:
+    truth = Truth("succeeded", stragglers=frozenset({3}), straggler_cause="cpu")
+    straggler = {"rank": 3, "flagged": True, "cause": cause, "reason": "..."}
+    report = {
+        "status": "succeeded",
+        "exit_code": 0,
+        "ranks": {"stalled": [], "stragglers": [straggler]},
+        "jobs": [{"waiting_ranks": [], "attempts": [{"root_cause": None}]}],
+    }
+    outcome = Outcome(Case(0, "fsdp2", "cpu-throttle", 3, 1.0), truth, {}, hit_wall=HIT_AT)
+    _score_end(outcome, _EndedJob(report))
     return outcome
 
 
@@ -48,3 +72,20 @@ def test_a_rank_that_only_waited_for_the_save_called_stalled_is_wrong():
 def test_the_saving_rank_named_with_no_collateral_stall_is_right():
     """The saving rank as root cause, with the fault's kind and no rank stalled, is right."""
     assert _outcome_of_save_kill(stalled=frozenset()).verdict == "right"
+
+
+def test_a_root_cause_dated_before_the_fault_is_wrong():
+    """A root cause dated before the injection (a lost node's last flushed records) is wrong."""
+    outcome = _outcome_of_save_kill(stalled=frozenset(), dated=HIT_AT - 11.0)
+    assert outcome.verdict == "wrong" and "11.0 s before the fault" in "; ".join(outcome.wrong)
+
+
+def test_a_throttled_rank_flagged_for_its_compute_is_wrong():
+    """The rank a CPU quota held, flagged with cause compute instead of cpu, is wrong."""
+    outcome = _outcome_of_throttle("compute")
+    assert outcome.verdict == "wrong" and "cause ['compute']" in "; ".join(outcome.wrong)
+
+
+def test_a_throttled_rank_flagged_as_starved_of_cpu_is_right():
+    """The rank a CPU quota held, the one straggler with cause cpu, is right."""
+    assert _outcome_of_throttle("cpu").verdict == "right"

@@ -20,6 +20,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
@@ -41,6 +42,7 @@ __all__ = [
     "DDP",
     "HF",
     "LIGHTNING",
+    "ReportFeed",
     "SHARDED",
     "SHORT_STALL_FLOOR",
     "SHORT_WINDOWS",
@@ -91,6 +93,49 @@ def machine_fault(returncodes: list[int | None], output: str) -> str | None:
     return next((fault for fault in MACHINE_FAULTS if fault in output.lower()), None)
 
 
+class ReportFeed:
+    """The documents of a ``tb-monitor report --json --follow`` process, one per line, read on
+    a thread as they come; ``next()`` hands out each newer one."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+        self._changed = threading.Condition()
+        self._newest: dict | None = None
+        self._count = self._taken = 0
+        self._ended = False
+        self.thread = threading.Thread(target=self._read, name="report-feed", daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            with contextlib.suppress(json.JSONDecodeError), self._changed:
+                self._newest = json.loads(line)
+                self._count += 1
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    @property
+    def ended(self) -> bool:
+        """The follow has ended: the report found every job finished."""
+        return self._ended
+
+    def next(self, timeout: float = 60.0) -> dict:
+        """The newest document, once there is one newer than the last handed out (the last one
+        again once the follow ended: the job finished)."""
+        with self._changed:
+            if not self._changed.wait_for(
+                lambda: self._count > self._taken or self._ended, timeout
+            ):
+                raise AssertionError(f"report --follow gave no new document in {timeout:.0f} s")
+            if self._newest is None:
+                raise AssertionError("report --follow ended without a document")
+            self._taken = self._count
+            return self._newest
+
+
 @dataclass
 class UserJob:
     """A running (or finished) two-agent job of one user script."""
@@ -133,6 +178,30 @@ class UserJob:
             return json.loads(done.stdout)
         except json.JSONDecodeError as exc:
             raise AssertionError(f"report --json said: {done.stdout}\n{done.stderr}") from exc
+
+    @contextlib.contextmanager
+    def followed(
+        self, env: Mapping[str, str] | None = None, interval_s: float = 1.0
+    ) -> Iterator[ReportFeed]:
+        """``tb-monitor report --json --follow`` of the job's logdir while the block runs: one
+        process refreshing every ``interval_s``, as a user watches a live job (a report per
+        read would start an interpreter and import the analysis each time)."""
+        proc = subprocess.Popen(
+            tb_monitor_command(
+                "report", "--json", "--follow", "--interval", str(interval_s), str(self.logdir)
+            ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        feed = ReportFeed(proc)
+        try:
+            yield feed
+        finally:
+            proc.kill()
+            proc.wait()
+            feed.thread.join(timeout=5)
 
     # -- finding processes -------------------------------------------------------------------
     def processes(self) -> list[int]:

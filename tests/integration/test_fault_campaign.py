@@ -1,13 +1,14 @@
 """The fault campaign's CI sample: one fixed seed's cases, every fault kind once (14 faults), a
 network partition between two hosts (network namespaces, healed once named), a rank stopped
 from outside 60 ms of every 100 ms (slow but stepping: the one straggler, never stalled) and one
-noise
-(garbage collections of a second on one rank), each a real job of a users' script under
-``tb-monitor run`` hit from outside; the report must be right about each. The other noise that is
-no fault (busy neighbours, a host's clock ahead, a slow checkpoint, a long evaluation, GC pauses on
-every rank, slow data loading: cases of a minute or more) runs in the benchmark; the rules it holds to have their own tests
-(tests/analysis/test_stall_rules.py, test_starved.py, test_clock_skew.py), and a healthy job is
-tests/integration/test_users_jobs.py's.
+noise (garbage collections of a second on one rank), each a real job of a users' script under
+``tb-monitor run`` hit from outside; the report must be right about each. It replaces the
+scenario tests it covers: a rank held to a CPU quota is the one straggler, starved of CPU; a
+lost node's root cause names all its ranks, dated after the kill. The other noise that is no
+fault (busy neighbours, a host's clock ahead, a slow checkpoint, a long evaluation, GC pauses on
+every rank, slow data loading: cases of a minute or more) runs in the benchmark; the rules it
+holds to have their own tests (tests/analysis/test_stall_rules.py, test_starved.py,
+test_clock_skew.py), and a healthy job is tests/integration/test_users_jobs.py's.
 
 The cases and their scoring are ``tests/fault_campaign.py``; the full campaign, with its table and
 rates, is ``benchmarks/bench_fault_campaign.py``. A wrong answer the campaign finds gets a test of
