@@ -124,8 +124,9 @@ def _killed_in_rendezvous(job: UserJob, rank: int) -> Truth:
     """A worker killed before training: its agent fails, but an agent on another host that holds
     the rendezvous store learns nothing of it (torchelastic's monitor loop asks the store only for
     nodes waiting), and its workers wait in ``init_process_group`` for the dead rank until gloo's
-    timeout. Plain torchrun does the same; which host holds the store is a race. So the job may
-    not end by itself: the report must name the killed rank while it runs."""
+    timeout. Plain torchrun does the same (seen side by side, benchmarks/RESULTS.md); which host
+    holds the store is a race. So the job may not end by itself: the report must name the killed
+    rank while it runs."""
     return Truth("failed", frozenset({rank}), "SIGKILL", ends_alone=False)
 
 

@@ -222,13 +222,6 @@ def sigkilled(tmp_path_factory) -> Job:
 
 
 @pytest.fixture(scope="session")
-def healthy(tmp_path_factory) -> Job:
-    """A job where nothing fails."""
-    tmp = tmp_path_factory.mktemp("healthy")
-    return run_job(tmp / "logs", "--steps", "4", max_restarts=MAX_RESTARTS)
-
-
-@pytest.fixture(scope="session")
 def restarted_on_s3(tmp_path_factory, s3_server) -> Job:
     """The restarted job (rank 2 raises a ValueError at step 3, then the group restarts), its
     logdir in a bucket of a real S3 server."""

@@ -1,14 +1,20 @@
-"""The fault campaign's CI sample: one fixed seed's cases, every fault kind once (14 faults), a
-network partition between two hosts (network namespaces, healed once named), a rank stopped
-from outside 60 ms of every 100 ms (slow but stepping: the one straggler, never stalled) and one
-noise (garbage collections of a second on one rank), each a real job of a users' script under
-``tb-monitor run`` hit from outside; the report must be right about each. It replaces the
-scenario tests it covers: a rank held to a CPU quota is the one straggler, starved of CPU; a
-lost node's root cause names all its ranks, dated after the kill. The other noise that is no
-fault (busy neighbours, a host's clock ahead, a slow checkpoint, a long evaluation, GC pauses on
-every rank, slow data loading: cases of a minute or more) runs in the benchmark; the rules it
-holds to have their own tests (tests/analysis/test_stall_rules.py, test_starved.py,
-test_clock_skew.py), and a healthy job is tests/integration/test_users_jobs.py's.
+"""The fault campaign's CI sample: one fixed seed's cases, 13 faults (every fault kind once but
+those whose answer other acceptance tests read from real jobs already), each a real job of a
+users' script under ``tb-monitor run`` hit from outside, and one noise (garbage collections of a
+second on one rank); the report must be right about each. Among the faults: a network partition
+between two hosts (network namespaces, healed once named) and a rank stopped from outside 60 ms of
+every 100 ms (slow but stepping: the one straggler, never stalled).
+
+It replaces the scenario tests it covers: a rank held to a CPU quota is the one straggler, starved
+of CPU (FSDP2); a rank stopped for part of each step is the one straggler (FSDP1); a lost node's
+root cause names all its ranks, dated after the kill, in a job that ended; a worker killed in
+rendezvous is named while the store's host waits on. Left out, as read elsewhere from real jobs:
+a worker that raises and one SIGKILLed (``test_restarts_torchrun``, with a restart), a preempted
+job (``test_shutdown_torchrun``, beside plain torchrun). The other noise that is no fault (busy
+neighbours, a host's clock ahead, a slow checkpoint, a long evaluation, GC pauses on every rank,
+slow data loading: cases of a minute or more) runs in the benchmark; the rules it holds to have
+their own tests (tests/analysis/test_stall_rules.py, test_starved.py, test_clock_skew.py), and a
+healthy job is tests/integration/test_users_jobs.py's.
 
 The cases and their scoring are ``tests/fault_campaign.py``; the full campaign, with its table and
 rates, is ``benchmarks/bench_fault_campaign.py``. A wrong answer the campaign finds gets a test of
@@ -29,7 +35,7 @@ from fault_injection import FAILURES, STALLS
 pytestmark = [pytest.mark.slow, pytest.mark.torch]
 
 SEED = 20261201
-#: Every fault kind once, on four scripts (a Lightning job's imports cost half a minute here; the
+#: The fault kinds, on four scripts (a Lightning job's imports cost half a minute here; the
 #: benchmark runs it, and tests/integration/test_users_jobs.py runs it healthy). Kinds added later
 #: are drawn on their own, so that the first kinds' cases stay as they were; noise on the one-host
 #: scripts (a noise case of a two-host job takes over a minute here).
@@ -38,12 +44,20 @@ LATER_STALLS = ["stop-start"]
 LATER_NOISE = ["gc-one-rank"]
 LATER_PARTITIONS = ["partition"]
 KINDS = [kind for kind in (*FAILURES, *STALLS) if kind not in LATER_FAILURES + LATER_STALLS]
+#: Drawn with the others (the draw stays as it was), not run: other tests read their answer.
+READ_ELSEWHERE = {"raise", "sigkill", "preempt"}
 _SCRIPTS = ("ddp", "hf", "fsdp2", "accelerate")
 SAMPLE = [
-    *plan(SEED, len(KINDS), scripts=_SCRIPTS, faults=KINDS),
+    case
+    for case in plan(SEED, len(KINDS), scripts=_SCRIPTS, faults=KINDS)
+    if case.fault not in READ_ELSEWHERE
+] + [
     *plan(SEED, len(LATER_FAILURES), scripts=_SCRIPTS, faults=LATER_FAILURES),
-    *plan(SEED, len(LATER_STALLS), scripts=_SCRIPTS, faults=LATER_STALLS),
-    *plan(SEED, len(LATER_NOISE), scripts=("hf", "accelerate"), faults=LATER_NOISE),
+    # on four ranks: beside one other rank, the stopped one is half the median it is held to,
+    # and on a busy machine a stop that mostly falls in the step's sleep hid it once (hf)
+    *plan(SEED, len(LATER_STALLS), scripts=("fsdp1",), faults=LATER_STALLS),
+    # on the one-host script with the lightest imports (the noise runs to the job's end)
+    *plan(SEED, len(LATER_NOISE), scripts=("accelerate",), faults=LATER_NOISE),
     *plan(SEED, len(LATER_PARTITIONS), scripts=("ddp",), faults=LATER_PARTITIONS),
 ]
 #: Wrong answers the campaign found and that are not fixed yet: each still a case of its own,

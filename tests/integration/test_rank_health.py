@@ -15,7 +15,7 @@ from conftest import need
 from torchrun_jobs import agent_env, stop_agents, tb_monitor_command, two_agent_command
 
 from tb_monitor import contract
-from tb_monitor.analysis.stragglers import stalls, stragglers
+from tb_monitor.analysis.stragglers import stalls
 from tb_monitor.logdir import readers
 
 COLLECTIVES = contract.stat_tag(contract.RANK_COLLECTIVE, "count")
@@ -58,22 +58,6 @@ def _finish(agents: list[subprocess.Popen]) -> list[int]:
         return [agent.wait(120) for agent in agents]
     finally:
         stop_agents(agents)
-
-
-@pytest.fixture(scope="module")
-def straggling(tmp_path_factory) -> Path:
-    """A finished job whose rank 1 computes 1.5x longer than the others."""
-    logdir = tmp_path_factory.mktemp("straggling") / "logs"
-    codes = _finish(_start(logdir, "--steps", "90", "--slow-rank", "1", "--slow-factor", "1.5"))
-    assert codes == [0, 0]
-    return logdir
-
-
-@pytest.mark.slow
-def test_the_slowed_rank_is_the_only_straggler(straggling):
-    """Rank 1, computing 1.5x longer, is flagged; no other rank is."""
-    scores = stragglers(straggling, window_s=WINDOW_S)
-    assert scores[scores.flagged]["rank"].tolist() == [1]
 
 
 HANG = ("--steps", "1000", "--hang-rank", "3", "--hang-step", "5")

@@ -136,23 +136,3 @@ def test_always_failing_job_report_exits_1(always_failing):
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert proc.stdout.count("RuntimeError: injected failure on rank 1") == 2
     assert "FAILED: the last attempt failed" in proc.stdout
-
-
-# -- a healthy job ------------------------------------------------------------------------------
-
-
-def test_healthy_job_has_no_root_cause(healthy):
-    """One attempt, SUCCEEDED: no root cause, no collateral, no time lost."""
-    assert healthy.returncodes == [0, 0], healthy.output
-    (row,) = _rows(healthy).to_dict("records")
-    assert row["outcome"] == "SUCCEEDED" and row["failed_ranks"] == []
-    assert need("pandas").isna(row["root_cause_rank"]) and row["collateral_ranks"] == []
-    assert row["time_lost_s"] != row["time_lost_s"]  # NaN
-
-
-def test_healthy_job_report_flags_nothing(healthy):
-    """tb-monitor report: one attempt, no root cause, nothing stopped; exit 0."""
-    proc = _report(healthy)
-    assert proc.returncode == 0, proc.stderr
-    assert "root cause" not in proc.stdout and "stopped by restart" not in proc.stdout
-    assert "healthy: every job succeeded" in proc.stdout
