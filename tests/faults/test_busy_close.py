@@ -50,9 +50,9 @@ RECORDER = """
             )
 """
 WRITERS, KEEP_ALIVES = 8, 128_000
-#: On S3 a quarter as many: the scale is the local test's; here, that a busy close waits for
-#: every upload (each recorder still writes several runs of RUN_EVENTS keep-alives).
-S3_KEEP_ALIVES = 32_000
+#: On S3 an eighth as many: the scale is the local test's; here, that a busy close waits for
+#: every upload (each recorder still fills two runs of RUN_EVENTS keep-alives).
+S3_KEEP_ALIVES = 2 * batching.RUN_EVENTS
 
 
 def _record_in_parallel(
@@ -94,7 +94,7 @@ def test_busy_writers_lose_no_keep_alive_and_the_timeline_shows_them_all(tmp_pat
 
 @pytest.mark.slow
 def test_busy_writers_on_s3_lose_no_keep_alive(s3_server, s3_bucket):
-    """The same on a SeaweedFS bucket (32k keep-alives each): every keep-alive is in the
+    """The same on a SeaweedFS bucket (16k keep-alives each): every keep-alive is in the
     bucket after the exits."""
     logdir = f"{s3_bucket}/busy"
     run_dirs = [f"{logdir}/agent-{i}" for i in range(WRITERS)]
