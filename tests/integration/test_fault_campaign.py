@@ -59,8 +59,8 @@ SAMPLE = [
     if case.fault not in NOT_SAMPLED
 ] + [
     *plan(SEED, len(LATER_FAILURES), scripts=_SCRIPTS, faults=LATER_FAILURES),
-    # on four ranks: beside one other rank, the stopped one is half the median it is held to,
-    # and on a busy machine a stop that mostly falls in the step's sleep hid it once (hf)
+    # on four ranks: beside one other rank, the median it is held to is the mean of the two
+    # (half its slowdown counts), and on a busy machine that hid it once (hf: 1.195x)
     *plan(SEED, len(LATER_STALLS), scripts=("fsdp1",), faults=LATER_STALLS),
     # on the one-host script with the lightest imports (the noise runs to the job's end)
     *plan(SEED, len(LATER_NOISE), scripts=("accelerate",), faults=LATER_NOISE),
