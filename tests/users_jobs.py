@@ -288,10 +288,6 @@ class UserJob:
         self.processes()
         return [pid for pid, node in self._seen.items() if node in nodes and _alive(pid)]
 
-    def describe(self, pids: list[int]) -> str:
-        """What ``pids`` are (for a message naming what still runs)."""
-        return _describe(pids)
-
     def wait(self, timeout: float = JOB_TIMEOUT, nodes: tuple[int, ...] = (0, 1)) -> float:
         """Wait until the agents of ``nodes`` and every worker seen under them have exited; the
         seconds it took. Raises TimeoutError naming what still runs after ``timeout``."""

@@ -12,7 +12,6 @@ node, a preemption, a partition, ...); shutdown beside plain torchrun is
 
 from __future__ import annotations
 
-import contextlib
 import json
 import warnings
 from dataclasses import dataclass
@@ -64,13 +63,17 @@ class Ended:
 
 
 def finish(job: UserJob, timeout: float = 150.0) -> Ended:
-    """Wait for ``job`` to end (everything killed after ``timeout``: its output says so) and read
-    it back."""
-    with contextlib.suppress(TimeoutError):
+    """Wait for ``job`` to end and read it back; after ``timeout`` everything is killed, and its
+    output ends with what still ran."""
+    late = ""
+    try:
         job.wait(timeout)
+    except TimeoutError as exc:  # names what still runs
+        late = f"\n{exc}"
     job.stop()
     report = job.report() if job.monitored else None
-    return Ended(job.returncodes, job.output(), report, job.logdir if job.monitored else None)
+    logdir = job.logdir if job.monitored else None
+    return Ended(job.returncodes, job.output() + late, report, logdir)
 
 
 def run_healthy(
