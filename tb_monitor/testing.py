@@ -74,7 +74,7 @@ class Captured:
             for value in event.summary.value
             if value.metadata.plugin_data.plugin_name == "text"
         ]
-        events = list(readers.decode_timeline(readers.iter_timeline(logdir)))
+        events = list(readers.iter_timeline_rows(logdir))
         return list(readers.iter_scalars(logdir)), events, texts
 
     def scalars(self, tag: str | None = None) -> list[readers.Scalar]:

@@ -61,6 +61,20 @@ def test_any_events_round_trip_byte_for_byte(objects, picks, offsets):
     assert [merged.payload(e) for e in range(len(merged))] == [payloads[i] for i in ids]
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    objects=st.lists(_OBJECTS, min_size=1, max_size=6),
+    picks=st.lists(st.integers(0, 5), min_size=1, max_size=20),
+)
+def test_any_events_read_as_objects_are_what_their_json_holds(objects, picks):
+    """Read as objects (no JSON text made), every event is the object its JSON parses to."""
+    payloads = [json.dumps(obj) for obj in objects]
+    ids = [p % len(payloads) for p in picks]
+    strings = contract.encode_columnar([T0 + i for i in range(len(ids))], payloads, ids)
+    read = contract.record_events(strings, 0.0, True, objects=True)
+    assert [obj for _, obj in read] == [json.loads(payloads[i]) for i in ids]
+
+
 @pytest.mark.parametrize("payload", ['{"a": 1,"b": 2}', '{"a": 1, "a": 2}', "[1]", "not json"])
 def test_a_payload_json_dumps_would_not_give_back_is_left_to_version_3(payload):
     """A payload that is no JSON object as json.dumps writes it makes no version-4 record."""

@@ -57,7 +57,7 @@ def timeline_rows(source: Any, caller: str = "timeline_rows") -> list[Mapping[st
     """
     check_source(source, caller)
     if not is_frame(source):
-        return separate_jobs(readers.decode_timeline(readers.iter_timeline(source)))
+        return separate_jobs(readers.iter_timeline_rows(source))
     missing = [c for c in ("run", "wall_time", "kind") if c not in source.columns]
     if missing:
         raise ValueError(

@@ -87,7 +87,9 @@ class DecodedRecords:
     times: np.ndarray  # float64: the event's wall time
     record: np.ndarray  # int64: the position of its record in the input
     payload: np.ndarray  # int64: the position of its payload in ``payloads``
-    payloads: list[str]  # every record's distinct payloads, record after record
+    #: every record's distinct payloads, record after record: JSON text, or (``objects``) a
+    #: version-4 record's as the objects they hold
+    payloads: list[Any]
     errors: list[tuple[int, str]]  # (position, why) of each record left out
     #: With ``columnar``: (position, record) of each version-4 record, not in the columns
     #: above (a reader may merge many series' records into columns at once, as the plugin
@@ -96,7 +98,9 @@ class DecodedRecords:
 
 
 def decode_records(
-    records: Iterable[tuple[Sequence[str | bytes], float, bool]], columnar: bool = False
+    records: Iterable[tuple[Sequence[str | bytes], float, bool]],
+    columnar: bool = False,
+    objects: bool = False,
 ) -> DecodedRecords:
     """The events of many timeline records of any version, as whole columns.
 
@@ -105,7 +109,8 @@ def decode_records(
     job's store decodes millions of events, so a record costs a few C calls and the events'
     times and positions are computed for all records at once. A record whose index does not
     describe its payloads is left out and named in ``errors``. A version-4 record's events are
-    its distinct payloads' JSON, rebuilt; with ``columnar`` it is handed back whole instead.
+    its distinct payloads' JSON, rebuilt (with ``objects``, the objects that JSON holds: a
+    reader that decodes them skips the text); with ``columnar`` it is handed back whole.
     """
     t0s: list[float] = []
     counts: list[int] = []
@@ -113,7 +118,7 @@ def decode_records(
     used: list[int] = []  # per record kept: its position in the input
     offsets: list[bytes] = []  # per record: its events' int64 microseconds, little-endian
     positions: list[bytes] = []  # per record: its events' uint32 payload positions
-    payloads: list[str] = []
+    payloads: list[Any] = []
     errors: list[tuple[int, str]] = []
     found: list[tuple[int, ParsedRecord | SteppedRecords]] = []
     memo: dict[Any, Any] = {}  # version 4's values, parsed, by their text (str or bytes)
@@ -135,7 +140,8 @@ def decode_records(
                     if columnar:
                         found.append((where, dt))
                         continue
-                    strings, which = ColumnarBatch(dt).distinct()
+                    batch = ColumnarBatch(dt)
+                    strings, which = batch.distinct_objects() if objects else batch.distinct()
                     dt, ids = dt.offsets(), which.astype("<u4").tobytes()
                 else:
                     strings = [_text(v) for v in values[1:]]
@@ -260,11 +266,12 @@ def _list_index(index: dict[str, Any], payloads: int) -> tuple[bytes, bytes]:
 
 
 def record_events(
-    values: Sequence[str | bytes], wall_time: float, batched: bool
-) -> list[tuple[float, str]]:
-    """``(wall time, payload)`` of every event of one timeline record (see ``decode_records``);
-    raises ValueError naming what is wrong with a batched record's index."""
-    decoded = decode_records([(values, wall_time, batched)])
+    values: Sequence[str | bytes], wall_time: float, batched: bool, objects: bool = False
+) -> list[tuple[float, Any]]:
+    """``(wall time, payload)`` of every event of one timeline record (see ``decode_records``:
+    with ``objects``, a version-4 record's payloads are the objects their JSON holds); raises
+    ValueError naming what is wrong with a batched record's index."""
+    decoded = decode_records([(values, wall_time, batched)], objects=objects)
     if decoded.errors:
         raise ValueError(decoded.errors[0][1])
     payloads = decoded.payloads

@@ -349,7 +349,7 @@ def _check_shapes(record: ParsedRecord) -> None:
 
 @dataclass(frozen=True)
 class ColumnarBatch:
-    """One version-4 record, as readers want it: each event's JSON."""
+    """One version-4 record, as readers want it: each event's JSON, or the object it holds."""
 
     record: ParsedRecord
 
@@ -358,6 +358,12 @@ class ColumnarBatch:
 
     def distinct(self) -> tuple[list[str], np.ndarray]:
         """The distinct payloads' JSON, and each event's position among them."""
+        objects, inverse = self.distinct_objects()
+        return [json.dumps(obj) for obj in objects], inverse
+
+    def distinct_objects(self) -> tuple[list[dict[str, Any]], np.ndarray]:
+        """The distinct payloads as the objects their JSON holds (a reader that decodes them
+        makes no text only to parse it), and each event's position among them."""
         import numpy as np
 
         record = self.record
@@ -367,13 +373,13 @@ class ColumnarBatch:
         )
         rows = np.stack([shape_ix, *(record.ix[k] for k in keys)], axis=1).astype(np.int64)
         unique, inverse = np.unique(rows, axis=0, return_inverse=True)
-        return [self._json(row.tolist(), keys) for row in unique], inverse.reshape(-1)
+        return [self._object(row, keys) for row in unique.tolist()], inverse.reshape(-1)
 
-    def _json(self, row: list[int], varying: list[str]) -> str:
-        """The JSON of an event of shape ``row[0]`` whose ``varying`` columns are at ``row[1:]``."""
+    def _object(self, row: list[int], varying: list[str]) -> dict[str, Any]:
+        """The event of shape ``row[0]`` whose ``varying`` columns are at ``row[1:]``."""
         at = dict(zip(varying, row[1:], strict=True))
         values = self.record.values
-        return json.dumps({key: values[key][at.get(key, 0)] for key in self.record.shapes[row[0]]})
+        return {key: values[key][at.get(key, 0)] for key in self.record.shapes[row[0]]}
 
 
 _FIRST_STEP = bytes(4)  # a stepped record's first event: at its t0

@@ -159,7 +159,7 @@ def progress(logdir: str) -> Progress:
     """Read the job's progress back from ``logdir`` (tolerates files being written)."""
     if not os.path.isdir(logdir):
         return Progress()
-    rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
+    rows = list(readers.iter_timeline_rows(logdir))
     marks = export.spans(rows)
     workers = [s for s in marks if s.lane.kind == contract.WORKER and s.end is not None]
     attempt = max((s.number for s in workers if s.number is not None), default=None)

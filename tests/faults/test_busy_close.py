@@ -26,29 +26,9 @@ from tb_monitor.sinks.writer import AsyncWriter
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "plugin"))
 from busy_cpu import LOWEST, busy_neighbours  # noqa: E402
+from keep_alive_writers import record_in_parallel  # noqa: E402
 from plugin_helpers import refreshed_store  # noqa: E402
 
-#: A node agent's rendezvous keep-alives, as a user records them with the public API: 32 nodes
-#: per process, a distinct message each, inside ``with tb_monitor.init(logdir)``.
-RECORDER = """
-    import sys
-    import tb_monitor
-    from tb_monitor.elastic import events
-    from tb_monitor.elastic.events import NodeState
-
-    logdir, count = sys.argv[1], int(sys.argv[2])
-    with tb_monitor.init(logdir):
-        for i in range(count):
-            node = i % 32
-            events.construct_and_record_rdzv_event(
-                run_id="job",
-                message=f"keep-alive {i} of node {node}",
-                node_state=NodeState.RUNNING,
-                name="DynamicRendezvousHandler._keep_alive",
-                hostname=f"node-{node}",
-                pid=1000 + node,
-            )
-"""
 WRITERS, KEEP_ALIVES = 8, 128_000
 #: On S3 an eighth as many: the scale is the local test's; here, that a busy close waits for
 #: every upload (each recorder still fills two runs of RUN_EVENTS keep-alives).
@@ -58,20 +38,8 @@ S3_KEEP_ALIVES = 2 * batching.RUN_EVENTS
 def _record_in_parallel(
     run_dirs: list[str], count: int = KEEP_ALIVES, env: dict[str, str] | None = None
 ) -> list[str]:
-    """Run one recorder per run directory at once, each recording ``count`` keep-alives; their
-    stderr, each checked to have exited 0."""
-    procs = [
-        subprocess.Popen(
-            [*LOWEST, sys.executable, "-c", textwrap.dedent(RECORDER), run_dir, str(count)],
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
-        for run_dir in run_dirs
-    ]
-    errors = [proc.communicate(timeout=600)[1] for proc in procs]
-    assert [proc.returncode for proc in procs] == [0] * len(procs), errors
-    return errors
+    """One recorder per run directory at once, at the lowest priority, as the busy neighbours."""
+    return record_in_parallel(run_dirs, count, env, prefix=LOWEST)
 
 
 @pytest.mark.slow

@@ -107,6 +107,29 @@ def test_a_record_with_a_malformed_field_is_skipped(logdir, caplog):
     assert caplog.text.count("unreadable") == 2
 
 
+def test_timeline_rows_are_decode_timelines_and_count_the_same_damage(logdir):
+    """``iter_timeline_rows`` gives ``decode_timeline``'s rows, in order, and leaves out and
+    counts the same unreadable payloads, whatever version holds them."""
+    with AsyncWriter(logdir / "columnar") as writer:  # one version-4 record
+        writer.add_timeline("worker", '{"name": "bad", "source": "WORKER", "metadata": 5}', 1.0)
+        for i in range(3):
+            metadata = {"state": "RUNNING", "global_rank": i, "metadata": '{"k": [1]}'}
+            worker = {"name": "w", "source": "WORKER", "metadata": metadata}
+            writer.add_timeline("worker", json.dumps(worker), 2.0 + i)
+    with AsyncWriter(logdir / "text") as writer:  # JSON json.dumps would not give back: version 3
+        writer.add_timeline("monitor", '{"name": "m",  "data": {"n": 1}}', 1.5)
+        writer.add_timeline("monitor", '{"name": "bad",  "data": [1]}', 2.5)
+        writer.add_timeline("monitor", '{"name": "m",  "data": {"n": 1}}', 3.5)
+    ours, theirs = readers.DamageReport(), readers.DamageReport()
+    rows = list(readers.iter_timeline_rows(logdir, ours))
+    assert rows == list(readers.decode_timeline(readers.iter_timeline(logdir, theirs), theirs))
+    assert [(row["run"], row["name"]) for row in rows] == [
+        *[("columnar", "w")] * 3,
+        *[("text", "m")] * 2,
+    ]
+    assert list(ours) == list(theirs) and ours.counts() == {"bad_payload": 2}
+
+
 def test_a_torn_tail_is_skipped(logdir):
     """A file cut inside its last record still yields every complete record."""
     with AsyncWriter(logdir) as writer:
