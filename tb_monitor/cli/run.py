@@ -141,8 +141,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{_PROG}: the job hung where it hung before; not restarted", file=sys.stderr)
         return HUNG_EXIT_CODE
     except SignalException as stopped:  # torchrun's handler: SIGTERM, SIGINT, ... to the agent
-        # It ends the process as an uncaught exception does, as it ends plain torchrun.
+        # It ends the process as an uncaught exception does, as it ends plain torchrun, but
+        # with no keep-alive thread inside the store to abort the interpreter's exit.
         capture.terminated(stopped.sigval, exit_code=_UNCAUGHT_EXIT_CODE)
+        agent_hooks.stop_keep_alives()
         raise
     finally:
         capture.close()

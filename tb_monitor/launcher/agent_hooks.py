@@ -11,6 +11,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,10 +25,14 @@ from tb_monitor.launcher.roll_call import StallTrigger, stall_floor_s
 from tb_monitor.launcher.straggler_capture import StragglerCapture
 from tb_monitor.rank.stacks import stack_signal
 
-__all__ = ["RESTART_HUNG_ENV", "gave_up", "install", "stop_began"]
+__all__ = ["RESTART_HUNG_ENV", "gave_up", "install", "stop_began", "stop_keep_alives"]
 
 #: Seconds a stall may hold before the agent ends the attempt (``--restart-hung-after``).
 RESTART_HUNG_ENV = "TB_MONITOR_RESTART_HUNG_AFTER_S"
+#: How long ``stop_keep_alives`` waits for a keep-alive in flight (seconds): a store that
+#: answers does within milliseconds; one that does not keeps its own timeout, and the agent exits
+#: as plain torchrun would.
+KEEP_ALIVE_WAIT_S = 1.0
 
 _log = logging.getLogger("tb_monitor")
 
@@ -54,7 +59,9 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     directory = tempfile.mkdtemp(prefix="tb-monitor-stacks-")
     os.environ[contract.STACKS_DIR_ENV] = directory
     interval = _env.seconds("TB_MONITOR_HEARTBEAT_S", 5.0)
+    global _agents
     agents: list[Any] = []  # the agent, once it starts workers: the one to stop restarting
+    _agents = agents
     watch = RankWatch(
         lambda event: events.record(event, destination),
         directory,
@@ -94,6 +101,8 @@ def install(destination: str, logdir: str | None = None) -> Callable[[], None]:
     return undo
 
 
+#: This process's agents, once they start workers (``install``'s).
+_agents: list[Any] = []
 #: When this process's agent began stopping its workers (its first ``_shutdown``).
 _stop_began: float | None = None
 #: This process's agent gave up on a job that hung at the same place again.
@@ -129,6 +138,42 @@ def stop_began() -> float | None:
     raises in the agent's loop and its ``run`` stops the workers at once; what they record
     after it, a failure too, follows from the stop."""
     return _stop_began
+
+
+def stop_keep_alives(handlers: list[Any] | None = None, wait_s: float = KEEP_ALIVE_WAIT_S) -> bool:
+    """Stop the rendezvous keep-alives of ``handlers`` (default: this process's agents') before
+    the agent exits on a signal; whether none is still in flight after ``wait_s`` seconds.
+
+    On a signal, torchrun leaves its rendezvous handler open, and with it the handler's
+    keep-alive thread, a daemon. One caught inside a store call when the interpreter finalizes
+    dies in C++ ("terminate called without an active exception"), and the agent exits by
+    SIGABRT instead of with torchrun's exit code. Stopping the thread first (the handler's own
+    ``_stop_heartbeats``, all of ``shutdown`` but closing the rendezvous) ends that race;
+    the wait is bounded, so a store that does not answer delays nothing.
+    """
+    if handlers is None:
+        handlers = [h for h in map(_rendezvous_handler, _agents) if h is not None]
+    stops = [stop for h in handlers if (stop := getattr(h, "_stop_heartbeats", None))]
+    if not stops:
+        return True
+
+    def stop_all() -> None:
+        for stop in stops:
+            try:
+                stop()
+            except Exception:  # the exit goes on as torchrun's would
+                _log.warning("tb_monitor: could not stop a rendezvous keep-alive", exc_info=True)
+
+    stopper = threading.Thread(target=stop_all, name="tb_monitor-keep-alive-stop", daemon=True)
+    stopper.start()
+    stopper.join(wait_s)
+    return not stopper.is_alive()
+
+
+def _rendezvous_handler(agent: Any) -> Any:
+    """The rendezvous handler of a torchelastic agent's worker group (None if it has none)."""
+    spec = getattr(getattr(agent, "_worker_group", None), "spec", None)
+    return getattr(spec, "rdzv_handler", None)
 
 
 def _hook_agent(watch: RankWatch, agents: list[Any]) -> Callable[[], None]:
