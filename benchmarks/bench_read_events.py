@@ -33,11 +33,7 @@ def record(logdir: str, writers: int, events: int) -> None:
 
 def before(logdir: str):
     """The path before: every distinct event's JSON made, then parsed, the collector on."""
-    pd = readers.need_pandas()
-    rows = list(readers.decode_timeline(readers.iter_timeline(logdir)))
-    frame = pd.DataFrame.from_records(rows, columns=readers.EVENT_COLUMNS)
-    frame = frame.astype({"wall_time": "float64"})
-    return frame.sort_values("wall_time", kind="stable", ignore_index=True)
+    return readers.events_frame(readers.decode_timeline(readers.iter_timeline(logdir)))
 
 
 def timed(read, logdir: str):

@@ -53,6 +53,7 @@ __all__ = [
     "c_string_tensors",
     "damage",
     "decode_timeline",
+    "events_frame",
     "iter_events",
     "iter_run_events",
     "iter_runs",
@@ -214,7 +215,8 @@ def iter_timeline(
                 if key not in checked:
                     if len(checked) > 100_000:
                         checked.clear()
-                    checked[key] = _payload_problem(kind, payload)
+                    fields = _decoded(kind, payload)  # kept: only why it does not decode
+                    checked[key] = fields if type(fields) is str else None
                 if checked[key] is not None:
                     _unreadable(report, event, where, checked[key])
                     continue
@@ -236,10 +238,7 @@ def iter_timeline_rows(
             text = type(payload) is str
             fields = texts.get((kind, payload)) if text else objects.get(id(payload))
             if fields is None:
-                try:
-                    fields = contract.decode_record(kind, payload)
-                except (ValueError, TypeError, AttributeError) as exc:
-                    fields = f"{type(exc).__name__}: {exc}"[:300]
+                fields = _decoded(kind, payload)
                 if not text:
                     objects[id(payload)] = fields
                 elif type(fields) is dict:
@@ -300,13 +299,12 @@ def _unreadable(
         report.add(path, offset, event.ByteSize() + 16, tfrecord.BAD_PAYLOAD, problem)
 
 
-def _payload_problem(kind: str, payload: str) -> str | None:
-    """Why a timeline payload cannot be decoded, or None when it can."""
+def _decoded(kind: str, payload: Any) -> dict[str, Any] | str:
+    """A timeline payload's fields (``contract.decode_record``), or why it cannot be decoded."""
     try:
-        contract.decode_record(kind, payload)
+        return contract.decode_record(kind, payload)
     except (ValueError, TypeError, AttributeError) as exc:
         return f"{type(exc).__name__}: {exc}"[:300]
-    return None
 
 
 def decode_timeline(
@@ -378,10 +376,16 @@ def read_events(
     JSON by ``contract.decode_record``. What is skipped as damaged is counted in ``report``, if
     given (see the module docstring).
     """
-    pd = need_pandas()
+    need_pandas()  # before any reading
     with _collector_paused():
-        rows = list(iter_timeline_rows(logdir, report))
-        frame = pd.DataFrame.from_records(rows, columns=EVENT_COLUMNS)
+        return events_frame(iter_timeline_rows(logdir, report))
+
+
+def events_frame(rows: Iterable[dict[str, Any]]) -> pandas.DataFrame:
+    """Timeline rows (``iter_timeline_rows``, ``decode_timeline``) as ``read_events``' DataFrame:
+    its columns, sorted by wall time (stable: rows of one time keep their order)."""
+    pd = need_pandas()
+    frame = pd.DataFrame.from_records(list(rows), columns=EVENT_COLUMNS)
     frame = frame.astype({"wall_time": "float64"})
     return frame.sort_values("wall_time", kind="stable", ignore_index=True)
 
