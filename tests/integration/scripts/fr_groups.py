@@ -4,10 +4,27 @@ Recorder dump as torch does (``$TORCH_FR_DUMP_TEMP_FILE<rank>``, pickled) and le
 tearing down the group rank 2 still waits in."""
 
 import os
+import pickle
+import time
 
 import torch
 import torch.distributed as dist
 from torch._C._distributed_c10d import _dump_fr_trace
+
+
+def _wait_until_three_counted_in_each_group(timeout_s: float = 30.0) -> None:
+    """Wait until this rank's recorder counts three collectives completed in each of its groups
+    (the default group's two all_reduces and barrier, the subgroup's three blocking all_reduces):
+    gloo's recorder counts completions seconds after the callers have returned."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = pickle.loads(_dump_fr_trace()).get("pg_status") or {}
+        if len(status) == 2 and all(g["last_completed_collective"] >= 3 for g in status.values()):
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"rank {rank}: not counted after {timeout_s} s: {status}")
+        time.sleep(0.01)
+
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
@@ -20,6 +37,8 @@ for _ in range(3):
 if rank != 3:  # rank 3 skips it: rank 2's copy never completes
     pending = dist.all_reduce(torch.ones(8), group=mine, async_op=True)
 dist.barrier()
+
+_wait_until_three_counted_in_each_group()
 with open(f"{os.environ['TORCH_FR_DUMP_TEMP_FILE']}{rank}", "wb") as dump:
     dump.write(_dump_fr_trace())
 dist.barrier()
