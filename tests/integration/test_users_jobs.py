@@ -13,6 +13,7 @@ node, a preemption, a partition, ...); shutdown beside plain torchrun is
 from __future__ import annotations
 
 import json
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +51,7 @@ class Ended:
     output: str
     report: dict | None
     logdir: Path | None = None
+    alarms: frozenset[str] = frozenset()  # every stall, wait and straggler a live report named
 
     def grid(self) -> RankGrid:
         """The job's rank-health grid, read back from its logdir."""
@@ -63,17 +65,36 @@ class Ended:
 
 
 def finish(job: UserJob, timeout: float = 150.0) -> Ended:
-    """Wait for ``job`` to end and read it back; after ``timeout`` everything is killed, and its
-    output ends with what still ran."""
-    late = ""
+    """Wait for ``job`` to end and read it back, under tb-monitor run following its live report
+    meanwhile; after ``timeout`` everything is killed, and its output ends with what still ran."""
+    late, alarms = "", frozenset()
     try:
+        if job.monitored:
+            alarms = _alarms_while_running(job, time.monotonic() + timeout)
         job.wait(timeout)
     except TimeoutError as exc:  # names what still runs
         late = f"\n{exc}"
     job.stop()
     report = job.report() if job.monitored else None
     logdir = job.logdir if job.monitored else None
-    return Ended(job.returncodes, job.output() + late, report, logdir)
+    return Ended(job.returncodes, job.output() + late, report, logdir, alarms)
+
+
+def _alarms_while_running(job: UserJob, deadline: float) -> frozenset[str]:
+    """Every rank that ``tb-monitor report --follow`` called stalled, waited for or a flagged
+    straggler while ``job`` ran, as a user watching it would have seen."""
+    alarms: set[str] = set()
+    with job.followed() as feed:
+        while job.running() and not feed.ended and time.monotonic() < deadline:
+            ranks = feed.next(timeout=max(deadline - time.monotonic(), 1.0)).get("ranks") or {}
+            alarms |= {f"rank {s['rank']} stalled" for s in ranks.get("stalls") or []}
+            alarms |= {f"rank {r} waited for" for r in ranks.get("waited_for") or []}
+            alarms |= {
+                f"rank {s['rank']} a straggler"
+                for s in ranks.get("stragglers") or []
+                if s.get("flagged")
+            }
+    return frozenset(alarms)
 
 
 def run_healthy(
@@ -182,6 +203,11 @@ def test_slow_rank_is_the_only_straggler(ddp_slow_rank):
     assert [s["rank"] for s in ranks["stragglers"]] == [1], json.dumps(ranks["slowest"])
 
 
+def test_slow_rank_is_the_only_alarm_while_it_runs(ddp_slow_rank):
+    """While the job runs, its live report flags rank 1 and calls no rank stalled or waited for."""
+    assert ddp_slow_rank.alarms == {"rank 1 a straggler"}, ddp_slow_rank.output
+
+
 def test_slow_rank_is_flagged_within_three_windows(ddp_slow_rank):
     """The first three windows with step times already flag rank 1, and only it (a window
     holding only the job's first step boundary has steps but no step time yet)."""
@@ -213,8 +239,18 @@ def test_step_times_have_a_median_and_p95_per_window(ddp_slow_rank):
     )
 
 
-def test_healthy_ddp_flags_nothing(ddp_healthy):
-    """A healthy DDP job flags no straggler and no stall."""
-    ranks = ddp_healthy[True].report["ranks"]
-    assert ranks["count"] == 4
-    assert (ranks["stragglers"], ranks["stalls"]) == ([], []), json.dumps(ranks)
+@pytest.mark.parametrize(
+    ("scenario", "ranks"), [("ddp_healthy", 4), ("lightning_healthy", 2), ("hf_healthy", 2)]
+)
+def test_healthy_job_flags_nothing(scenario, ranks, request):
+    """A healthy user's job ends with no straggler and no stall in its report."""
+    read = request.getfixturevalue(scenario)[True].report["ranks"]
+    assert read["count"] == ranks
+    assert (read["stragglers"], read["stalls"]) == ([], []), json.dumps(read)
+
+
+@pytest.mark.parametrize("scenario", ["ddp_healthy", "lightning_healthy", "hf_healthy"])
+def test_healthy_job_raises_no_alarm_while_it_runs(scenario, request):
+    """No live report of a healthy user's job calls a rank stalled, waited for or a straggler."""
+    ended = request.getfixturevalue(scenario)[True]
+    assert ended.alarms == frozenset(), ended.output
