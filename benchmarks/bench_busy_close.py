@@ -34,7 +34,7 @@ from busy_cpu import LOWEST, busy_neighbours  # noqa: E402  (the tests' busy mac
 
 BASELINE = "1ea15f5"  # before closes waited for progress and runs were bounded
 RECORDER = """
-    import resource, sys, time
+    import sys, time
     import tb_monitor
     from tb_monitor.elastic import events
     from tb_monitor.elastic.events import NodeState
@@ -51,7 +51,10 @@ RECORDER = """
             )
         recorded = time.perf_counter()
     closed = time.perf_counter()
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a writer would report the
+    # benchmark's own peak at the fork (the events it read back in an earlier round).
+    with open("/proc/self/status") as status:
+        rss = next(int(l.split()[1]) * 1024 for l in status if l.startswith("VmHWM:"))
     print(f"{recorded - start:.3f} {closed - recorded:.3f} {rss}", flush=True)
 """
 

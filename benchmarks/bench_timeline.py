@@ -70,11 +70,12 @@ from tb_plugin.rank_snapshot import RankSnapshot
 from tb_plugin.requests import RankQuery
 from tb_plugin.store import TimelineStore
 
-# The browser flags the plugin's browser tests use (Debian chromium, no network of its own);
-# plugin_helpers imports the tests' conftest, so both folders go on the path.
+# The browser flags the tests' browser uses (tests/conftest.py: Debian chromium, no network of
+# its own) and the plugin tests' chunked provider: both folders go on the path.
 _TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests")
 sys.path[:0] = [_TESTS, os.path.join(_TESTS, "plugin")]
-from plugin_helpers import CHROMIUM_ARGS, local_provider  # noqa: E402
+from conftest import CHROMIUM_ARGS  # noqa: E402
+from plugin_helpers import local_provider  # noqa: E402
 
 ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/timeline"
 RANKS_ROUTE = f"/data/plugin/{contract.PLUGIN_NAME}/ranks"
