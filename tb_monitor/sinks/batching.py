@@ -120,9 +120,14 @@ class TimelineBatcher:
         """Runs of keep-alives held open (each one record once written)."""
         return len(self._runs)
 
-    def add(self, tag: str, payload: str | bytes, wall_time: float) -> None:
-        """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`."""
-        if not self._is_heartbeat(tag, payload):
+    def add(
+        self, tag: str, payload: str | bytes, wall_time: float, heartbeat: bool | None = None
+    ) -> None:
+        """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`; whether it is
+        a keep-alive is ``heartbeat``, or read from ``payload`` when None."""
+        if heartbeat is None:
+            heartbeat = self._is_heartbeat(tag, payload)
+        if not heartbeat:
             self._next_length.pop(tag, None)  # something happened: runs start short again
             run = self._runs.pop(tag, None)
             if run is not None:

@@ -43,8 +43,9 @@ FILE_VERSION = "brain.Event:2"
 
 # What a queued record holds, its first element: (SCALAR, tag, value, wall_time, step | None),
 # (SCALARS, {tag: value}, wall_time), (TEXT, tag, text, wall_time), (TIMELINE, tag, payload,
-# wall_time), (SUMMARY, summary, None, wall_time, step | None), (BUILT, build, None, wall_time):
-# ``build()`` returns a whole ``Event``, made on the writer's thread. ``_encoding.c`` reads SCALARs.
+# wall_time, heartbeat | None), (SUMMARY, summary, None, wall_time, step | None), (BUILT, build,
+# None, wall_time): ``build()`` returns a whole ``Event``, made on the writer's thread.
+# ``_encoding.c`` reads SCALARs.
 SCALAR, SCALARS, TEXT, TIMELINE, SUMMARY, BUILT = range(6)
 
 _log = logging.getLogger(__name__)
@@ -195,7 +196,7 @@ class RecordEncoder:
                 elif kind == SCALARS:
                     append_scalars(out, item[1].items(), item[2], None, prefixes, steps)
                 elif kind == TIMELINE:
-                    self._batcher.add(item[1], item[2], item[3])
+                    self._batcher.add(item[1], item[2], item[3], heartbeat=item[4])
                 elif kind == BUILT:
                     out += built_record(item[1], item[3])
                 else:

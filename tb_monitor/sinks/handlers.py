@@ -83,7 +83,10 @@ class _SummaryWriterAdapter:
         # Not their add_text: tensorboardX renames the tag to "<tag>/text_summary".
         self.add_summary(summaries.text_summary(tag, text), wall_time)
 
-    def add_timeline(self, kind: str, payload_json: str, wall_time: float) -> None:
+    def add_timeline(
+        self, kind: str, payload_json: str, wall_time: float, *, heartbeat: bool | None = None
+    ) -> None:
+        # One record per event: these writers batch nothing, keep-alives or not.
         self.add_summary(summaries.timeline_summary(kind, payload_json), wall_time)
 
     def add_summary(self, summary: Any, wall_time: float | None = None) -> None:
@@ -267,8 +270,11 @@ class TensorboardLoggingHandler(_Sink, TimelineHandler):
     def write(self, record: TimelineRecord) -> None:
         """Write one timeline record and its text summary (what ``emit`` does once parsed)."""
         try:
-            self._writer.add_timeline(record.kind, record.payload, record.wall_time)
-            if not contract.is_heartbeat(record.fields):  # keep-alives would bury the Text tab
+            heartbeat = contract.is_heartbeat(record.fields)
+            self._writer.add_timeline(
+                record.kind, record.payload, record.wall_time, heartbeat=heartbeat
+            )
+            if not heartbeat:  # keep-alives would bury the Text tab
                 text = _summary_line(record.fields)
                 self._writer.add_text(f"events/{record.kind}", text, record.wall_time)
         except WriterClosedError as exc:

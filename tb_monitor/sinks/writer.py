@@ -226,12 +226,19 @@ class AsyncWriter:
             raise TypeError(f"text for tag {tag!r} must be a str, got {text!r}")
         self._put((TEXT, _checks.tag(tag), text, _checks.wall_time(wall_time)))
 
-    def add_timeline(self, kind: str, payload_json: str, wall_time: float) -> None:
-        """Record a timeline record: ``payload_json`` is the event's JSON as torch serializes it."""
+    def add_timeline(
+        self, kind: str, payload_json: str, wall_time: float, *, heartbeat: bool | None = None
+    ) -> None:
+        """Record a timeline record: ``payload_json`` is the event's JSON as torch serializes it.
+
+        ``heartbeat``: whether it is a rendezvous keep-alive (``contract.is_heartbeat`` of its
+        decoded fields), where the caller decoded them already; None, and the writer's thread
+        decodes the payload to find out.
+        """
         tag = contract.timeline_tag(kind)  # rejects an unknown kind here, on the caller's thread
         if not isinstance(payload_json, (str, bytes)):
             raise TypeError(f"timeline payload must be JSON text, got {payload_json!r}")
-        self._put((TIMELINE, tag, payload_json, _checks.wall_time(wall_time)))
+        self._put((TIMELINE, tag, payload_json, _checks.wall_time(wall_time), heartbeat))
 
     def add_summary(
         self, summary: Any, wall_time: float | None = None, step: int | None = None

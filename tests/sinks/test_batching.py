@@ -76,6 +76,29 @@ def test_other_events_of_a_drain_form_one_record_per_tag():
     assert len(batcher) == 1  # the keep-alive waits in its run
 
 
+def test_a_caller_that_decoded_the_event_says_whether_it_is_a_keep_alive():
+    """``heartbeat`` given, the batcher takes the caller's word and parses no payload: a run for
+    True, at once for False."""
+    batcher = TimelineBatcher(run_s=60.0, clock=Clock())
+    batcher._is_heartbeat = None  # reading the payload would raise here
+    batcher.add(RDZV, "join", T0, heartbeat=False)
+    batcher.add(RDZV, "beat", T0 + 1, heartbeat=True)
+    [batch] = batcher.take()
+    assert (batch.payloads, batcher.open_runs) == (["join"], 1)
+
+
+def test_the_logging_handler_hands_its_keep_alive_verdict_to_the_writer(tmp_path):
+    """The handler decoded each event: the writer is told which are keep-alives."""
+    told = []
+    with AsyncWriter(tmp_path) as writer:
+        add_timeline = writer.add_timeline
+        writer.add_timeline = lambda *args, **kw: (told.append(kw), add_timeline(*args, **kw))
+        handler = TensorboardLoggingHandler(writer)
+        for payload in (JOIN, BEAT):
+            handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, payload, None, None))
+    assert told == [{"heartbeat": False}, {"heartbeat": True}]
+
+
 def test_a_non_positive_run_length_is_rejected():
     """A run length that is not positive is an error naming it."""
     with pytest.raises(ValueError, match="-1"):
