@@ -121,7 +121,7 @@ class TimelineBatcher:
         return len(self._runs)
 
     def add(
-        self, tag: str, payload: str | bytes, wall_time: float, heartbeat: bool | None = None
+        self, tag: str, payload: str | bytes, wall_time: float, *, heartbeat: bool | None = None
     ) -> None:
         """Hold one event of ``tag`` (a timeline tag) until the next :meth:`take`; whether it is
         a keep-alive is ``heartbeat``, or read from ``payload`` when None."""

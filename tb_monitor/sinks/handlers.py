@@ -270,7 +270,7 @@ class TensorboardLoggingHandler(_Sink, TimelineHandler):
     def write(self, record: TimelineRecord) -> None:
         """Write one timeline record and its text summary (what ``emit`` does once parsed)."""
         try:
-            heartbeat = contract.is_heartbeat(record.fields)
+            heartbeat = record.kind == contract.RENDEZVOUS and contract.is_heartbeat(record.fields)
             self._writer.add_timeline(
                 record.kind, record.payload, record.wall_time, heartbeat=heartbeat
             )

@@ -233,11 +233,13 @@ class AsyncWriter:
 
         ``heartbeat``: whether it is a rendezvous keep-alive (``contract.is_heartbeat`` of its
         decoded fields), where the caller decoded them already; None, and the writer's thread
-        decodes the payload to find out.
+        decodes the payload to find out. Only a rendezvous record can be one.
         """
         tag = contract.timeline_tag(kind)  # rejects an unknown kind here, on the caller's thread
         if not isinstance(payload_json, (str, bytes)):
             raise TypeError(f"timeline payload must be JSON text, got {payload_json!r}")
+        if heartbeat is not None:
+            heartbeat = bool(heartbeat) and kind == contract.RENDEZVOUS
         self._put((TIMELINE, tag, payload_json, _checks.wall_time(wall_time), heartbeat))
 
     def add_summary(

@@ -7,15 +7,16 @@ import base64
 import json
 import logging
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tb_monitor import contract
-from tb_monitor.elastic.events.api import RdzvEvent
+from tb_monitor.elastic.events.api import Event, RdzvEvent
 from tb_monitor.logdir import readers
 from tb_monitor.sinks import TensorboardLoggingHandler, summaries
 from tb_monitor.sinks.batching import TimelineBatcher
@@ -97,6 +98,43 @@ def test_the_logging_handler_hands_its_keep_alive_verdict_to_the_writer(tmp_path
         for payload in (JOIN, BEAT):
             handler.emit(logging.LogRecord("x", logging.INFO, __file__, 1, payload, None, None))
     assert told == [{"heartbeat": False}, {"heartbeat": True}]
+
+
+_NAMES = st.sampled_from(
+    ["DynamicRendezvousHandler._keep_alive", "x._keep_alive", "_keep_alive", "keep_alive", "join"]
+) | st.text(max_size=12)
+_EVENTS = st.builds(
+    lambda name, state, node: RdzvEvent(name, "job", "m", node, 1, state),
+    _NAMES,
+    st.sampled_from(["INIT", "RUNNING", "SUCCEEDED", "FAILED"]),
+    st.sampled_from(["node-0", "node-1"]),
+) | st.builds(
+    lambda name, source, state: Event(name, source, 0, {"state": state}),
+    _NAMES,
+    st.sampled_from(["AGENT", "WORKER"]),
+    st.sampled_from(["RUNNING", "SUCCEEDED"]),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_EVENTS)
+@example(RdzvEvent("DynamicRendezvousHandler._keep_alive", "job", "m", "node-0", 1, "RUNNING"))
+@example(Event("DynamicRendezvousHandler._keep_alive", "WORKER", 0, {"state": "RUNNING"}))
+def test_the_handlers_keep_alive_verdict_is_the_one_the_payload_gives(event):
+    """Whatever the torchelastic event, what the handler tells the writer is what the batcher
+    reads from the payload when nobody tells it."""
+    told = []
+    with tempfile.TemporaryDirectory() as run_dir, AsyncWriter(run_dir) as writer:
+        add_timeline = writer.add_timeline
+        writer.add_timeline = lambda kind, payload, wall_time, **kw: (
+            told.append((kind, payload, kw["heartbeat"])),
+            add_timeline(kind, payload, wall_time, **kw),
+        )
+        record = logging.LogRecord("x", logging.INFO, __file__, 1, event.serialize(), None, None)
+        TensorboardLoggingHandler(writer).emit(record)
+    [(kind, payload, heartbeat)] = told
+    batcher = TimelineBatcher(run_s=60.0, clock=Clock())
+    assert heartbeat == batcher._is_heartbeat(contract.timeline_tag(kind), payload)
 
 
 def test_a_non_positive_run_length_is_rejected():
