@@ -40,7 +40,10 @@ from users_jobs import (
     SHORT_WINDOWS,
     ReportFeed,
     UserJob,
+    flagged_stragglers,
+    stalled_ranks,
     user_job,
+    waited_for,
 )
 
 __all__ = ["READING", "SCRIPTS", "Case", "Outcome", "Script", "plan", "run_case", "usable_faults"]
@@ -239,9 +242,9 @@ def _follow(
         # a report of its own per read.
         ended = reports.ended
         report = _report(job, outcome) if ended else reports.next()
-        waited = _waited_for(report)
+        waited = waited_for(report)
         outcome.waited_for |= waited
-        outcome.stalled |= frozenset(_stalled_ranks(report))
+        outcome.stalled |= frozenset(stalled_ranks(report))
         outcome.waiting |= frozenset(
             r for j in report.get("jobs") or [] for r in j["waiting_ranks"]
         )
@@ -309,7 +312,7 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
     if report["exit_code"] != expected_exit:
         wrong.append(f"report's exit code {report['exit_code']}, not {expected_exit}")
     if report["ranks"] and report["ranks"]["stalled"]:
-        wrong.append(f"an ended job still lists stalls: {_stalled_ranks(report)}")
+        wrong.append(f"an ended job still lists stalls: {stalled_ranks(report)}")
     healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
     if healthy and outcome.stalled:
         wrong.append(f"ranks {sorted(outcome.stalled)} called stalled in a healthy job")
@@ -325,7 +328,7 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
         wrong.append(f"rank {sorted(truth.waited_for)} never named as waited for")
     if truth.agent_sees and truth.agent_sees not in outcome.agent_saw:
         wrong.append(f"its agent saw {sorted(outcome.agent_saw)}, not {truth.agent_sees!r}")
-    outcome.flagged = _stragglers(report)
+    outcome.flagged = flagged_stragglers(report)
     if outcome.flagged != truth.stragglers:
         wrong.append(f"stragglers {sorted(outcome.flagged)}, not {sorted(truth.stragglers)}")
     causes = _straggler_causes(report)
@@ -382,9 +385,9 @@ def cause_kind(cause: dict) -> str:
 def _names(report: dict, truth: Truth) -> bool:
     """The report names what the truth says happened."""
     if truth.waited_for:
-        return truth.waited_for <= _waited_for(report)
+        return truth.waited_for <= waited_for(report)
     if truth.stragglers:
-        return truth.stragglers <= _stragglers(report)
+        return truth.stragglers <= flagged_stragglers(report)
     if truth.cause_ranks:
         cause = _root_cause(report)
         return cause is not None and cause["rank"] in truth.cause_ranks
@@ -402,11 +405,6 @@ def _root_cause(report: dict) -> dict | None:
     return jobs[-1]["attempts"][-1]["root_cause"]
 
 
-def _waited_for(report: dict) -> frozenset[int]:
-    ranks = report.get("ranks") or {}
-    return frozenset(ranks.get("waited_for") or [])
-
-
 def _agent_views(report: dict, ranks: frozenset[int]) -> set[str]:
     """What the agents of ``ranks`` see of their stalled processes, as the report says."""
     stalls = (report.get("ranks") or {}).get("stalls") or []
@@ -415,15 +413,6 @@ def _agent_views(report: dict, ranks: frozenset[int]) -> set[str]:
         for s in stalls
         if s["rank"] in ranks and (s.get("agent") or {}).get("seen")
     }
-
-
-def _stalled_ranks(report: dict) -> list[int]:
-    return sorted(stall["rank"] for stall in (report.get("ranks") or {}).get("stalls") or [])
-
-
-def _stragglers(report: dict) -> frozenset[int]:
-    ranks = report.get("ranks") or {}
-    return frozenset(s["rank"] for s in ranks.get("stragglers") or [] if s.get("flagged"))
 
 
 def _straggler_causes(report: dict) -> set[str]:

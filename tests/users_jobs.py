@@ -47,11 +47,14 @@ __all__ = [
     "SHORT_STALL_FLOOR",
     "SHORT_WINDOWS",
     "UserJob",
+    "flagged_stragglers",
     "machine_fault",
     "run_hung_job",
     "script_lines",
+    "stalled_ranks",
     "start_job",
     "user_job",
+    "waited_for",
 ]
 
 SCRIPTS = Path(__file__).parent / "integration" / "scripts" / "users"
@@ -78,6 +81,22 @@ _SCRIPT_LINE = re.compile(
     r"|Epoch \d+ \| Training snapshot saved at [\w./-]+?\.pt"
     r"|Resuming training from snapshot at Epoch \d+"
 )
+
+
+def stalled_ranks(report: dict) -> list[int]:
+    """The ranks a ``report --json`` document lists stalled."""
+    return sorted(stall["rank"] for stall in (report.get("ranks") or {}).get("stalls") or [])
+
+
+def waited_for(report: dict) -> frozenset[int]:
+    """The ranks a ``report --json`` document names as waited for."""
+    return frozenset((report.get("ranks") or {}).get("waited_for") or [])
+
+
+def flagged_stragglers(report: dict) -> frozenset[int]:
+    """The ranks a ``report --json`` document flags as stragglers."""
+    ranks = report.get("ranks") or {}
+    return frozenset(s["rank"] for s in ranks.get("stragglers") or [] if s.get("flagged"))
 
 
 def script_lines(output: str) -> list[str]:

@@ -27,9 +27,12 @@ from users_jobs import (
     LIGHTNING,
     SHORT_WINDOWS,
     UserJob,
+    flagged_stragglers,
     machine_fault,
     script_lines,
+    stalled_ranks,
     user_job,
+    waited_for,
 )
 
 from tb_monitor.analysis.grid import RankGrid
@@ -71,19 +74,12 @@ class Live:
 
     alarms: set[str] = field(default_factory=set)  # stalls, ranks waited for, flagged stragglers
     ranks: int = 0
-    documents: int = 0
 
     def read(self, document: dict) -> None:
-        ranks = document.get("ranks") or {}
-        self.documents += 1
-        self.ranks = max(self.ranks, ranks.get("count") or 0)
-        self.alarms |= {f"rank {s['rank']} stalled" for s in ranks.get("stalls") or []}
-        self.alarms |= {f"rank {r} waited for" for r in ranks.get("waited_for") or []}
-        self.alarms |= {
-            f"rank {s['rank']} a straggler"
-            for s in ranks.get("stragglers") or []
-            if s.get("flagged")
-        }
+        self.ranks = max(self.ranks, (document.get("ranks") or {}).get("count") or 0)
+        self.alarms |= {f"rank {r} stalled" for r in stalled_ranks(document)}
+        self.alarms |= {f"rank {r} waited for" for r in waited_for(document)}
+        self.alarms |= {f"rank {r} a straggler" for r in flagged_stragglers(document)}
 
 
 #: How long the follow may take to print its last documents once the job's processes are gone.
