@@ -45,6 +45,7 @@ from tb_monitor.analysis.scoring import (
     SILENT_SLACK_S,
     SILENT_WINDOWS,
     STALL_FACTOR,
+    Cut,
     Score,
     Stall,
     counted_windows,
@@ -319,7 +320,7 @@ class RankGrid:
         factor: float = STALL_FACTOR,
         floor_s: float | None = None,
         seen_silent: Mapping[str, float] | None = None,
-        cut_off: Mapping[tuple[str, int], float] | None = None,
+        cut_off: Mapping[tuple[str, int], Cut] | None = None,
     ) -> list[Stall]:
         """The stalled ranks (see :func:`stalled_ranks`), the one waited for first. ``now``:
         default the grid's newest heartbeat; ``seen_silent``: runs their agents see silent
@@ -356,13 +357,12 @@ class RankGrid:
         )
         return [self._stall(stall, unheard) for stall in found]
 
-    def _rows_of(self, ranks: Mapping[tuple[str, int], float]) -> list[int]:
-        """The rows of ``(job, rank)`` keys."""
-        return [
-            row
-            for row, run in enumerate(self.runs)
-            if (run.split("/", 1)[0], contract.rank_of(run)) in ranks
-        ]
+    def _rows_of(self, cuts: Mapping[tuple[str, int], Cut]) -> dict[int, Cut]:
+        """The cuts of ``(job, rank)`` keys by row."""
+        keys = {
+            row: (run.split("/", 1)[0], contract.rank_of(run)) for row, run in enumerate(self.runs)
+        }
+        return {row: cuts[key] for row, key in keys.items() if key in cuts}
 
     def _stall(self, stall: dict[str, Any], unheard: list[str]) -> Stall:
         """A ``stalled_ranks`` row as a Stall of this grid (row -1: a run that is no row)."""

@@ -40,6 +40,7 @@ from tb_monitor.analysis.jobs import job_grid, job_spans, separate_jobs
 from tb_monitor.analysis.rank_report import RankHealth, rank_health
 from tb_monitor.analysis.report import SCHEMA_VERSION, JobHealth, JobReport
 from tb_monitor.analysis.roll_call import roll_calls
+from tb_monitor.analysis.scoring import Cut
 from tb_monitor.analysis.sources import timeline_rows
 from tb_monitor.analysis.store_contact import cut_off_ranks
 from tb_monitor.timeline import Span
@@ -80,7 +81,7 @@ def _judged(
     now: float | None,
     views: Any,
     calls: Any,
-    cut_off: Mapping[tuple[str, int], float],
+    cut_off: Mapping[tuple[str, int], Cut],
 ) -> RankHealth | None:
     """The ranks' health. A job that ended has no live stall: every agent recorded its verdict,
     or its last attempt is over (a rank failed or was stopped), or an agent began stopping its
@@ -107,8 +108,13 @@ def _with_ranks(
     now: float | None,
 ) -> tuple[tuple[JobHealth, ...], RankHealth | None]:
     """Each job with its own ranks' health (its part of the grid, where the logdir holds several
-    jobs), and the report's: the one job's, or the whole grid's without job records."""
-    views, calls, cut = agent_views(rows), roll_calls(rows), cut_off_ranks(rows)
+    jobs), and the report's: the one job's, or the whole grid's without job records. A
+    keep-alive is overdue by ``now``, else by the newest heartbeat."""
+    newest_beat = max(
+        (b["wall_time"] for b in grid.beats.values() if "wall_time" in b), default=None
+    )
+    cut = cut_off_ranks(rows, now=newest_beat if now is None else now)
+    views, calls = agent_views(rows), roll_calls(rows)
     if len(jobs) <= 1:
         ranks = _judged(grid, jobs[0] if jobs else None, now, views, calls, cut)
         return tuple(replace(job, ranks=ranks) for job in jobs), ranks

@@ -18,6 +18,7 @@ import numpy as np
 from tb_monitor.analysis.agent_views import AgentView, silent_runs
 from tb_monitor.analysis.grid import RankGrid, Score, Stall
 from tb_monitor.analysis.roll_call import RollCall
+from tb_monitor.analysis.scoring import Cut
 
 __all__ = ["RankHealth", "StepTime", "rank_health"]
 
@@ -130,7 +131,7 @@ def rank_health(
     now: float | None = None,
     views: Mapping[tuple[str, int], AgentView] | None = None,
     calls: Mapping[str, RollCall] | None = None,
-    cut_off: Mapping[tuple[str, int], float] | None = None,
+    cut_off: Mapping[tuple[str, int], Cut] | None = None,
 ) -> RankHealth | None:
     """The ranks' health on ``grid``, or None when no rank recorded it. ``now``: when stalls
     are judged (default: the grid's newest heartbeat); ``views``: what the ranks' agents saw

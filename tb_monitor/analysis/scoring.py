@@ -52,6 +52,7 @@ __all__ = [
     "STARVED_FACTOR",
     "STARVED_MOST_RUN",
     "STARVED_SHARE",
+    "Cut",
     "Score",
     "Stall",
     "individual_scores",
@@ -267,6 +268,24 @@ def longest_over(
     return (count - at_break).max(axis=1).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class Cut:
+    """A node's time without the rendezvous store (``store_contact.cut_off_ranks``): from its
+    agent's last keep-alive before it (``since``) until its next (``healed``; None while it
+    holds). ``confirmed`` once another agent's keep-alives went on past the quiet span; until
+    then a keep-alive is only overdue while another agent's come, and who is waited for is not
+    named yet (a read between the stall and the cut's proof would name whoever reads behind)."""
+
+    since: float
+    healed: float | None = None
+    confirmed: bool = True
+
+    def explains(self, stall_began: float) -> bool:
+        """A stall that began before the cut healed (its ranks wait on, the beats that would
+        show them stepping again still to come) is the cut's."""
+        return self.healed is None or stall_began <= self.healed
+
+
 def stalled_ranks(
     beats: Mapping[int, Mapping[str, float]],
     typical_step_s: Mapping[int, float],
@@ -275,7 +294,7 @@ def stalled_ranks(
     factor: float = STALL_FACTOR,
     floor_s: float | None = None,
     silent_after_s: float = float("inf"),
-    cut_off: Collection[int] = (),
+    cut_off: Mapping[int, Cut] | None = None,
     seen_silent: Collection[int] = (),
 ) -> list[dict[str, Any]]:
     """The stalled ranks from each rank's newest heartbeat values.
@@ -295,9 +314,10 @@ def stalled_ranks(
     has not stepped for half that long; silence makes no stall, but a silent stalled rank is the
     one waited for: of several, those its agent sees silent (``seen_silent``: stopped, in the
     kernel, no pulse), else those behind in the collectives. Unless an agent sees a rank
-    silent, the stalled ranks of ``cut_off`` are, before the silence and collective rules
-    (their node's keep-alives to the rendezvous store stopped while another node's went on:
-    ``store_contact.cut_off_ranks``).
+    silent, the stalled ranks of ``cut_off`` whose stall the cut explains are, before the
+    silence and collective rules (their node's keep-alives to the rendezvous store stopped
+    while another node's went on: ``store_contact.cut_off_ranks``); while such a cut is not
+    yet confirmed, none is.
 
     A silent rank's newest beat may predate the steps it took with the others until it stopped
     (a beat is logged once a window, written at the next flush): it has gone no longer without
@@ -324,7 +344,7 @@ def stalled_ranks(
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
     _mark_waited_for(rows, bool(silent), seen_silent)
-    _mark_cut_off(rows, cut_off, silent & set(seen_silent))
+    _mark_cut_off(rows, cut_off or {}, silent & set(seen_silent), now)
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
 
@@ -409,17 +429,29 @@ def _mark_waited_for(
 
 
 def _mark_cut_off(
-    rows: list[dict[str, Any]], cut_off: Collection[int], seen_silent: Collection[int]
+    rows: list[dict[str, Any]],
+    cut_off: Mapping[int, Cut],
+    seen_silent: Collection[int],
+    now: float,
 ) -> None:
     """Unless its agent sees a rank silent (``seen_silent``), the stalled rows of ``cut_off``
-    are the ones waited for, marked ``cut_off``: a partition holds every rank, and which one
-    reads outside or behind in the collectives, or whose beats come late, then is chance
-    (FSDP2's collectives go around our wrapper; a read of a partitioned DDP job found the beats
-    of two ranks on the store's side 4 s late)."""
-    if seen_silent or not any(row["rank"] in cut_off for row in rows):
+    whose stall the cut explains are the ones waited for, marked ``cut_off``: a partition holds
+    every rank, and which one reads outside or behind in the collectives, or whose beats come
+    late, then is chance (FSDP2's collectives go around our wrapper; a read of a partitioned DDP
+    job found the beats of two ranks on the store's side 4 s late). While the only cuts are
+    unconfirmed (a keep-alive overdue), no rank is named: the chance rules would name one."""
+    if seen_silent:
+        return
+    cuts = {
+        row["rank"]: cut_off[row["rank"]]
+        for row in rows
+        if row["rank"] in cut_off and cut_off[row["rank"]].explains(now - row["since_step_s"])
+    }
+    confirmed = {rank for rank, cut in cuts.items() if cut.confirmed}
+    if not cuts:
         return
     for row in rows:
-        row["waited_for"] = row["cut_off"] = row["rank"] in cut_off
+        row["waited_for"] = row["cut_off"] = row["rank"] in confirmed
 
 
 def _silence(

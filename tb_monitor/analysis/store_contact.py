@@ -11,15 +11,24 @@ are the ones the others wait for once they all stall (``analysis.scoring.stalled
 stall is the other half of the evidence: no rank is named before every rank has gone the stall
 rule's floor (10 s) without progress, and a partition is then named with the other hangs, not
 after torchelastic's 15 s (the fault campaign's partitions were named after 13-18 s so).
+
+The proof can come after the stall: the store's side's keep-alive that passes the quiet span
+is up to an interval later than the span itself. Until it comes, a keep-alive overdue by the
+ranks' newest heartbeat (``now``) while another agent still records them is a cut not yet
+confirmed, and no rank is named (the collective rules would name whichever rank the cut left
+reading behind). A cut that healed (its agent's keep-alive came through at last) still
+explains the stall it began: the ranks' beats that show them stepping again come a beat later.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tb_monitor import contract
 from tb_monitor.analysis.jobs import is_agent_run, is_verdict
+from tb_monitor.analysis.scoring import Cut
 
 __all__ = ["KEEP_ALIVE_S", "QUIET_KEEP_ALIVES", "cut_off_ranks"]
 
@@ -31,32 +40,55 @@ KEEP_ALIVE_S = 5.0
 QUIET_KEEP_ALIVES = 1.5
 
 
-def cut_off_ranks(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int], float]:
+def cut_off_ranks(
+    rows: Iterable[Mapping[str, Any]], now: float | None = None
+) -> dict[tuple[str, int], Cut]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
-    ``agent_views`` keys them), the time of its agent's last keep-alive: none for
+    ``agent_views`` keys them), its newest cut: its agent recorded no keep-alive for
     ``QUIET_KEEP_ALIVES`` keep-alive intervals while another agent of the job recorded one
-    since, and no verdict of its own (an agent that ended is no cut)."""
-    last: dict[str, dict[str, float]] = {}  # job -> agent run -> its newest keep-alive
+    since, or (healed) did so before its next one; unconfirmed where it is only overdue by
+    ``now`` while another agent's keep-alives still come. An agent that recorded its verdict is
+    no cut (it ended). ``now``: default the job's newest keep-alive (then none is overdue)."""
+    times: dict[str, dict[str, list[float]]] = {}  # job -> agent run -> its keep-alives
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
     ended: set[str] = set()
     for row in rows:
         run = str(row.get("run") or "")
         if not is_agent_run(run):
             continue
-        job = run.split("/", 1)[0]
         if contract.is_heartbeat(row):
-            agents = last.setdefault(job, {})
-            agents[run] = max(agents.get(run, 0.0), float(row["wall_time"]))
+            times.setdefault(run.split("/", 1)[0], {}).setdefault(run, []).append(
+                float(row["wall_time"])
+            )
         elif row.get("kind") == contract.WORKER and row.get("state") == "START":
             if row.get("rank") is not None:
                 ranks.setdefault(run, set()).add(int(row["rank"]))
         elif is_verdict(row):
             ended.add(run)
+    cuts: dict[tuple[str, int], Cut] = {}
+    for job, agents in times.items():
+        newest = {run: max(kept) for run, kept in agents.items()}
+        first, second = (sorted(newest.values(), reverse=True) + [-math.inf])[:2]
+        for run, kept in agents.items():
+            if run in ended:
+                continue
+            # The newest keep-alive of another agent: the job's, unless it is this agent's own.
+            other = second if newest[run] == first else first
+            cut = _newest_cut(sorted(kept), other, first if now is None else now)
+            cuts.update({(job, rank): cut for rank in ranks.get(run, ())} if cut else {})
+    return cuts
+
+
+def _newest_cut(kept: list[float], other: float, now: float) -> Cut | None:
+    """An agent's newest cut from its keep-alives' times (sorted) and the newest of another
+    agent of its job (-inf: none)."""
     quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
-    cut: dict[tuple[str, int], float] = {}
-    for job, agents in last.items():
-        newest = max(agents.values())
-        for run, at in agents.items():
-            if newest - at > quiet_s and run not in ended:
-                cut.update({(job, rank): at for rank in ranks.get(run, ())})
-    return cut
+    last = kept[-1]
+    if other - last > quiet_s:
+        return Cut(last)
+    if now - last > quiet_s and other > last and now - other <= quiet_s:
+        return Cut(last, confirmed=False)  # overdue while another agent's still come
+    for since, healed in zip(reversed(kept[:-1]), reversed(kept[1:]), strict=True):
+        if healed - since > quiet_s and other - since > quiet_s:
+            return Cut(since, healed)
+    return None

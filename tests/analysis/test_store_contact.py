@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.scoring import Cut
 from tb_monitor.analysis.store_contact import cut_off_ranks
 from tb_monitor.testing import DEFAULT_START
 
@@ -46,7 +47,10 @@ def _job(a_last: float, b_last: float) -> list[dict]:
 
 def test_a_node_whose_keep_alives_stopped_while_anothers_went_on_is_cut_off():
     """Agent b's last keep-alive 30 s before agent a's newest: ranks 2, 3 cut off since then."""
-    assert cut_off_ranks(_job(T, T - 30.0)) == {("job", 2): T - 30.0, ("job", 3): T - 30.0}
+    assert cut_off_ranks(_job(T, T - 30.0)) == {
+        ("job", 2): Cut(T - 30.0),
+        ("job", 3): Cut(T - 30.0),
+    }
 
 
 def test_keep_alives_one_interval_apart_are_no_cut():
@@ -89,7 +93,7 @@ def _beat(since: float, entered: int = 7) -> dict:
 def test_ranks_of_a_cut_off_node_are_waited_for_when_all_wait_in_one_collective():
     """Every rank 40 s inside collective 7: ranks 2, 3, cut off, are the ones waited for."""
     grid = RankGrid.from_series({}, {f"job/rank-{r}": _beat(40.0) for r in range(4)})
-    stalls = grid.stalls(now=T, cut_off={("job", 2): T - 45.0, ("job", 3): T - 45.0})
+    stalls = grid.stalls(now=T, cut_off={("job", 2): Cut(T - 45.0), ("job", 3): Cut(T - 45.0)})
     assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
 
 
@@ -98,7 +102,7 @@ def test_a_cut_off_nodes_ranks_are_waited_for_whoever_reads_outside_the_collecti
     ranks 2, 3, cut off, are the ones waited for (the campaign's partition on FSDP2, seed 61)."""
     beats = {f"job/rank-{r}": _beat(40.0) for r in range(4)}
     beats["job/rank-0"] = {**_beat(40.0, 6), "in_collective_s": 0.0}
-    cut = {("job", 2): T - 45.0, ("job", 3): T - 45.0}
+    cut = {("job", 2): Cut(T - 45.0), ("job", 3): Cut(T - 45.0)}
     stalls = RankGrid.from_series({}, beats).stalls(now=T, cut_off=cut)
     assert sorted((s.rank, s.cut_off) for s in stalls if s.waited_for) == [(2, True), (3, True)]
 
@@ -135,3 +139,65 @@ def test_a_rank_its_agent_sees_stopped_outranks_a_cut_off_node():
     grid = RankGrid.from_series({}, beats, window_s=1.0)
     stalls = grid.stalls(now=T, floor_s=10.0, cut_off=cut, seen_silent={"job/rank-0": T - 4.0})
     assert [s.rank for s in stalls if s.waited_for] == [0]
+
+
+def test_a_keep_alive_overdue_while_anothers_come_is_a_cut_not_yet_confirmed():
+    """By the ranks' newest beat agent b's keep-alive is 9 s overdue while agent a's is 3 s
+    old: ranks 2, 3 are cut off, not yet confirmed (agent a's next keep-alive will say)."""
+    unconfirmed = Cut(T - 9.0, confirmed=False)
+    assert cut_off_ranks(_job(T - 3.0, T - 9.0), now=T) == {
+        ("job", 2): unconfirmed,
+        ("job", 3): unconfirmed,
+    }
+
+
+def test_without_a_time_to_judge_by_no_keep_alive_is_overdue():
+    """Judged by the newest keep-alive (no ``now``), agent b 6 s behind agent a: no cut."""
+    assert cut_off_ranks(_job(T - 3.0, T - 9.0)) == {}
+
+
+def test_no_rank_is_named_while_the_only_cut_is_unconfirmed():
+    """Every rank 12 s stalled, rank 1 a collective behind in the Flight Recorder (the cut came
+    mid-all_reduce), agent b's keep-alive overdue: no rank is named before the cut is confirmed
+    (the campaign's partition on DDP named rank 1, of the store's side)."""
+    beats = {f"job/rank-{r}": {**_beat(12.0), "fr_seq": 72} for r in range(4)}
+    beats["job/rank-1"]["fr_seq"] = 71
+    cut = cut_off_ranks(_job(T - 3.0, T - 9.0), now=T)
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=10.0, cut_off=cut)
+    assert len(stalls) == 4 and not any(s.waited_for for s in stalls)
+
+
+def _healed_job() -> list[dict]:
+    """Agent a's keep-alives every 5 s up to T; agent b's up to T - 20, none for 12 s, then
+    again from T - 8 (the cut healed)."""
+    rows = _job(T, T - 20.0)
+    return rows + [_keep_alive("b-2", T - 8.0), _keep_alive("b-2", T - 3.0)]
+
+
+def test_a_cut_that_healed_is_kept_with_when_it_healed():
+    """Agent b went 12 s without a keep-alive while agent a's came: a cut from T - 20 that
+    healed at T - 8."""
+    assert cut_off_ranks(_healed_job(), now=T) == {
+        ("job", 2): Cut(T - 20.0, T - 8.0),
+        ("job", 3): Cut(T - 20.0, T - 8.0),
+    }
+
+
+def test_a_healed_cut_names_the_ranks_of_the_stall_it_began():
+    """Ranks stalled 19 s, since before the cut healed 8 s ago (their beats still to show them
+    stepping), rank 1 a collective behind: ranks 2, 3 are waited for, not rank 1."""
+    beats = {f"job/rank-{r}": {**_beat(19.0), "fr_seq": 72} for r in range(4)}
+    beats["job/rank-1"]["fr_seq"] = 71
+    cut = cut_off_ranks(_healed_job(), now=T)
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=10.0, cut_off=cut)
+    assert sorted(s.rank for s in stalls if s.waited_for) == [2, 3]
+
+
+def test_a_stall_that_began_after_the_cut_healed_is_not_the_cuts():
+    """Ranks stalled 5 s, since after the cut healed 8 s ago, rank 1 a collective behind: rank
+    1 is the one waited for, by the Flight Recorder."""
+    beats = {f"job/rank-{r}": {**_beat(5.0), "fr_seq": 72} for r in range(4)}
+    beats["job/rank-1"]["fr_seq"] = 71
+    cut = cut_off_ranks(_healed_job(), now=T)
+    stalls = RankGrid.from_series({}, beats).stalls(now=T, floor_s=3.0, cut_off=cut)
+    assert [s.rank for s in stalls if s.waited_for] == [1]
