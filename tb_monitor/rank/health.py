@@ -98,7 +98,11 @@ _MANUAL = -1
 #: Step times waiting for their window's end, at most (a window of a million steps is not a
 #: real loop, and without the timer thread that drains them nothing would record them).
 _MAX_PENDING_STEPS = 1 << 20
-#: While a rank makes no step, the Flight Recorder is read again after this long (seconds).
+#: While a rank makes no step, the Flight Recorder is read again after ``_FR_AGAIN_S``, then
+#: after twice as long each time, up to ``_FR_EVERY_S`` (seconds): a rank whose first read came
+#: before it entered its collective (a slow step, a starved process) is read right again soon,
+#: and a long pause pays a read per half-minute.
+_FR_AGAIN_S = 1.0
 _FR_EVERY_S = 30.0
 #: The typical step the pulse carries is the median of this many recent steps.
 _TYPICAL_STEPS = 64
@@ -212,6 +216,7 @@ class RankHealth:
         self._fr_after_s, self._last_collective = flight_recorder_after_s, last_collective
         self._fr_seq: int | None = None  # while stalled: the Flight Recorder's newest, if read
         self._fr_read_at: float | None = None
+        self._fr_again_s = _FR_AGAIN_S  # until the next read
         self._heartbeat_s = heartbeat_s
         self._entered = 0
         self._left = 0
@@ -354,8 +359,9 @@ class RankHealth:
     def _beat_flight_recorder(self, now: float, since_step: float) -> None:
         """While no step came for ``flight_recorder_after_s``: the newest collective of the
         default group in torch's Flight Recorder (``rank/fr_seq``), which DDP's and other C++
-        collectives pass through too, read at most every ``_FR_EVERY_S`` (a read holds the GIL
-        for tens of ms); once steps resume, -1 (no current value)."""
+        collectives pass through too, read again after ``_FR_AGAIN_S`` and twice as long each
+        time, at most every ``_FR_EVERY_S`` (a read holds the GIL for tens of ms); once steps
+        resume, -1 (no current value)."""
         if self._closed:  # close()'s last heartbeat runs on the caller's thread: not read there
             return
         if since_step < self._fr_after_s:
@@ -363,7 +369,9 @@ class RankHealth:
                 self._fr_seq = self._fr_read_at = None
                 self._beats["fr_seq"].add(-1.0)
             return
-        if self._fr_read_at is None or now - self._fr_read_at >= _FR_EVERY_S:
+        if self._fr_read_at is None or now - self._fr_read_at >= self._fr_again_s:
+            first = self._fr_read_at is None
+            self._fr_again_s = _FR_AGAIN_S if first else min(2 * self._fr_again_s, _FR_EVERY_S)
             self._fr_read_at = now
             self._fr_seq = self._last_collective()
         if self._fr_seq is not None:

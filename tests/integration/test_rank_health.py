@@ -39,7 +39,7 @@ def _start(logdir: Path, *script_args: str, script: Path = SCRIPT) -> list[subpr
     env = agent_env(
         TB_MONITOR_RANK_WINDOW_S=str(WINDOW_S),
         TB_MONITOR_HEARTBEAT_S="0.5",
-        TB_MONITOR_FR_AFTER_S="2",
+        TB_MONITOR_FR_AFTER_S="1",
     )
     return [
         subprocess.Popen(

@@ -24,7 +24,8 @@ class _Clock:
 
 def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
     """No step for flight_recorder_after_s: each heartbeat reports the newest collective, read
-    again only every 30 s; the first heartbeat after a step reports -1, then nothing."""
+    again after 1 s, then twice as long each time up to 30 s; the first heartbeat after a step
+    reports -1, then nothing."""
     clock, reads = _Clock(), []
 
     def read() -> int:
@@ -41,7 +42,7 @@ def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
         )
         reported: list[float | None] = []
         seen = 0
-        for now in (5, 12, 20, 43, "step", 45, 50):
+        for now in (5, 12, 13, 14, 15, 17, 21, 29, 45, 75, 104, "step", 106, 110):
             if now == "step":
                 recorder.manual_step()
                 continue
@@ -52,8 +53,8 @@ def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
             reported.append(values[-1] if len(values) > seen else None)
             seen = len(values)
         recorder.close()
-    assert reads == [12.0, 43.0]
-    assert reported == [None, 41.0, 41.0, 42.0, -1.0, None]
+    assert reads == [12.0, 13.0, 15.0, 21.0, 29.0, 45.0, 75.0]
+    assert reported == [None, 41, 42, 42, 43, 43, 44, 45, 46, 47, 47, -1, None]
 
 
 def test_the_flight_recorder_holds_ddp_gradient_all_reduces(torch, tmp_path):
