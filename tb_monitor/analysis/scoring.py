@@ -273,16 +273,16 @@ class Cut:
     """A node's time without the rendezvous store (``store_contact.cut_off_ranks``): from its
     agent's last keep-alive before it (``since``) until its next (``healed``; None while it
     holds). ``confirmed`` once another agent's keep-alives went on past the quiet span; until
-    then a keep-alive is only overdue while another agent's come, and who is waited for is not
-    named yet (a read between the stall and the cut's proof would name whoever reads behind)."""
+    then (a keep-alive only overdue while another agent's come), and for a while after it healed
+    (its ranks' beats still to show them stepping), who is waited for is not named: a read then
+    would name whichever rank the cut left a collective behind."""
 
     since: float
     healed: float | None = None
     confirmed: bool = True
 
     def explains(self, stall_began: float) -> bool:
-        """A stall that began before the cut healed (its ranks wait on, the beats that would
-        show them stepping again still to come) is the cut's."""
+        """A stall that began before the cut healed is the cut's."""
         return self.healed is None or stall_began <= self.healed
 
 

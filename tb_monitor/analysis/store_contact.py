@@ -16,12 +16,16 @@ The proof can come after the stall: the store's side's keep-alive that passes th
 is up to an interval later than the span itself. Until it comes, a keep-alive overdue by the
 ranks' newest heartbeat (``now``) while another agent still records them is a cut not yet
 confirmed, and no rank is named (the collective rules would name whichever rank the cut left
-reading behind). A cut that healed (its agent's keep-alive came through at last) still
-explains the stall it began: the ranks' beats that show them stepping again come a beat later.
+reading behind). A cut that healed (its agent's keep-alive came through at last) holds the
+naming back the same for the stall it began, for the quiet span after it healed: the ranks'
+beats that show them stepping again come a beat or a TCP retransmission later. A gap in every
+agent's keep-alives at once is no cut: torchelastic stops them on every node while a restart's
+rendezvous runs, and starts them an interval after it.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -67,6 +71,7 @@ def cut_off_ranks(
             ended.add(run)
     cuts: dict[tuple[str, int], Cut] = {}
     for job, agents in times.items():
+        every = sorted(t for kept in agents.values() for t in kept)
         newest = {run: max(kept) for run, kept in agents.items()}
         first, second = (sorted(newest.values(), reverse=True) + [-math.inf])[:2]
         for run, kept in agents.items():
@@ -74,14 +79,15 @@ def cut_off_ranks(
                 continue
             # The newest keep-alive of another agent: the job's, unless it is this agent's own.
             other = second if newest[run] == first else first
-            cut = _newest_cut(sorted(kept), other, first if now is None else now)
+            cut = _newest_cut(sorted(kept), other, every, first if now is None else now)
             cuts.update({(job, rank): cut for rank in ranks.get(run, ())} if cut else {})
     return cuts
 
 
-def _newest_cut(kept: list[float], other: float, now: float) -> Cut | None:
-    """An agent's newest cut from its keep-alives' times (sorted) and the newest of another
-    agent of its job (-inf: none)."""
+def _newest_cut(kept: list[float], other: float, every: list[float], now: float) -> Cut | None:
+    """An agent's newest cut from its keep-alives' times (sorted), the newest of another agent
+    of its job (-inf: none) and every agent's (sorted): the keep-alives inside one of its gaps
+    are another agent's."""
     quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     last = kept[-1]
     if other - last > quiet_s:
@@ -89,6 +95,10 @@ def _newest_cut(kept: list[float], other: float, now: float) -> Cut | None:
     if now - last > quiet_s and other > last and now - other <= quiet_s:
         return Cut(last, confirmed=False)  # overdue while another agent's still come
     for since, healed in zip(reversed(kept[:-1]), reversed(kept[1:]), strict=True):
-        if healed - since > quiet_s and other - since > quiet_s:
-            return Cut(since, healed)
+        if now - healed > quiet_s:
+            break  # healed long enough ago: its ranks have beaten since
+        # Another agent reached the store well after this one's last, while this one could not.
+        inside = bisect.bisect_right(every, since + quiet_s) < bisect.bisect_left(every, healed)
+        if healed - since > quiet_s and inside:
+            return Cut(since, healed, confirmed=False)
     return None
