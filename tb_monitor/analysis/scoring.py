@@ -442,16 +442,15 @@ def _mark_cut_off(
     unconfirmed (a keep-alive overdue), no rank is named: the chance rules would name one."""
     if seen_silent:
         return
-    cuts = {
-        row["rank"]: cut_off[row["rank"]]
+    confirmed = {  # rank -> its cut confirmed, for the rows whose stall a cut explains
+        row["rank"]: cut.confirmed
         for row in rows
-        if row["rank"] in cut_off and cut_off[row["rank"]].explains(now - row["since_step_s"])
+        if (cut := cut_off.get(row["rank"])) and cut.explains(now - row["since_step_s"])
     }
-    confirmed = {rank for rank, cut in cuts.items() if cut.confirmed}
-    if not cuts:
+    if not confirmed:
         return
     for row in rows:
-        row["waited_for"] = row["cut_off"] = row["rank"] in confirmed
+        row["waited_for"] = row["cut_off"] = confirmed.get(row["rank"], False)
 
 
 def _silence(

@@ -71,15 +71,18 @@ def cut_off_ranks(
             ended.add(run)
     cuts: dict[tuple[str, int], Cut] = {}
     for job, agents in times.items():
+        for kept in agents.values():
+            kept.sort()
         every = sorted(t for kept in agents.values() for t in kept)
-        newest = {run: max(kept) for run, kept in agents.items()}
-        first, second = (sorted(newest.values(), reverse=True) + [-math.inf])[:2]
+        first, second = (
+            sorted((kept[-1] for kept in agents.values()), reverse=True) + [-math.inf]
+        )[:2]
         for run, kept in agents.items():
             if run in ended:
                 continue
             # The newest keep-alive of another agent: the job's, unless it is this agent's own.
-            other = second if newest[run] == first else first
-            cut = _newest_cut(sorted(kept), other, every, first if now is None else now)
+            other = second if kept[-1] == first else first
+            cut = _newest_cut(kept, other, every, first if now is None else now)
             cuts.update({(job, rank): cut for rank in ranks.get(run, ())} if cut else {})
     return cuts
 
