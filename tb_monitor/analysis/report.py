@@ -51,6 +51,7 @@ not one; times are epoch seconds)::
           "groups": [                    # the odd one out (the smallest group) first
             {"ranks": [1], "function": "sleep" | null, "where": "train.py:40" | null,
              "method": "py-spy --native" | "py-spy" | "faulthandler",
+             "held": "stopped" | "uninterruptible sleep" | null,   # /proc's state then
              "main_thread": [{"name": "all_reduce", "file": "...", "line": 42,
                               "native": false}],   # the first rank's, innermost first
              "stack": "py-spy --native: every thread, innermost frame first ..."}

@@ -6,8 +6,11 @@ somewhere else. Each agent captures its workers' stacks once per stall (``launch
 ``roll_calls(rows)`` puts one job's captures of its newest stall together, whichever agent took
 them, and groups its ranks by where their main thread is: the innermost Python function and the
 innermost frame of the user's own code (not of the standard library, site-packages or
-tb_monitor). The smallest group comes first: "rank 1 in `sleep_a_while` at train.py:40; ranks
-0, 2, 3 in `all_reduce` at train.py:42".
+tb_monitor), and by whether the process was held when it was read (stopped, or in
+uninterruptible sleep, by ``/proc``): a rank SIGSTOPped inside ``loss.backward()`` has the very
+Python frames of the ranks that wait in the backward's all-reduce for its gradients, and only
+its state sets it apart. The smallest group comes first, a held one before others as large:
+"rank 1 in `sleep_a_while` at train.py:40; ranks 0, 2, 3 in `all_reduce` at train.py:42".
 
 A capture belongs to the newest stall when it was taken after that stall began (the newest
 capture's ``stalled_since``, the last step its agent saw): an older one was taken in an earlier
@@ -24,6 +27,9 @@ from typing import Any
 from tb_monitor import contract
 
 __all__ = ["RollCall", "RollGroup", "frame_line", "group_ranks", "innermost", "roll_calls"]
+
+#: ``/proc`` states of a process held where it is, as the agent words them (``launcher.rank_watch``).
+_HELD = {"T": "stopped", "t": "stopped", "D": "uninterruptible sleep"}
 
 #: Path parts of frames that are not the user's code.
 _NOT_USERS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/tb_monitor/", "<frozen")
@@ -45,14 +51,16 @@ class RollGroup:
     stack: str  # the first rank's stacks, every thread, as captured
     method: str  # how it was captured: "py-spy --native", "py-spy", "faulthandler"
     frames: tuple[Mapping[str, Any], ...] = ()  # the first rank's main thread, innermost first
+    held: str | None = None  # "stopped", "uninterruptible sleep": how /proc held them
 
     def main_stack(self) -> list[str]:
         """The first rank's main thread, a frame a line: ``name (file:line)``."""
         return [frame_line(f) for f in self.frames]
 
     def words(self) -> str:
-        """``ranks 0, 2, 3 in `all_reduce` at train.py:42``."""
+        """``ranks 0, 2, 3 in `all_reduce` at train.py:42``; ``rank 1 (stopped) in ...``."""
         who = ("rank " if len(self.ranks) == 1 else "ranks ") + ", ".join(map(str, self.ranks))
+        who += f" ({self.held})" if self.held else ""
         what = f" in `{self.function}`" if self.function else ""
         return f"{who}{what}" + (f" at {self.where}" if self.where else "")
 
@@ -62,6 +70,7 @@ class RollGroup:
             "function": self.function,
             "where": self.where,
             "method": self.method,
+            "held": self.held,
             "main_thread": [dict(f) for f in self.frames],
             "stack": self.stack,
         }
@@ -102,23 +111,27 @@ def innermost(frames: Iterable[Mapping[str, Any]]) -> tuple[str | None, str | No
 
 
 def group_ranks(captures: Mapping[int, Mapping[str, Any]]) -> tuple[RollGroup, ...]:
-    """The ranks of ``captures`` (rank: ``frames``, ``stacks``, ``method``) grouped by where
-    their main thread is, the smallest group first (then the lowest rank)."""
-    found: dict[tuple[str | None, str | None], list[int]] = {}
+    """The ranks of ``captures`` (rank: ``frames``, ``stacks``, ``method``, ``process_state``)
+    grouped by where their main thread is and whether it was held there, the smallest group
+    first, a held one before others as large (then the lowest rank)."""
+    found: dict[tuple[str | None, str | None, str | None], list[int]] = {}
     for rank in sorted(captures):
-        found.setdefault(innermost(captures[rank].get("frames") or ()), []).append(rank)
+        capture = captures[rank]
+        held = _HELD.get(str(capture.get("process_state")))
+        found.setdefault((*innermost(capture.get("frames") or ()), held), []).append(rank)
     groups = [
         RollGroup(
             tuple(ranks),
-            key[0],
-            key[1],
+            function,
+            where,
             str(captures[ranks[0]].get("stacks") or ""),
             str(captures[ranks[0]].get("method") or "faulthandler"),
             tuple(captures[ranks[0]].get("frames") or ()),
+            held,
         )
-        for key, ranks in found.items()
+        for (function, where, held), ranks in found.items()
     ]
-    return tuple(sorted(groups, key=lambda g: (len(g.ranks), g.ranks)))
+    return tuple(sorted(groups, key=lambda g: (len(g.ranks), g.held is None, g.ranks)))
 
 
 def _frames(meta: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -146,6 +159,7 @@ def roll_calls(rows: Iterable[Mapping[str, Any]]) -> dict[str, RollCall]:
             "frames": _frames(meta),
             "stacks": meta.get("stacks"),
             "method": meta.get("method"),
+            "process_state": meta.get("process_state"),
         }
         rank = int(row["rank"])
         if rank not in ranks or ranks[rank]["at"] < capture["at"]:

@@ -26,8 +26,8 @@ WAITING = _frames(
 SLEEPING = _frames(("train", "/job/train.py", 40), ("<module>", "/job/train.py", 60))
 
 
-def _capture(frames: list[dict], stacks: str = "...") -> dict:
-    return {"frames": frames, "stacks": stacks, "method": "py-spy --native"}
+def _capture(frames: list[dict], stacks: str = "...", state: str = "S") -> dict:
+    return {"frames": frames, "stacks": stacks, "method": "py-spy --native", "process_state": state}
 
 
 def _row(rank: int, wall: float, frames: list[dict], since: float, job: str = "job") -> dict:
@@ -61,6 +61,27 @@ def test_odd_one_out_comes_first():
         ((1,), "train.py:40"),
         ((0, 2, 3), "train.py:42"),
     ]
+
+
+def test_a_stopped_rank_in_the_waiters_frame_is_the_odd_one_out():
+    """A rank SIGSTOPped inside the backward (the frame the others wait in) is a group apart."""
+    captures = {r: _capture(WAITING) for r in (0, 2, 3)} | {1: _capture(WAITING, state="T")}
+    groups = group_ranks(captures)
+    assert [(g.ranks, g.held) for g in groups] == [((1,), "stopped"), ((0, 2, 3), None)]
+    assert groups[0].words() == "rank 1 (stopped) in `all_reduce` at train.py:42"
+
+
+def test_a_held_group_comes_before_a_running_one_as_large():
+    """Of two groups of one, the rank in uninterruptible sleep comes first."""
+    groups = group_ranks({0: _capture(WAITING), 1: _capture(WAITING, state="D")})
+    assert [(g.ranks, g.held) for g in groups] == [((1,), "uninterruptible sleep"), ((0,), None)]
+
+
+def test_roll_calls_read_the_process_state_of_each_capture():
+    """A capture's /proc state (its record's process_state) sets a stopped rank apart."""
+    rows = [_row(r, T + 10, WAITING, T) for r in range(3)]
+    rows[2]["metadata"]["process_state"] = "t"
+    assert [g.ranks for g in roll_calls(rows)["job"].groups] == [(2,), (0, 1)]
 
 
 def test_group_words_name_the_function_and_the_place():

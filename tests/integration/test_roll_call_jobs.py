@@ -60,9 +60,13 @@ def sleeping_call(tmp_path_factory) -> dict:
 
 
 def test_stopped_rank_is_the_odd_one_out(stopped_call):
-    """The SIGSTOPped rank 1 comes first, alone; the other three share one frame."""
+    """The SIGSTOPped rank 1 comes first, alone and stopped (whether the stop caught it in the
+    backward the other three wait in or elsewhere); the other three share one frame."""
     groups = stopped_call["groups"]
-    assert [g["ranks"] for g in (groups[0], groups[-1])] == [[1], [0, 2, 3]], json.dumps(groups)
+    assert [(g["ranks"], g["held"]) for g in (groups[0], groups[-1])] == [
+        ([1], "stopped"),
+        ([0, 2, 3], None),
+    ], json.dumps(groups)
 
 
 def test_stopped_ranks_stacks_are_read_by_py_spy(stopped_call):
