@@ -216,6 +216,7 @@ class RankHealth:
         self._fr_after_s, self._last_collective = flight_recorder_after_s, last_collective
         self._fr_seq: int | None = None  # while stalled: the Flight Recorder's newest, if read
         self._fr_read_at: float | None = None
+        self._fr_steps = 0  # the steps taken when it was read
         self._fr_again_s = _FR_AGAIN_S  # until the next read
         self._heartbeat_s = heartbeat_s
         self._entered = 0
@@ -364,15 +365,20 @@ class RankHealth:
         resume, -1 (no current value)."""
         if self._closed:  # close()'s last heartbeat runs on the caller's thread: not read there
             return
-        if since_step < self._fr_after_s:
-            if self._fr_read_at is not None:
-                self._fr_seq = self._fr_read_at = None
+        # A step since the read makes it another stall's, even where no heartbeat came between
+        # (a heartbeat thread held off the CPU or the GIL for a second on a loaded machine): the
+        # collectives this stall waits in came after it.
+        stepped = self._steps != self._fr_steps
+        if self._fr_read_at is not None and (stepped or since_step < self._fr_after_s):
+            self._fr_seq = self._fr_read_at = None
+            if since_step < self._fr_after_s:
                 self._beats["fr_seq"].add(-1.0)
+        if since_step < self._fr_after_s:
             return
         if self._fr_read_at is None or now - self._fr_read_at >= self._fr_again_s:
             first = self._fr_read_at is None
             self._fr_again_s = _FR_AGAIN_S if first else min(2 * self._fr_again_s, _FR_EVERY_S)
-            self._fr_read_at = now
+            self._fr_read_at, self._fr_steps = now, self._steps
             self._fr_seq = self._last_collective()
         if self._fr_seq is not None:
             self._beats["fr_seq"].add(float(self._fr_seq))

@@ -22,24 +22,30 @@ class _Clock:
         return self.now
 
 
-def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
-    """No step for flight_recorder_after_s: each heartbeat reports the newest collective, read
-    again after 1 s, then twice as long each time up to 30 s; the first heartbeat after a step
-    reports -1, then nothing."""
-    clock, reads = _Clock(), []
+def _recorder(clock: _Clock, reads: list[float]) -> RankHealth:
+    """A recorder on ``clock`` whose Flight Recorder reads are logged in ``reads`` (each
+    returns the next collective: 41, 42, ...); no heartbeat thread, windows of an hour."""
 
     def read() -> int:
         reads.append(clock.now)
         return 40 + len(reads)
 
+    return RankHealth(
+        window=timedelta(hours=1),
+        heartbeat_s=3600,
+        clock=clock,
+        flight_recorder_after_s=10.0,
+        last_collective=read,
+    )
+
+
+def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
+    """No step for flight_recorder_after_s: each heartbeat reports the newest collective, read
+    again after 1 s, then twice as long each time up to 30 s; the first heartbeat after a step
+    reports -1, then nothing."""
+    clock, reads = _Clock(), []
     with capture() as captured:
-        recorder = RankHealth(
-            window=timedelta(hours=1),
-            heartbeat_s=3600,
-            clock=clock,
-            flight_recorder_after_s=10.0,
-            last_collective=read,
-        )
+        recorder = _recorder(clock, reads)
         reported: list[float | None] = []
         seen = 0
         for now in (5, 12, 13, 14, 15, 17, 21, 29, 45, 75, 104, "step", 106, 110):
@@ -55,6 +61,26 @@ def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
         recorder.close()
     assert reads == [12.0, 13.0, 15.0, 21.0, 29.0, 45.0, 75.0]
     assert reported == [None, 41, 42, 42, 43, 43, 44, 45, 46, 47, 47, -1, None]
+
+
+def test_a_step_between_heartbeats_makes_the_flight_recorder_read_again(torch):
+    """A step that no heartbeat saw (the beats held off for longer than the stall's threshold)
+    still ends the stall's read: the next stall's first heartbeat reads the recorder anew,
+    instead of reporting the old stall's collective until its backed-off re-read."""
+    clock, reads = _Clock(), []
+    with capture() as captured:
+        recorder = _recorder(clock, reads)
+        for now in (12, 13, 15, 19, 27, 43, "step", 55, 56):
+            if now == "step":
+                clock.now = 44.0
+                recorder.manual_step()
+                continue
+            clock.now = float(now)
+            recorder.beat()
+            end_windows()
+        recorder.close()
+    assert reads == [12.0, 13.0, 15.0, 19.0, 27.0, 43.0, 55.0, 56.0]
+    assert [s.value for s in captured.scalars(FR_SEQ)][-3:] == [46, 47, 48]
 
 
 def test_the_flight_recorder_holds_ddp_gradient_all_reduces(torch, tmp_path):
