@@ -63,14 +63,26 @@ def _finish(agents: list[subprocess.Popen]) -> list[int]:
 HANG = ("--steps", "1000", "--hang-rank", "3", "--hang-step", "5")
 
 
+STEPS = contract.beat_tag("steps")
+
+
+def _all_stepped(logdir: Path, ranks: int = 4) -> bool:
+    """Whether every rank's heartbeats show steps taken: before that, an explicit floor judges
+    the start too (``stalls``), and a start slower than 3 s is no hang of step 5."""
+    stepped = {s.run for s in readers.iter_scalars(logdir) if s.tag == STEPS and s.value >= 2}
+    return len(stepped) >= ranks
+
+
 def _waited_for(logdir: Path, agents: list[subprocess.Popen]) -> list[int] | None:
-    """The ranks ``stalls()`` first names as waited for, within 60 s (startup ~10 s,
-    detection <= 30 s), asserting the job still runs then."""
+    """The ranks ``stalls()`` first names as waited for once every rank has stepped, within
+    60 s (startup ~10 s, detection <= 30 s), asserting the job still runs then."""
     named = None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and named is None:
         time.sleep(1)
         try:
+            if not _all_stepped(logdir):
+                continue
             found = stalls(logdir, floor_s=3, window_s=WINDOW_S)
         except FileNotFoundError:
             continue
