@@ -345,3 +345,30 @@ def test_a_rank_behind_in_the_flight_recorder_outranks_ranks_whose_beats_lag():
         beat["since_progress_s"] = beat["since_step_s"]
     grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
     assert [s.rank for s in grid.stalls(now=T) if s.waited_for] == [3]
+
+
+def _waited_for_in_a_ddp_read(rank_2_steps: int) -> list[int]:
+    """Ranks 0 and 3 one collective behind rank 2 in the Flight Recorder, all three 12 s
+    without a step, rank 2 with ``rank_2_steps`` (the others 40); rank 1 silent 12.5 s: the
+    ranks waited for."""
+    beats = {rank: {**_beat(T, 12.0, steps=40), "fr_seq": 44} for rank in (0, 3)}
+    beats[2] = {**_beat(T, 12.0, steps=rank_2_steps), "fr_seq": 45}
+    beats[1] = _beat(T - 12.5, 0.3, steps=40)
+    for beat in beats.values():
+        beat["since_progress_s"] = beat["since_step_s"]
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
+    return [s.rank for s in grid.stalls(now=T) if s.waited_for]
+
+
+def test_ranks_behind_one_that_stepped_past_them_are_not_waited_for_beside_a_silent_one():
+    """DDP: rank 1 was stopped inside a gradient all-reduce that still ended for rank 2, which
+    stepped and entered the next; ranks 0 and 3, still in the first, read one collective behind
+    rank 2 in the Flight Recorder: rank 1, silent, is waited for, not them (the CI sample's
+    sigstop case once named ranks 0 and 3)."""
+    assert _waited_for_in_a_ddp_read(rank_2_steps=41) == [1]
+
+
+def test_a_rank_behind_others_of_as_many_steps_outranks_a_silent_one():
+    """The same read but rank 2 took no step more: ranks 0 and 3 never entered the collective
+    it is in, and are waited for before rank 1, whose beats may merely come late."""
+    assert _waited_for_in_a_ddp_read(rank_2_steps=40) == [0, 3]
