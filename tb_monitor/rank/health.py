@@ -365,16 +365,18 @@ class RankHealth:
         resume, -1 (no current value)."""
         if self._closed:  # close()'s last heartbeat runs on the caller's thread: not read there
             return
-        # A step since the read makes it another stall's, even where no heartbeat came between
-        # (a heartbeat thread held off the CPU or the GIL for a second on a loaded machine): the
-        # collectives this stall waits in came after it.
-        stepped = self._steps != self._fr_steps
-        if self._fr_read_at is not None and (stepped or since_step < self._fr_after_s):
-            self._fr_seq = self._fr_read_at = None
-            if since_step < self._fr_after_s:
-                self._beats["fr_seq"].add(-1.0)
         if since_step < self._fr_after_s:
+            if self._fr_read_at is not None:
+                self._fr_seq = self._fr_read_at = None
+                self._beats["fr_seq"].add(-1.0)
             return
+        if self._fr_seq is not None and self._steps != self._fr_steps:
+            # A step came since the read, unseen by any heartbeat (one held off the CPU or the
+            # GIL on a loaded machine, or steps slower than the threshold): the read is another
+            # stall's, its collective older than those this one waits in. Withdrawn, not read
+            # again before its time: in a starved process each read costs seconds.
+            self._fr_seq = None
+            self._beats["fr_seq"].add(-1.0)
         if self._fr_read_at is None or now - self._fr_read_at >= self._fr_again_s:
             first = self._fr_read_at is None
             self._fr_again_s = _FR_AGAIN_S if first else min(2 * self._fr_again_s, _FR_EVERY_S)

@@ -63,14 +63,14 @@ def test_a_stalled_rank_reports_the_flight_recorder_until_steps_resume(torch):
     assert reported == [None, 41, 42, 42, 43, 43, 44, 45, 46, 47, 47, -1, None]
 
 
-def test_a_step_between_heartbeats_makes_the_flight_recorder_read_again(torch):
+def test_a_step_between_heartbeats_withdraws_the_flight_recorder_read(torch):
     """A step that no heartbeat saw (the beats held off for longer than the stall's threshold)
-    still ends the stall's read: the next stall's first heartbeat reads the recorder anew,
-    instead of reporting the old stall's collective until its backed-off re-read."""
+    still ends the stall's read: the next heartbeat reports -1, not the old stall's collective,
+    and the recorder is read again on its backed-off schedule, no sooner."""
     clock, reads = _Clock(), []
     with capture() as captured:
         recorder = _recorder(clock, reads)
-        for now in (12, 13, 15, 19, 27, 43, "step", 55, 56):
+        for now in (12, 13, 15, 19, 27, 43, "step", 55, 57, 74):
             if now == "step":
                 clock.now = 44.0
                 recorder.manual_step()
@@ -79,8 +79,8 @@ def test_a_step_between_heartbeats_makes_the_flight_recorder_read_again(torch):
             recorder.beat()
             end_windows()
         recorder.close()
-    assert reads == [12.0, 13.0, 15.0, 19.0, 27.0, 43.0, 55.0, 56.0]
-    assert [s.value for s in captured.scalars(FR_SEQ)][-3:] == [46, 47, 48]
+    assert reads == [12.0, 13.0, 15.0, 19.0, 27.0, 43.0, 74.0]
+    assert [s.value for s in captured.scalars(FR_SEQ)][-3:] == [46, -1, 47]
 
 
 def test_the_flight_recorder_holds_ddp_gradient_all_reduces(torch, tmp_path):
