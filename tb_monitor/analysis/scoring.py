@@ -424,7 +424,7 @@ def _mark_waited_for(
     behind = in_sequence | outside
     if silence:
         silent = {row["rank"] for row in rows if row["silent"]}
-        level = _behind_in_sequence(rows, steps or {})
+        level = _behind_in_sequence(rows, steps)
         behind = (silent & set(seen_silent)) or (silent & behind) or level or silent
     for row in rows:
         row["waited_for"] = row["rank"] in behind
