@@ -28,9 +28,6 @@ from tb_monitor import contract
 
 __all__ = ["RollCall", "RollGroup", "frame_line", "group_ranks", "innermost", "roll_calls"]
 
-#: ``/proc`` states of a process held where it is, as the agent words them (``launcher.rank_watch``).
-_HELD = {"T": "stopped", "t": "stopped", "D": "uninterruptible sleep"}
-
 #: Path parts of frames that are not the user's code.
 _NOT_USERS = ("/site-packages/", "/dist-packages/", "/lib/python3", "/tb_monitor/", "<frozen")
 
@@ -117,7 +114,7 @@ def group_ranks(captures: Mapping[int, Mapping[str, Any]]) -> tuple[RollGroup, .
     found: dict[tuple[str | None, str | None, str | None], list[int]] = {}
     for rank in sorted(captures):
         capture = captures[rank]
-        held = _HELD.get(str(capture.get("process_state")))
+        held = contract.HELD_STATES.get(str(capture.get("process_state")))
         found.setdefault((*innermost(capture.get("frames") or ()), held), []).append(rank)
     groups = [
         RollGroup(

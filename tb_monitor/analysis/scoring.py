@@ -443,8 +443,8 @@ def _behind_in_sequence(
     most, fr_most = 0, -1
     for level in sorted(by_steps):  # each group against every group of no more steps
         group = by_steps[level]
-        most = max(most, *(row["entered"] for row in group))
-        fr_most = max(fr_most, *(row["fr_seq"] for row in group if row["fr_seq"] is not None), -1)
+        most = max([most, *(row["entered"] for row in group)])
+        fr_most = max([fr_most, *(row["fr_seq"] for row in group if row["fr_seq"] is not None)])
         behind |= {
             row["rank"]
             for row in group

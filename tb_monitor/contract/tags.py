@@ -60,6 +60,13 @@ LOGDIR_ENV = "TB_MONITOR_LOGDIR"
 #: ``seen`` "stopped", "uninterruptible sleep" or "alive but silent"; RESPONDING when it speaks
 #: again), RANK_STACKS with ``stacks``, every thread's Python stack as the worker dumped it.
 RANK_SEEN = "tb_monitor.rank.seen"
+#: The ``seen`` words, and the ``/proc`` states of a process held where it is (their ``seen``).
+SEEN_STOPPED, SEEN_UNINTERRUPTIBLE, SEEN_SILENT = (
+    "stopped",
+    "uninterruptible sleep",
+    "alive but silent",
+)
+HELD_STATES = {"T": SEEN_STOPPED, "t": SEEN_STOPPED, "D": SEEN_UNINTERRUPTIBLE}
 RANK_STACKS = "tb_monitor.rank.stacks"
 #: The agent of ``tb-monitor run`` began stopping its workers (a signal to it, a rank's failure,
 #: a restart): what they do from then on is the stop's doing, not a stall (state STOPPING).

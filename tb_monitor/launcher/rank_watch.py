@@ -74,7 +74,11 @@ __all__ = [
     "view_of",
 ]
 
-STOPPED, UNINTERRUPTIBLE, SILENT = "stopped", "uninterruptible sleep", "alive but silent"
+STOPPED, UNINTERRUPTIBLE, SILENT = (
+    contract.SEEN_STOPPED,
+    contract.SEEN_UNINTERRUPTIBLE,
+    contract.SEEN_SILENT,
+)
 #: Before stopping its workers, the agent waits at most this long for their stacks.
 STOP_WAIT_S = 0.5
 #: In a roll-call without py-spy, the agent waits at most this long for faulthandler's dumps.
@@ -112,10 +116,8 @@ def view_of(state: str | None, pulse_age_s: float | None, silent_after_s: float)
     or None when the process has ended (its agent's own records say how)."""
     if state in (None, "Z", "X", "x"):
         return None
-    if state in ("T", "t"):
-        return STOPPED
-    if state == "D":
-        return UNINTERRUPTIBLE
+    if state in contract.HELD_STATES:
+        return contract.HELD_STATES[state]
     if pulse_age_s is not None and pulse_age_s > silent_after_s:
         return SILENT
     return ""
