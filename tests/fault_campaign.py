@@ -126,6 +126,9 @@ class Outcome:
     stalled: frozenset[int] = frozenset()  # every rank listed stalled while it ran
     agent_saw: set[str] = field(default_factory=set)  # what the stalled ranks' agents saw
     report: dict | None = None
+    #: The first live report that called a rank waited for, or stalled, against the truth: kept
+    #: whole, as what a wrong answer that comes and goes under load is diagnosed from.
+    wrong_read: dict | None = None
 
     @property
     def verdict(self) -> str:
@@ -245,6 +248,8 @@ def _follow(
         waited = waited_for(report)
         outcome.waited_for |= waited
         outcome.stalled |= frozenset(stalled_ranks(report))
+        if outcome.wrong_read is None and _wrongly_named(report, truth):
+            outcome.wrong_read = report
         outcome.waiting |= frozenset(
             r for j in report.get("jobs") or [] for r in j["waiting_ranks"]
         )
@@ -259,6 +264,16 @@ def _follow(
             return  # run_case's user_job ends it
         if ended:
             time.sleep(READ_EVERY_S)
+
+
+def _wrongly_named(report: dict, truth: Truth) -> bool:
+    """A live report names a rank the truth does not: waited for, or stalled where no rank
+    is held or only waits."""
+    if waited_for(report) - truth.waited_for - truth.cause_ranks:
+        return True
+    stalled = frozenset(stalled_ranks(report))
+    healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
+    return bool(stalled & truth.collateral) or (healthy and bool(stalled))
 
 
 def _done_holding(outcome: Outcome, since_hit_s: float) -> bool:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fault_campaign import Case, Outcome, _score_end, plan
+from fault_campaign import Case, Outcome, _score_end, _wrongly_named, plan
 from fault_injection import Truth
 
 
@@ -89,3 +89,26 @@ def test_a_throttled_rank_flagged_for_its_compute_is_wrong():
 def test_a_throttled_rank_flagged_as_starved_of_cpu_is_right():
     """The rank a CPU quota held, the one straggler with cause cpu, is right."""
     assert _outcome_of_throttle("cpu").verdict == "right"
+
+
+def _live_read(waited: list[int], stalled: list[int]) -> dict:
+    stalls = [{"rank": rank, "waited_for": rank in waited} for rank in stalled]
+    return {"status": "running", "ranks": {"waited_for": waited, "stalls": stalls}}
+
+
+STOPPED_RANK_1 = Truth("succeeded", waited_for=frozenset({1}))
+
+
+def test_a_live_read_naming_a_waiting_rank_as_waited_for_is_kept():
+    """A live read that names rank 0 waited for, while rank 1 is the one stopped, is wrong."""
+    assert _wrongly_named(_live_read([0, 3], [0, 1, 2, 3]), STOPPED_RANK_1)
+
+
+def test_a_live_read_naming_the_stopped_rank_is_not_kept():
+    """A live read that names only the stopped rank, with the others stalled, is right."""
+    assert not _wrongly_named(_live_read([1], [0, 1, 2, 3]), STOPPED_RANK_1)
+
+
+def test_a_live_stall_in_a_healthy_job_is_kept():
+    """A live read that lists a stall in a job no fault held is wrong."""
+    assert _wrongly_named(_live_read([], [2]), Truth("succeeded"))

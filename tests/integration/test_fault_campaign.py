@@ -80,6 +80,10 @@ def test_report_is_right_about_the_fault(case, tmp_path):
             pytest.fail(f"{case.fault} is required when CI=true: {why_not}")
         pytest.skip(why_not)
     outcome = run_case(case, tmp_path)
+    ranks = (outcome.wrong_read or {}).get("ranks") or {}
+    wrong_read = {key: ranks.get(key) for key in ("waited_for", "stalls")}
     assert outcome.verdict == "right", (
         f"{case}: {'; '.join(outcome.wrong)}\n{json.dumps(outcome.report, indent=1)[:4000]}"
+        f"\nthe first live read that named a rank wrongly:\n"
+        f"{json.dumps(wrong_read, indent=1)[:6000]}"
     )
