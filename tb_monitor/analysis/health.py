@@ -113,7 +113,7 @@ def _with_ranks(
     newest_beat = max(
         (b["wall_time"] for b in grid.beats.values() if "wall_time" in b), default=None
     )
-    cut = cut_off_ranks(rows, now=newest_beat if now is None else now)
+    cut = cut_off_ranks(rows, now=newest_beat if now is None else now, last_step=_last_step(grid))
     views, calls = agent_views(rows), roll_calls(rows)
     if len(jobs) <= 1:
         ranks = _judged(grid, jobs[0] if jobs else None, now, views, calls, cut)
@@ -124,6 +124,16 @@ def _with_ranks(
         for job in jobs
     ]
     return tuple(out), None
+
+
+def _last_step(grid: RankGrid) -> float | None:
+    """The oldest of the ranks' last steps by their newest beats (wall time), None without one."""
+    steps = [
+        float(b["wall_time"]) - float(b["since_step_s"])
+        for b in grid.beats.values()
+        if b.get("wall_time") is not None and b.get("since_step_s") is not None
+    ]
+    return min(steps, default=None)
 
 
 def report_of(

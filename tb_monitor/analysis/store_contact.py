@@ -17,8 +17,10 @@ is up to an interval later than the span itself. Until it comes, a keep-alive ov
 ranks' newest heartbeat (``now``) while another agent still records them is a cut not yet
 confirmed, and no rank is named (the collective rules would name whichever rank the cut left
 reading behind). A cut that healed (its agent's keep-alive came through at last) holds the
-naming back the same for the stall it began, for the quiet span after it healed: the ranks'
-beats that show them stepping again come a beat or a TCP retransmission later. A gap in every
+naming back the same for the stall it began, for as long as that stall lasts: after a heal the
+ranks step again only once TCP retransmits what the cut dropped, and its backoff left the
+campaign's healed DDP jobs stalled up to 20 s more (one such read named a rank of the store's
+side, by the collective rules, once the heal was a quiet span old). A gap in every
 agent's keep-alives at once is no cut: torchelastic stops them on every node while a restart's
 rendezvous runs, and starts them an interval after it.
 """
@@ -34,7 +36,7 @@ from tb_monitor import contract
 from tb_monitor.analysis.jobs import is_agent_run, is_verdict
 from tb_monitor.analysis.scoring import Cut
 
-__all__ = ["KEEP_ALIVE_S", "QUIET_KEEP_ALIVES", "cut_off_ranks"]
+__all__ = ["KEEP_ALIVE_S", "QUIET_KEEP_ALIVES", "RETRANSMIT_MAX_S", "cut_off_ranks"]
 
 #: torchelastic's default ``keep_alive_interval``.
 KEEP_ALIVE_S = 5.0
@@ -42,17 +44,25 @@ KEEP_ALIVE_S = 5.0
 #: interval, and half of one more allows for its records reaching the logdir a flush or two
 #: later than another agent's.
 QUIET_KEEP_ALIVES = 1.5
+#: Linux's ``TCP_RTO_MAX``: once a cut heals, a connection sends again within this at the
+#: latest, so a stall that outlasts a heal by more is not the cut's.
+RETRANSMIT_MAX_S = 120.0
 
 
 def cut_off_ranks(
-    rows: Iterable[Mapping[str, Any]], now: float | None = None
+    rows: Iterable[Mapping[str, Any]],
+    now: float | None = None,
+    last_step: float | None = None,
 ) -> dict[tuple[str, int], Cut]:
     """Per (job, rank) of a node cut off from the store (the job: its runs' top directory, as
     ``agent_views`` keys them), its newest cut: its agent recorded no keep-alive for
     ``QUIET_KEEP_ALIVES`` keep-alive intervals while another agent of the job recorded one
     since, or (healed) did so before its next one; unconfirmed where it is only overdue by
     ``now`` while another agent's keep-alives still come. An agent that recorded its verdict is
-    no cut (it ended). ``now``: default the job's newest keep-alive (then none is overdue)."""
+    no cut (it ended). ``now``: default the job's newest keep-alive (then none is overdue).
+    ``last_step``: the oldest of the ranks' last steps (wall time); a cut healed since (and
+    within ``RETRANSMIT_MAX_S``) may have begun a stall that still lasts. Without it, a cut
+    healed within the quiet span may."""
     times: dict[str, dict[str, list[float]]] = {}  # job -> agent run -> its keep-alives
     ranks: dict[str, set[int]] = {}  # agent run -> the ranks it started
     ended: set[str] = set()
@@ -70,6 +80,7 @@ def cut_off_ranks(
         elif is_verdict(row):
             ended.add(run)
     cuts: dict[tuple[str, int], Cut] = {}
+    quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     for job, agents in times.items():
         for kept in agents.values():
             kept.sort()
@@ -82,15 +93,24 @@ def cut_off_ranks(
                 continue
             # The newest keep-alive of another agent: the job's, unless it is this agent's own.
             other = second if kept[-1] == first else first
-            cut = _newest_cut(kept, other, every, first if now is None else now)
+            judged_at = first if now is None else now
+            stalls_since = (
+                judged_at - quiet_s
+                if last_step is None
+                else max(last_step, judged_at - RETRANSMIT_MAX_S)
+            )
+            cut = _newest_cut(kept, other, every, judged_at, stalls_since)
             cuts.update({(job, rank): cut for rank in ranks.get(run, ())} if cut else {})
     return cuts
 
 
-def _newest_cut(kept: list[float], other: float, every: list[float], now: float) -> Cut | None:
+def _newest_cut(
+    kept: list[float], other: float, every: list[float], now: float, stalls_since: float
+) -> Cut | None:
     """An agent's newest cut from its keep-alives' times (sorted), the newest of another agent
     of its job (-inf: none) and every agent's (sorted): the keep-alives inside one of its gaps
-    are another agent's."""
+    are another agent's. A healed cut counts only where it healed after ``stalls_since``: one
+    healed before it began no stall that lasts."""
     quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     last = kept[-1]
     if other - last > quiet_s:
@@ -98,10 +118,11 @@ def _newest_cut(kept: list[float], other: float, every: list[float], now: float)
     if now - last > quiet_s and other > last and now - other <= quiet_s:
         return Cut(last, confirmed=False)  # overdue while another agent's still come
     for since, healed in zip(reversed(kept[:-1]), reversed(kept[1:]), strict=True):
-        if now - healed > quiet_s:
-            break  # healed long enough ago: its ranks have beaten since
+        if healed < stalls_since:
+            break  # every rank has stepped since it healed
+        if healed - since <= quiet_s:
+            continue
         # Another agent reached the store well after this one's last, while this one could not.
-        inside = bisect.bisect_right(every, since + quiet_s) < bisect.bisect_left(every, healed)
-        if healed - since > quiet_s and inside:
+        if bisect.bisect_right(every, since + quiet_s) < bisect.bisect_left(every, healed):
             return Cut(since, healed, confirmed=False)
     return None

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from tb_monitor import contract
 from tb_monitor.analysis.grid import RankGrid
+from tb_monitor.analysis.health import report_of
 from tb_monitor.analysis.scoring import Cut
-from tb_monitor.analysis.store_contact import cut_off_ranks
+from tb_monitor.analysis.store_contact import RETRANSMIT_MAX_S, cut_off_ranks
 from tb_monitor.testing import DEFAULT_START
 
 T = DEFAULT_START + 1000.0
@@ -206,3 +207,42 @@ def test_a_gap_in_every_agents_keep_alives_is_no_cut():
     rows = _job(T - 20.0, T - 20.0)
     rows += [_keep_alive(agent, at) for agent in ("a-1", "b-2") for at in (T - 8.0, T - 3.0)]
     assert cut_off_ranks(rows, now=T) == {}
+
+
+def _healed_and_stalled_on() -> list[dict]:
+    """``_healed_job``, both agents' keep-alives going on to T + 5 after the heal at T - 5."""
+    return [*_healed_job(), *(_keep_alive(a, at) for a in ("a-1", "b-2") for at in (T, T + 5.0))]
+
+
+def test_a_healed_cut_is_kept_while_no_rank_has_stepped_since():
+    """The cut healed 12 s ago, more than a quiet span, and the ranks last stepped before it:
+    the cut is kept, unconfirmed (TCP retransmits what it dropped only after a backoff)."""
+    cut = Cut(T - 20.0, T - 5.0, confirmed=False)
+    rows = _healed_and_stalled_on()
+    assert cut_off_ranks(rows, now=T + 7.0, last_step=T - 22.0) == {
+        ("job", 2): cut,
+        ("job", 3): cut,
+    }
+
+
+def test_a_healed_cut_is_dropped_once_every_rank_stepped_after_it():
+    """The ranks' oldest last step came after the heal: no cut."""
+    assert cut_off_ranks(_healed_and_stalled_on(), now=T + 7.0, last_step=T - 2.0) == {}
+
+
+def test_a_cut_healed_longer_ago_than_tcps_longest_backoff_is_dropped():
+    """The ranks last stepped before the cut, which healed more than ``RETRANSMIT_MAX_S`` ago:
+    the stall that lasts is not the cut's."""
+    now = T - 5.0 + RETRANSMIT_MAX_S + 1.0
+    assert cut_off_ranks(_healed_and_stalled_on(), now=now, last_step=T - 22.0) == {}
+
+
+def test_no_rank_is_named_while_a_stall_outlasts_the_heal():
+    """Every rank stalled since before the cut, 12 s after it healed (a quiet span and more),
+    rank 1 a collective behind: the report names no rank (the campaign's partition on DDP named
+    rank 1, of the store's side, once the heal was 7.5 s old and TCP had yet to retransmit)."""
+    beats = {f"job/rank-{r}": {**_beat(29.0), "wall_time": T + 7.0, "fr_seq": 72} for r in range(4)}
+    beats["job/rank-1"]["fr_seq"] = 71
+    report = report_of("logs", _healed_and_stalled_on(), RankGrid.from_series({}, beats))
+    assert report.ranks is not None
+    assert len(report.ranks.stalls) == 4 and report.ranks.waited_for == ()
