@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -38,9 +39,17 @@ def dumps(tmp_path_factory) -> Path:
     }
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
     command += ["--nproc-per-node", "4", str(SCRIPT)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return where
+    for attempt in ("first", "second"):
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S
+        )
+        if done.returncode == 0:
+            return where
+        # The workers' own words come first, torchrun's summary of them last.
+        said = f"{done.stderr[:3000]}\n...\n{done.stderr[-1200:]}"
+        if attempt == "first":  # the dumps are this test's input, made by plain torchrun
+            warnings.warn(f"the dumping job failed, run again:\n{said}", stacklevel=1)
+    raise AssertionError(f"the dumping job failed twice:\n{said}")
 
 
 def _lanes(logdir: str) -> dict[str, list[timeline.Span]]:
