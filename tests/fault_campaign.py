@@ -269,11 +269,22 @@ def _follow(
 def _wrongly_named(report: dict, truth: Truth) -> bool:
     """A live report names a rank the truth does not: waited for, or stalled where no rank
     is held or only waits."""
-    if waited_for(report) - truth.waited_for - truth.cause_ranks:
-        return True
     stalled = frozenset(stalled_ranks(report))
-    healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
-    return bool(stalled & truth.collateral) or (healthy and bool(stalled))
+    return bool(_false_waits(waited_for(report), truth) or _false_stalls(stalled, truth))
+
+
+def _false_waits(waited: frozenset[int], truth: Truth) -> frozenset[int]:
+    """The ranks of ``waited`` the truth has nobody wait for."""
+    return waited - truth.waited_for - truth.cause_ranks
+
+
+def _false_stalls(stalled: frozenset[int], truth: Truth) -> frozenset[int]:
+    """The ranks of ``stalled`` that only waited, or all of them in a job no fault held."""
+    return stalled if _healthy(truth) else stalled & truth.collateral
+
+
+def _healthy(truth: Truth) -> bool:
+    return truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
 
 
 def _done_holding(outcome: Outcome, since_hit_s: float) -> bool:
@@ -328,14 +339,13 @@ def _score_end(outcome: Outcome, job: UserJob) -> None:
         wrong.append(f"report's exit code {report['exit_code']}, not {expected_exit}")
     if report["ranks"] and report["ranks"]["stalled"]:
         wrong.append(f"an ended job still lists stalls: {stalled_ranks(report)}")
-    healthy = truth.status == "succeeded" and not (truth.waited_for or truth.stragglers)
-    if healthy and outcome.stalled:
+    if _healthy(truth) and outcome.stalled:
         wrong.append(f"ranks {sorted(outcome.stalled)} called stalled in a healthy job")
     if outcome.stalled & truth.collateral:
         wrong.append(
             f"ranks {sorted(outcome.stalled & truth.collateral)} that only waited called stalled"
         )
-    false_waits = outcome.waited_for - truth.waited_for - truth.cause_ranks
+    false_waits = _false_waits(outcome.waited_for, truth)
     if false_waits:
         wrong.append(f"ranks {sorted(false_waits)} called waited for, wrongly")
     if truth.waited_for and not truth.waited_for <= outcome.waited_for:

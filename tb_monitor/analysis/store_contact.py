@@ -47,6 +47,7 @@ QUIET_KEEP_ALIVES = 1.5
 #: Linux's ``TCP_RTO_MAX``: once a cut heals, a connection sends again within this at the
 #: latest, so a stall that outlasts a heal by more is not the cut's.
 RETRANSMIT_MAX_S = 120.0
+_QUIET_S = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
 
 
 def cut_off_ranks(
@@ -80,7 +81,6 @@ def cut_off_ranks(
         elif is_verdict(row):
             ended.add(run)
     cuts: dict[tuple[str, int], Cut] = {}
-    quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     for job, agents in times.items():
         for kept in agents.values():
             kept.sort()
@@ -88,17 +88,17 @@ def cut_off_ranks(
         first, second = (
             sorted((kept[-1] for kept in agents.values()), reverse=True) + [-math.inf]
         )[:2]
+        judged_at = first if now is None else now
+        stalls_since = (
+            judged_at - _QUIET_S
+            if last_step is None
+            else max(last_step, judged_at - RETRANSMIT_MAX_S)
+        )
         for run, kept in agents.items():
             if run in ended:
                 continue
             # The newest keep-alive of another agent: the job's, unless it is this agent's own.
             other = second if kept[-1] == first else first
-            judged_at = first if now is None else now
-            stalls_since = (
-                judged_at - quiet_s
-                if last_step is None
-                else max(last_step, judged_at - RETRANSMIT_MAX_S)
-            )
             cut = _newest_cut(kept, other, every, judged_at, stalls_since)
             cuts.update({(job, rank): cut for rank in ranks.get(run, ())} if cut else {})
     return cuts
@@ -111,18 +111,17 @@ def _newest_cut(
     of its job (-inf: none) and every agent's (sorted): the keep-alives inside one of its gaps
     are another agent's. A healed cut counts only where it healed after ``stalls_since``: one
     healed before it began no stall that lasts."""
-    quiet_s = QUIET_KEEP_ALIVES * KEEP_ALIVE_S
     last = kept[-1]
-    if other - last > quiet_s:
+    if other - last > _QUIET_S:
         return Cut(last)
-    if now - last > quiet_s and other > last and now - other <= quiet_s:
+    if now - last > _QUIET_S and other > last and now - other <= _QUIET_S:
         return Cut(last, confirmed=False)  # overdue while another agent's still come
     for since, healed in zip(reversed(kept[:-1]), reversed(kept[1:]), strict=True):
         if healed < stalls_since:
             break  # every rank has stepped since it healed
-        if healed - since <= quiet_s:
+        if healed - since <= _QUIET_S:
             continue
         # Another agent reached the store well after this one's last, while this one could not.
-        if bisect.bisect_right(every, since + quiet_s) < bisect.bisect_left(every, healed):
+        if bisect.bisect_right(every, since + _QUIET_S) < bisect.bisect_left(every, healed):
             return Cut(since, healed, confirmed=False)
     return None
